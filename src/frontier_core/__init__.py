@@ -1,0 +1,73 @@
+"""frontier_core: exactly-once prompt coverage across crashes for async RL.
+
+A pure, immutable state machine. Stamp every prompt the data source yields
+with its stream ordinal, report what happens to it (dispatched, buffered,
+trained, failed, evicted), and checkpoint the ledger instead of the data
+loader's live cursor: a resume rewinds the source to the cut and filters the
+re-yielded stream so that every prompt is trained exactly once or dropped on
+purpose, across any number of crashes.
+
+Importing this package loads the standard library and ``attrs`` only.
+"""
+
+from ._checkpoint import Checkpoint as Checkpoint
+from ._errors import CheckpointCorruptError as CheckpointCorruptError
+from ._errors import CheckpointError as CheckpointError
+from ._errors import CheckpointMismatchError as CheckpointMismatchError
+from ._errors import CheckpointVersionError as CheckpointVersionError
+from ._errors import FingerprintMismatchError as FingerprintMismatchError
+from ._errors import FrontierError as FrontierError
+from ._errors import IllegalTransitionError as IllegalTransitionError
+from ._events import Buffer as Buffer
+from ._events import Dispatch as Dispatch
+from ._events import Effect as Effect
+from ._events import Event as Event
+from ._events import Evict as Evict
+from ._events import Fail as Fail
+from ._events import FailurePolicy as FailurePolicy
+from ._events import Status as Status
+from ._events import Train as Train
+from ._events import Yield as Yield
+from ._ledger import TRANSITIONS as TRANSITIONS
+from ._ledger import Ledger as Ledger
+from ._ledger import LedgerConfig as LedgerConfig
+from ._ledger import Resumed as Resumed
+from ._ledger import Step as Step
+from ._trainlog import Lineage as Lineage
+from ._trainlog import TrainLogError as TrainLogError
+from ._trainlog import TrainLogWriter as TrainLogWriter
+from ._trainlog import fold_lineage as fold_lineage
+from ._trainlog import read_train_log as read_train_log
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "TRANSITIONS",
+    "Buffer",
+    "Checkpoint",
+    "CheckpointCorruptError",
+    "CheckpointError",
+    "CheckpointMismatchError",
+    "CheckpointVersionError",
+    "Dispatch",
+    "Effect",
+    "Event",
+    "Evict",
+    "Fail",
+    "FailurePolicy",
+    "FingerprintMismatchError",
+    "FrontierError",
+    "IllegalTransitionError",
+    "Ledger",
+    "LedgerConfig",
+    "Lineage",
+    "Resumed",
+    "Status",
+    "Step",
+    "Train",
+    "TrainLogError",
+    "TrainLogWriter",
+    "Yield",
+    "fold_lineage",
+    "read_train_log",
+]

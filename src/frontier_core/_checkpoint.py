@@ -1,0 +1,297 @@
+"""The checkpoint: a few integers and ranges, and its validated JSON record.
+
+A ``Checkpoint`` is what survives a crash. It says where the stream must
+restart (the cut) and which ordinals at or above the cut need no new
+generation (trained, dropped, or retained in the saved replay buffer), plus
+the failed attempts of the unresolved ordinals so that ``retry`` keeps
+counting across restarts.
+
+The record is a dict of JSON types only (torchdata's ``state_dict``
+convention), with a format tag, a schema version, the stream fingerprint that
+the caller supplied and a SHA-256 checksum over everything else. Reading a
+record validates all of it and every structural invariant that the resume
+relies on; a record that fails any check raises and is never half-used.
+"""
+
+from __future__ import annotations
+
+import bisect
+import hashlib
+import json
+from collections.abc import Iterator, Mapping
+from typing import Any, Final
+
+import attrs
+
+from ._errors import (
+    CheckpointCorruptError,
+    CheckpointVersionError,
+    FingerprintMismatchError,
+)
+from ._ranges import Range, count, expand
+
+FORMAT: Final = "frontier_core.checkpoint"
+VERSION: Final = 1
+
+# Keys are named constants and read strictly, as in torchdata.
+KEY_FORMAT: Final = "format"
+KEY_VERSION: Final = "version"
+KEY_FINGERPRINT: Final = "fingerprint"
+KEY_STREAM_LEN: Final = "stream_len"
+KEY_CUT: Final = "cut"
+KEY_TRAINED: Final = "trained_above_cut"
+KEY_DROPPED: Final = "dropped_above_cut"
+KEY_RETAINED: Final = "retained"
+KEY_ATTEMPTS: Final = "attempts"
+KEY_CHECKSUM: Final = "checksum"
+
+_BODY_KEYS: Final = frozenset(
+    {
+        KEY_FORMAT,
+        KEY_VERSION,
+        KEY_FINGERPRINT,
+        KEY_STREAM_LEN,
+        KEY_CUT,
+        KEY_TRAINED,
+        KEY_DROPPED,
+        KEY_RETAINED,
+        KEY_ATTEMPTS,
+    }
+)
+
+
+@attrs.frozen
+class Checkpoint:
+    """The ledger's durable state at a checkpoint.
+
+    Invariants (checked when a record is read; ``Ledger.checkpoint`` builds
+    only values that satisfy them): every range is half-open, non-empty,
+    ascending and disjoint from its neighbours; trained and dropped ordinals
+    lie strictly above ``cut`` (the cut itself is unresolved by definition);
+    retained ordinals lie at or above it and are neither trained nor dropped;
+    ``attempts`` lists ``(ordinal, count)`` for unresolved ordinals at or
+    above the cut with ``count >= 1``, ascending.
+    """
+
+    cut: int
+    trained_above_cut: tuple[Range, ...] = ()
+    dropped_above_cut: tuple[Range, ...] = ()
+    retained: tuple[Range, ...] = ()
+    attempts: tuple[tuple[int, int], ...] = ()
+    fingerprint: str = ""
+    stream_len: int | None = None
+
+    def trained(self) -> Iterator[int]:
+        return expand(self.trained_above_cut)
+
+    def dropped(self) -> Iterator[int]:
+        return expand(self.dropped_above_cut)
+
+    def retained_ordinals(self) -> Iterator[int]:
+        return expand(self.retained)
+
+    def size(self) -> int:
+        """Integers in the record: what the size invariant bounds."""
+        return (
+            2
+            * (
+                len(self.trained_above_cut)
+                + len(self.dropped_above_cut)
+                + len(self.retained)
+                + len(self.attempts)
+            )
+            + 2
+        )
+
+    def state_dict(self) -> dict[str, Any]:
+        """The record: JSON types only, checksummed."""
+        body: dict[str, Any] = {
+            KEY_FORMAT: FORMAT,
+            KEY_VERSION: VERSION,
+            KEY_FINGERPRINT: self.fingerprint,
+            KEY_STREAM_LEN: self.stream_len,
+            KEY_CUT: self.cut,
+            KEY_TRAINED: [[a, b] for a, b in self.trained_above_cut],
+            KEY_DROPPED: [[a, b] for a, b in self.dropped_above_cut],
+            KEY_RETAINED: [[a, b] for a, b in self.retained],
+            KEY_ATTEMPTS: [[o, n] for o, n in self.attempts],
+        }
+        body[KEY_CHECKSUM] = _checksum(body)
+        return body
+
+    @classmethod
+    def from_state_dict(
+        cls, record: Mapping[str, Any], *, fingerprint: str | None = None
+    ) -> Checkpoint:
+        """Validate ``record`` and return its checkpoint.
+
+        Raises ``CheckpointVersionError`` for another format or version,
+        ``CheckpointCorruptError`` for a missing or extra key, a bad
+        checksum, a wrong type or a broken structural invariant, and
+        ``FingerprintMismatchError`` when ``fingerprint`` is given and differs
+        from the record's.
+        """
+        if not isinstance(record, Mapping):
+            raise CheckpointCorruptError(
+                f"checkpoint record must be a dict, got {type(record).__name__}"
+            )
+        if record.get(KEY_FORMAT) != FORMAT:
+            raise CheckpointVersionError(
+                f"not a frontier_core checkpoint: {KEY_FORMAT!r} is "
+                f"{record.get(KEY_FORMAT)!r}, expected {FORMAT!r}"
+            )
+        version = record.get(KEY_VERSION)
+        if version != VERSION or type(version) is not int:
+            raise CheckpointVersionError(
+                f"checkpoint schema version {version!r} is not supported "
+                f"(this library reads version {VERSION})"
+            )
+        keys = set(record)
+        missing = sorted((_BODY_KEYS | {KEY_CHECKSUM}) - keys)
+        extra = sorted(keys - _BODY_KEYS - {KEY_CHECKSUM})
+        if missing or extra:
+            raise CheckpointCorruptError(
+                f"checkpoint record has missing keys {missing} and unknown keys {extra}"
+            )
+        body = {k: record[k] for k in _BODY_KEYS}
+        try:
+            expected_sum = _checksum(body)
+        except (TypeError, ValueError) as exc:
+            raise CheckpointCorruptError(f"checkpoint record is not JSON data: {exc}") from exc
+        if record[KEY_CHECKSUM] != expected_sum:
+            raise CheckpointCorruptError(
+                "checkpoint checksum mismatch: the record was altered or "
+                f"truncated (stored {record[KEY_CHECKSUM]!r}, computed {expected_sum!r})"
+            )
+        found = record[KEY_FINGERPRINT]
+        if not isinstance(found, str):
+            raise CheckpointCorruptError(f"{KEY_FINGERPRINT!r} must be a string")
+        if fingerprint is not None and found != fingerprint:
+            raise FingerprintMismatchError(expected=fingerprint, found=found)
+        stream_len = record[KEY_STREAM_LEN]
+        if stream_len is not None:
+            _check_int(KEY_STREAM_LEN, stream_len)
+        cut = _check_int(KEY_CUT, record[KEY_CUT])
+        trained = _read_ranges(KEY_TRAINED, record[KEY_TRAINED], above=cut + 1)
+        dropped = _read_ranges(KEY_DROPPED, record[KEY_DROPPED], above=cut + 1)
+        retained = _read_ranges(KEY_RETAINED, record[KEY_RETAINED], above=cut)
+        attempts = _read_attempts(record[KEY_ATTEMPTS], above=cut)
+        for a_name, a, b_name, b in (
+            (KEY_TRAINED, trained, KEY_DROPPED, dropped),
+            (KEY_TRAINED, trained, KEY_RETAINED, retained),
+            (KEY_DROPPED, dropped, KEY_RETAINED, retained),
+        ):
+            clash = _first_overlap(a, b)
+            if clash is not None:
+                raise CheckpointCorruptError(
+                    f"checkpoint lists ordinal {clash} in both {a_name!r} and {b_name!r}"
+                )
+        for o, _ in attempts:
+            if _contains(trained, o) or _contains(dropped, o):
+                raise CheckpointCorruptError(
+                    f"checkpoint keeps attempts for ordinal {o}, which is already resolved"
+                )
+        checkpoint = cls(
+            cut=cut,
+            trained_above_cut=trained,
+            dropped_above_cut=dropped,
+            retained=retained,
+            attempts=attempts,
+            fingerprint=found,
+            stream_len=stream_len,
+        )
+        if stream_len is not None and (
+            cut > stream_len or checkpoint.highest_ordinal() >= stream_len
+        ):
+            raise CheckpointCorruptError(
+                f"checkpoint refers to ordinal {max(checkpoint.highest_ordinal(), cut)} "
+                f"beyond its own stream length {stream_len}"
+            )
+        return checkpoint
+
+    def highest_ordinal(self) -> int:
+        """The highest ordinal the record refers to (``cut - 1`` if none)."""
+        return max(
+            [self.cut - 1]
+            + [
+                r[-1][1] - 1
+                for r in (self.trained_above_cut, self.dropped_above_cut, self.retained)
+                if r
+            ]
+            + [o for o, _ in self.attempts]
+        )
+
+    @property
+    def resolved_count(self) -> int:
+        return count(self.trained_above_cut) + count(self.dropped_above_cut)
+
+
+def _checksum(body: Mapping[str, Any]) -> str:
+    canonical = json.dumps(
+        body, sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=False
+    )
+    return "sha256:" + hashlib.sha256(canonical.encode("ascii")).hexdigest()
+
+
+def _check_int(name: str, value: object) -> int:
+    if type(value) is not int or value < 0:
+        raise CheckpointCorruptError(f"{name!r} must be an int >= 0, got {value!r}")
+    return value
+
+
+def _read_ranges(name: str, value: object, *, above: int) -> tuple[Range, ...]:
+    if not isinstance(value, list):
+        raise CheckpointCorruptError(f"{name!r} must be a list of [start, stop] pairs")
+    out: list[Range] = []
+    floor = above
+    for item in value:
+        if not (isinstance(item, list) and len(item) == 2):
+            raise CheckpointCorruptError(f"{name!r} holds {item!r}, not a [start, stop] pair")
+        start = _check_int(name, item[0])
+        stop = _check_int(name, item[1])
+        if start >= stop:
+            raise CheckpointCorruptError(f"{name!r} holds an empty range {item!r}")
+        if start < floor:
+            raise CheckpointCorruptError(
+                f"{name!r} range {item!r} is unsorted, overlapping, or below {above}"
+            )
+        out.append((start, stop))
+        floor = stop
+    return tuple(out)
+
+
+def _read_attempts(value: object, *, above: int) -> tuple[tuple[int, int], ...]:
+    if not isinstance(value, list):
+        raise CheckpointCorruptError(f"{KEY_ATTEMPTS!r} must be a list of [ordinal, count] pairs")
+    out: list[tuple[int, int]] = []
+    floor = above
+    for item in value:
+        if not (isinstance(item, list) and len(item) == 2):
+            raise CheckpointCorruptError(f"{KEY_ATTEMPTS!r} holds {item!r}, not a pair")
+        o = _check_int(KEY_ATTEMPTS, item[0])
+        n = _check_int(KEY_ATTEMPTS, item[1])
+        if o < floor or n < 1:
+            raise CheckpointCorruptError(
+                f"{KEY_ATTEMPTS!r} entry {item!r} is unsorted, below the cut, or zero"
+            )
+        out.append((o, n))
+        floor = o + 1
+    return tuple(out)
+
+
+def _first_overlap(a: tuple[Range, ...], b: tuple[Range, ...]) -> int | None:
+    i = j = 0
+    while i < len(a) and j < len(b):
+        lo = max(a[i][0], b[j][0])
+        if lo < min(a[i][1], b[j][1]):
+            return lo
+        if a[i][1] <= b[j][1]:
+            i += 1
+        else:
+            j += 1
+    return None
+
+
+def _contains(ranges: tuple[Range, ...], o: int) -> bool:
+    i = bisect.bisect_right(ranges, o, key=lambda r: r[0]) - 1
+    return i >= 0 and ranges[i][0] <= o < ranges[i][1]

@@ -1,0 +1,143 @@
+"""Events: the small frozen values that drive the ledger.
+
+Each event names what the framework saw happen to some prompts of the stream.
+An event that could never be legal (a negative ordinal, an ordinal listed
+twice, a negative count) cannot be constructed; whether a well-formed event
+is legal *now* is the ledger's decision, not the event's.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Iterable
+from typing import ClassVar
+
+import attrs
+
+from ._errors import IllegalTransitionError
+
+
+class Status(enum.IntEnum):
+    """Where an ordinal stands in its lifecycle.
+
+    ``PENDING -> OUTSTANDING -> BUFFERED -> TRAINED``, with ``DROPPED`` as the
+    terminal alternative. ``UNYIELDED`` marks an ordinal that the ledger knows
+    of before the source has (re-)yielded it: after a resume, an ordinal that
+    carries failed attempts, or one sent back by a retry before its re-yield.
+    """
+
+    UNYIELDED = 0
+    PENDING = 1
+    OUTSTANDING = 2
+    BUFFERED = 3
+    TRAINED = 4
+    DROPPED = 5
+
+
+class FailurePolicy(enum.Enum):
+    """What a tolerated generation failure or a stale eviction does.
+
+    ``DROP`` resolves the ordinal as dropped at once (recorded, never silent).
+    ``RETRY`` sends it back to be generated again until its attempts reach
+    ``max_attempts``; only then is it dropped.
+    """
+
+    DROP = "drop"
+    RETRY = "retry"
+
+
+def _ordinal_tuple(value: Iterable[int]) -> tuple[int, ...]:
+    return tuple(value)
+
+
+@attrs.frozen
+class Yield:
+    """The source yielded its next ``count`` prompts (fewer at the stream's end)."""
+
+    name: ClassVar[str] = "yield"
+    count: int = attrs.field(validator=attrs.validators.instance_of(int))
+
+    def __attrs_post_init__(self) -> None:
+        if isinstance(self.count, bool) or self.count < 0:
+            raise IllegalTransitionError(
+                self.name, (), f"count must be an int >= 0, got {self.count!r}"
+            )
+
+
+@attrs.frozen
+class _OrdinalEvent:
+    """Base of the events that move listed ordinals from one status to another."""
+
+    name: ClassVar[str] = "?"
+    ordinals: tuple[int, ...] = attrs.field(converter=_ordinal_tuple)
+
+    def __attrs_post_init__(self) -> None:
+        seen: set[int] = set()
+        repeated: list[int] = []
+        for o in self.ordinals:
+            if type(o) is not int or o < 0:
+                raise IllegalTransitionError(
+                    self.name, (), f"ordinals must be ints >= 0, got {o!r}"
+                )
+            if o in seen:
+                repeated.append(o)
+            seen.add(o)
+        if repeated:
+            raise IllegalTransitionError(self.name, repeated, "listed more than once")
+
+
+@attrs.frozen
+class Dispatch(_OrdinalEvent):
+    """Pending ordinals were handed to rollout workers (any subset, any order)."""
+
+    name: ClassVar[str] = "dispatch"
+
+
+@attrs.frozen
+class Buffer(_OrdinalEvent):
+    """These ordinals' groups finished and landed in the replay buffer."""
+
+    name: ClassVar[str] = "buffer"
+
+
+@attrs.frozen
+class Fail(_OrdinalEvent):
+    """Generation failed (an exception, a timeout, a dead worker) for these
+    outstanding ordinals; the failure policy decides their fate."""
+
+    name: ClassVar[str] = "fail"
+
+
+@attrs.frozen
+class Evict(_OrdinalEvent):
+    """The replay buffer discarded these groups (too stale to train on); the
+    failure policy decides their fate."""
+
+    name: ClassVar[str] = "evict"
+
+
+@attrs.frozen
+class Train(_OrdinalEvent):
+    """One training step consumed these buffered groups."""
+
+    name: ClassVar[str] = "train"
+
+
+Event = Yield | Dispatch | Buffer | Fail | Evict | Train
+
+
+@attrs.frozen
+class Effect:
+    """What an applied event did, beyond the new state.
+
+    ``yielded``: the ordinals the source produced (``Yield`` only).
+    ``kept``: those of them that passed the resume filter and became pending.
+    ``requeued``: ordinals sent back for regeneration by the ``retry`` policy.
+    ``dropped``: ordinals the failure policy resolved as dropped.
+    """
+
+    event: str
+    yielded: range = range(0)
+    kept: tuple[int, ...] = ()
+    requeued: tuple[int, ...] = ()
+    dropped: tuple[int, ...] = ()

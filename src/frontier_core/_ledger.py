@@ -1,0 +1,527 @@
+"""The coverage ledger: every state transition of the library lives here.
+
+Theory of operation
+-------------------
+A source (a data loader) yields prompts one stream position at a time; the
+ledger stamps each with its *ordinal*, its position in the global stream,
+monotonic across epochs. From then on an ordinal moves through
+
+    PENDING --dispatch--> OUTSTANDING --buffer--> BUFFERED --train--> TRAINED
+
+and a failure (``fail`` while outstanding, ``evict`` while buffered) sends it
+either to DROPPED or, under the ``retry`` policy and below ``max_attempts``,
+back to be generated again. TRAINED and DROPPED are *resolved*.
+
+The *cut* is the lowest ordinal that is not resolved, yielded or not. All
+ordinals below it are resolved and forgotten; the ledger keeps an entry only
+for ordinals at or above the cut, so its size is that of the in-flight window
+plus what was resolved out of order above it, never that of the run. A
+buffered ordinal is *not* resolved and holds the cut down: whether the buffer
+is restored is decided at resume time, not at save time.
+
+A checkpoint records the cut and, above it, the trained, dropped and retained
+(buffered) ordinals plus the attempts of the unresolved ones. A resume
+rewinds the source to the cut exactly and filters the re-yielded stream:
+an ordinal that is resolved, or retained in the restored buffer, is dropped
+at yield; every other ordinal becomes pending again. Nothing below the cut is
+re-yielded, nothing at or above it is lost, so across any number of crashes
+each ordinal is trained once or dropped on purpose.
+
+Rules of the house
+------------------
+* Everything that changes state is in ``Ledger.apply`` and ``Ledger.resume``;
+  the moves an ordinal can make are the table ``TRANSITIONS``.
+* Values are immutable. A transition validates the whole event before it
+  builds anything, so an illegal event raises ``IllegalTransitionError`` and
+  the ledger it was applied to is untouched (it could not be otherwise).
+* This module does no I/O and knows nothing of torch, asyncio or files.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Iterable, Iterator, Sequence
+from typing import Final
+
+import attrs
+
+from ._checkpoint import Checkpoint
+from ._errors import CheckpointMismatchError, FingerprintMismatchError, IllegalTransitionError
+from ._events import (
+    Buffer,
+    Dispatch,
+    Effect,
+    Event,
+    Evict,
+    Fail,
+    FailurePolicy,
+    Status,
+    Train,
+    Yield,
+)
+from ._ranges import expand, to_ranges
+from ._trie import IntMap
+
+
+class _Outcome(enum.Enum):
+    """A move whose target the failure policy picks."""
+
+    FAILURE = "failure"
+
+
+FAILURE: Final = _Outcome.FAILURE
+
+#: (event type, current status) -> next status. A pair that is absent is an
+#: illegal transition. ``Yield`` is not here: it creates ordinals rather than
+#: moving them (see ``Ledger._yield``).
+TRANSITIONS: Final[dict[tuple[type[Event], Status], Status | _Outcome]] = {
+    (Dispatch, Status.PENDING): Status.OUTSTANDING,
+    (Buffer, Status.OUTSTANDING): Status.BUFFERED,
+    (Fail, Status.OUTSTANDING): FAILURE,
+    (Evict, Status.BUFFERED): FAILURE,
+    (Train, Status.BUFFERED): Status.TRAINED,
+}
+
+_RESOLVED: Final = frozenset({Status.TRAINED, Status.DROPPED})
+_LIVE: Final = (Status.PENDING, Status.OUTSTANDING, Status.BUFFERED)
+
+# Trie values pack the status (3 bits) with the failed-attempt count above it.
+_STATUS_BITS: Final = 3
+_STATUS_MASK: Final = (1 << _STATUS_BITS) - 1
+
+
+def _pack(status: Status, attempts: int) -> int:
+    return int(status) | (attempts << _STATUS_BITS)
+
+
+def _positive(_inst: object, attribute: attrs.Attribute[int], value: int) -> None:
+    if type(value) is not int or value < 1:
+        raise ValueError(f"{attribute.name} must be an int >= 1, got {value!r}")
+
+
+def _stream_len(_inst: object, _attribute: attrs.Attribute[int | None], value: int | None) -> None:
+    if value is not None and (type(value) is not int or value < 0):
+        raise ValueError(f"stream_len must be None or an int >= 0, got {value!r}")
+
+
+@attrs.frozen
+class LedgerConfig:
+    """What the ledger must know about the stream and the failure policy.
+
+    ``stream_len`` is the number of ordinals the source will ever yield
+    (epochs times dataset length), or ``None`` for an unbounded stream.
+    ``fingerprint`` identifies the stream (dataset and order); a checkpoint
+    written under another fingerprint is refused at resume.
+    """
+
+    on_failure: FailurePolicy = attrs.field(default=FailurePolicy.DROP, converter=FailurePolicy)
+    max_attempts: int = attrs.field(default=3, validator=_positive)
+    stream_len: int | None = attrs.field(default=None, validator=_stream_len)
+    fingerprint: str = attrs.field(default="", validator=attrs.validators.instance_of(str))
+
+
+@attrs.frozen
+class Step:
+    """A transition's result: the new ledger and what the event did."""
+
+    ledger: Ledger
+    effect: Effect
+
+
+@attrs.frozen
+class Resumed:
+    """What a resume did: the source must restart at ``rewind_to``; the
+    ``covered`` ordinals at or above it will be dropped at yield."""
+
+    ledger: Ledger
+    rewind_to: int
+    covered: tuple[int, ...]
+
+
+@attrs.frozen(eq=False)
+class Ledger:
+    """The immutable coverage state of one stream.
+
+    Build one with ``Ledger.start(config)`` or ``Ledger.resume(...)``; every
+    other instance comes from a transition. Two ledgers compare equal when
+    they hold the same state.
+    """
+
+    config: LedgerConfig
+    #: The next ordinal the source will yield: its position.
+    next_ordinal: int
+    #: The lowest ordinal that is neither trained nor dropped.
+    cut: int
+    #: One past the highest ordinal the resume filter may drop; the filter is
+    #: active while ``next_ordinal`` is below it.
+    filter_horizon: int
+    _entries: IntMap = attrs.field(repr=False, alias="entries")
+    _counts: tuple[int, ...] = attrs.field(repr=False, alias="counts")
+
+    # -- construction -----------------------------------------------------
+
+    @classmethod
+    def start(cls, config: LedgerConfig | None = None) -> Ledger:
+        """A ledger for a fresh run: nothing yielded, the cut at 0."""
+        return cls(
+            config=config or LedgerConfig(),
+            next_ordinal=0,
+            cut=0,
+            filter_horizon=0,
+            entries=IntMap(),
+            counts=(0,) * len(Status),
+        )
+
+    @classmethod
+    def resume(
+        cls,
+        config: LedgerConfig,
+        checkpoint: Checkpoint,
+        *,
+        load_replay_buffer: bool = True,
+        evicted_on_restore: Iterable[int] = (),
+    ) -> Resumed:
+        """The ledger after a restart from ``checkpoint``.
+
+        ``load_replay_buffer`` says whether the saved buffer was restored;
+        ``evicted_on_restore`` lists retained ordinals that the restored
+        buffer discarded (its age filter): they are generated again, and the
+        eviction is not counted as a failed attempt, since the trajectory did
+        not fail. Retained ordinals of an unrestored buffer are generated
+        again too. Raises ``FingerprintMismatchError`` for a checkpoint of
+        another stream, ``CheckpointMismatchError`` when it refers to
+        ordinals beyond ``config.stream_len``, and ``IllegalTransitionError``
+        when ``evicted_on_restore`` names ordinals the checkpoint did not
+        retain (or any at all when the buffer was not restored).
+        """
+        if checkpoint.fingerprint != config.fingerprint:
+            raise FingerprintMismatchError(
+                expected=config.fingerprint, found=checkpoint.fingerprint
+            )
+        if config.stream_len is not None and (
+            checkpoint.cut > config.stream_len or checkpoint.highest_ordinal() >= config.stream_len
+        ):
+            raise CheckpointMismatchError(
+                f"checkpoint refers to ordinals up to {checkpoint.highest_ordinal()} "
+                f"(cut {checkpoint.cut}), beyond this stream's length {config.stream_len}"
+            )
+        evicted = frozenset(evicted_on_restore)
+        retained = frozenset(checkpoint.retained_ordinals())
+        if evicted and not load_replay_buffer:
+            raise IllegalTransitionError(
+                "resume", evicted, "evicted_on_restore given but the buffer was not restored"
+            )
+        strangers = evicted - retained
+        if strangers:
+            raise IllegalTransitionError(
+                "resume",
+                strangers,
+                "evicted_on_restore names ordinals the checkpoint did not retain",
+            )
+        restored = retained - evicted if load_replay_buffer else frozenset()
+
+        attempts = dict(checkpoint.attempts)
+        changes: list[tuple[int, int | None]] = []
+        counts = [0] * len(Status)
+        for o in checkpoint.trained():
+            changes.append((o, int(Status.TRAINED)))
+        counts[Status.TRAINED] = len(changes)
+        for o in checkpoint.dropped():
+            changes.append((o, int(Status.DROPPED)))
+        counts[Status.DROPPED] = len(changes) - counts[Status.TRAINED]
+        for o in restored:
+            changes.append((o, _pack(Status.BUFFERED, attempts.pop(o, 0))))
+        counts[Status.BUFFERED] = len(restored)
+        # Unresolved ordinals that carry attempts but were not restored wait
+        # for the source to re-yield them.
+        for o, n in attempts.items():
+            changes.append((o, _pack(Status.UNYIELDED, n)))
+        counts[Status.UNYIELDED] = len(attempts)
+
+        covered = tuple(
+            sorted(
+                set(expand(checkpoint.trained_above_cut))
+                | set(expand(checkpoint.dropped_above_cut))
+                | restored
+            )
+        )
+        horizon = covered[-1] + 1 if covered else checkpoint.cut
+        ledger = cls(
+            config=config,
+            next_ordinal=checkpoint.cut,
+            cut=checkpoint.cut,
+            filter_horizon=horizon,
+            entries=IntMap().updated(changes),
+            counts=tuple(counts),
+        )
+        return Resumed(ledger=ledger, rewind_to=checkpoint.cut, covered=covered)
+
+    # -- queries ----------------------------------------------------------
+
+    def status(self, ordinal: int) -> Status | None:
+        """The status of ``ordinal``; ``None`` below the cut (resolved and
+        forgotten). An ordinal the source has not reached is ``UNYIELDED``."""
+        if ordinal < self.cut:
+            return None
+        value = self._entries.get(ordinal)
+        if value is None:
+            # Every ordinal in [cut, next_ordinal) has an entry (LIVE-ENTRY).
+            return Status.UNYIELDED
+        return Status(value & _STATUS_MASK)
+
+    def attempts(self, ordinal: int) -> int:
+        """Failed attempts so far of an unresolved ``ordinal`` (0 if none)."""
+        value = self._entries.get(ordinal)
+        return 0 if value is None else value >> _STATUS_BITS
+
+    def count(self, status: Status) -> int:
+        """How many ordinals at or above the cut are in ``status``. For
+        ``UNYIELDED``, only those the ledger holds an entry for."""
+        return self._counts[status]
+
+    def ordinals(self, status: Status) -> Iterator[int]:
+        """The ordinals in ``status`` (at or above the cut), ascending.
+        O(entries): for inspection and checkpoints, not for hot loops."""
+        for key, value in self._entries.items(self.cut):
+            if value & _STATUS_MASK == status:
+                yield key
+
+    def in_flight(self) -> int:
+        """Pending, outstanding and buffered ordinals: the live window."""
+        return sum(self._counts[s] for s in _LIVE)
+
+    @property
+    def filtering(self) -> bool:
+        """Whether the resume filter may still drop re-yielded ordinals."""
+        return self.next_ordinal < self.filter_horizon
+
+    @property
+    def exhausted(self) -> bool:
+        """Whether a finite source has yielded its last ordinal."""
+        n = self.config.stream_len
+        return n is not None and self.next_ordinal >= n
+
+    @property
+    def drained(self) -> bool:
+        """Whether every ordinal of a finite stream is resolved."""
+        n = self.config.stream_len
+        return n is not None and self.cut >= n
+
+    def size(self) -> int:
+        """Entries held: O(unresolved + resolved above the cut)."""
+        return len(self._entries)
+
+    def node_count(self) -> int:
+        return self._entries.node_count()
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Ledger):
+            return NotImplemented
+        return (
+            self.config == other.config
+            and self.next_ordinal == other.next_ordinal
+            and self.cut == other.cut
+            and self.filter_horizon == other.filter_horizon
+            and list(self._entries.items()) == list(other._entries.items())
+        )
+
+    def __hash__(self) -> int:
+        return hash(
+            (
+                self.config,
+                self.next_ordinal,
+                self.cut,
+                self.filter_horizon,
+                tuple(self._entries.items()),
+            )
+        )
+
+    # -- transitions ------------------------------------------------------
+
+    def apply(self, event: Event) -> Step:
+        """Apply ``event`` and return the new ledger with its effect.
+
+        Raises ``IllegalTransitionError`` naming the event and the ordinals
+        that made it illegal; ``self`` is unchanged either way.
+        """
+        if isinstance(event, Yield):
+            return self._yield(event.count)
+        return self._move(event)
+
+    def stamp(self, count: int) -> Step:
+        """The source yielded its next ``count`` prompts: stamp them.
+
+        ``effect.yielded`` are their ordinals (fewer than ``count`` at the
+        end of a finite stream); ``effect.kept`` those that became pending.
+        The others are covered by a checkpoint and must not be generated."""
+        return self.apply(Yield(count))
+
+    def dispatch(self, ordinals: Iterable[int]) -> Ledger:
+        return self.apply(Dispatch(ordinals)).ledger
+
+    def buffer(self, ordinals: Iterable[int]) -> Ledger:
+        return self.apply(Buffer(ordinals)).ledger
+
+    def train(self, ordinals: Iterable[int]) -> Ledger:
+        return self.apply(Train(ordinals)).ledger
+
+    def fail(self, ordinals: Iterable[int]) -> Step:
+        """Generation failed for these outstanding ordinals. ``effect``
+        says which were requeued and which dropped."""
+        return self.apply(Fail(ordinals))
+
+    def evict(self, ordinals: Iterable[int]) -> Step:
+        """The buffer discarded these groups as stale. ``effect`` says which
+        were requeued and which dropped."""
+        return self.apply(Evict(ordinals))
+
+    def checkpoint(self, *, save_buffer: bool = True) -> Checkpoint:
+        """The durable state at this moment.
+
+        ``save_buffer`` says whether the replay buffer is saved with it; if
+        not, its groups are not retained and a resume regenerates them.
+        O(entries)."""
+        trained: list[int] = []
+        dropped: list[int] = []
+        retained: list[int] = []
+        attempts: list[tuple[int, int]] = []
+        for o, value in self._entries.items(self.cut):
+            status = value & _STATUS_MASK
+            if status == Status.TRAINED:
+                trained.append(o)
+            elif status == Status.DROPPED:
+                dropped.append(o)
+            else:
+                if status == Status.BUFFERED and save_buffer:
+                    retained.append(o)
+                n = value >> _STATUS_BITS
+                if n:
+                    attempts.append((o, n))
+        return Checkpoint(
+            cut=self.cut,
+            trained_above_cut=to_ranges(trained),
+            dropped_above_cut=to_ranges(dropped),
+            retained=to_ranges(retained),
+            attempts=tuple(attempts),
+            fingerprint=self.config.fingerprint,
+            stream_len=self.config.stream_len,
+        )
+
+    # -- internals --------------------------------------------------------
+
+    def _yield(self, count: int) -> Step:
+        start = self.next_ordinal
+        stop = start + count
+        if self.config.stream_len is not None:
+            stop = max(start, min(stop, self.config.stream_len))
+        yielded = range(start, stop)
+        entries = self._entries
+        top = entries.max_key()
+        if start >= self.cut and (top is None or top < start):
+            # Fast path: the ledger knows nothing at or above the source's
+            # position, so every yielded ordinal is new and kept.
+            kept: Sequence[int] = yielded
+            changes: list[tuple[int, int | None]] = [(o, int(Status.PENDING)) for o in yielded]
+            unyielded_consumed = 0
+        else:
+            kept_list: list[int] = []
+            changes = []
+            unyielded_consumed = 0
+            for o in yielded:
+                if o < self.cut:
+                    continue  # resolved; the cut passed it while it was unyielded
+                value = entries.get(o)
+                if value is None:
+                    changes.append((o, int(Status.PENDING)))
+                elif value & _STATUS_MASK == Status.UNYIELDED:
+                    changes.append((o, _pack(Status.PENDING, value >> _STATUS_BITS)))
+                    unyielded_consumed += 1
+                else:
+                    # Trained, dropped, or retained in the restored buffer:
+                    # covered, so filtered out (FILTER-COVERED).
+                    continue
+                kept_list.append(o)
+            kept = kept_list
+        counts = list(self._counts)
+        counts[Status.PENDING] += len(kept)
+        counts[Status.UNYIELDED] -= unyielded_consumed
+        ledger = attrs.evolve(
+            self,
+            next_ordinal=stop,
+            entries=entries.updated(changes),
+            counts=tuple(counts),
+        )
+        return Step(ledger, Effect(event=Yield.name, yielded=yielded, kept=tuple(kept)))
+
+    def _move(self, event: Dispatch | Buffer | Fail | Evict | Train) -> Step:
+        entries = self._entries
+        kind = type(event)
+        policy = self.config.on_failure
+        max_attempts = self.config.max_attempts
+        counts = list(self._counts)
+        changes: list[tuple[int, int | None]] = []
+        illegal: list[tuple[int, str]] = []
+        requeued: list[int] = []
+        dropped: list[int] = []
+        for o in event.ordinals:
+            value = entries.get(o)
+            current = self._describe(o, value)
+            target = TRANSITIONS.get((kind, current)) if isinstance(current, Status) else None
+            if target is None:
+                illegal.append(
+                    (o, current.name.lower() if isinstance(current, Status) else current)
+                )
+                continue
+            assert value is not None and isinstance(current, Status)
+            attempts = value >> _STATUS_BITS
+            if target is FAILURE:
+                attempts += 1
+                if policy is FailurePolicy.RETRY and attempts < max_attempts:
+                    # Back to pending if the source already yielded it; an
+                    # ordinal restored from a checkpoint but not yet re-yielded
+                    # waits for the source instead (its row is not here).
+                    target = Status.PENDING if o < self.next_ordinal else Status.UNYIELDED
+                    requeued.append(o)
+                else:
+                    target = Status.DROPPED
+                    dropped.append(o)
+            assert isinstance(target, Status)
+            # Resolved ordinals forget their attempts: nobody asks again.
+            changes.append((o, int(target) if target in _RESOLVED else _pack(target, attempts)))
+            counts[current] -= 1
+            counts[target] += 1
+        if illegal:
+            wanted = sorted({s.name.lower() for (k, s) in TRANSITIONS if k is kind})
+            detail = ", ".join(f"{o} is {what}" for o, what in illegal[:10])
+            raise IllegalTransitionError(
+                event.name,
+                (o for o, _ in illegal),
+                f"{event.name} needs {' or '.join(wanted)} ordinals; {detail}",
+            )
+        entries = entries.updated(changes)
+        cut = self.cut
+        # Advance the cut over the resolved prefix and forget it (CUT-MONO,
+        # BOUNDED-SIZE). Only an event that resolves the cut itself can move it.
+        value = entries.get(cut)
+        if value is not None and value & _STATUS_MASK in _RESOLVED:
+            forget: list[tuple[int, int | None]] = []
+            while value is not None and value & _STATUS_MASK in _RESOLVED:
+                counts[value & _STATUS_MASK] -= 1
+                forget.append((cut, None))
+                cut += 1
+                value = entries.get(cut)
+            entries = entries.updated(forget)
+        ledger = attrs.evolve(self, cut=cut, entries=entries, counts=tuple(counts))
+        return Step(
+            ledger,
+            Effect(event=event.name, requeued=tuple(requeued), dropped=tuple(dropped)),
+        )
+
+    def _describe(self, ordinal: int, value: int | None) -> Status | str:
+        if value is not None:
+            return Status(value & _STATUS_MASK)
+        if ordinal < self.cut:
+            return "resolved below the cut"
+        if ordinal >= self.next_ordinal:
+            return "not yet yielded"
+        raise AssertionError(f"ordinal {ordinal} in the live window has no entry")  # LIVE-ENTRY
