@@ -180,6 +180,7 @@ class Ledger:
         *,
         load_replay_buffer: bool = True,
         evicted_on_restore: Iterable[int] = (),
+        rewind_to: int | None = None,
     ) -> Resumed:
         """The ledger after a restart from ``checkpoint``.
 
@@ -193,7 +194,22 @@ class Ledger:
         ordinals beyond ``config.stream_len``, and ``IllegalTransitionError``
         when ``evicted_on_restore`` names ordinals the checkpoint did not
         retain (or any at all when the buffer was not restored).
+
+        ``rewind_to`` is for sources that cannot seek to the cut exactly (a
+        data loader restored from a snapshot taken before an earlier pull):
+        the source restarts at that ordinal, which must not exceed the cut,
+        and the ordinals it re-yields below the cut are filtered as resolved.
+        By default the source restarts at the cut itself.
         """
+        if rewind_to is None:
+            rewind_to = checkpoint.cut
+        if type(rewind_to) is not int or not 0 <= rewind_to <= checkpoint.cut:
+            raise IllegalTransitionError(
+                "resume",
+                (),
+                f"rewind_to must be an int in [0, cut={checkpoint.cut}], got {rewind_to!r}: "
+                "a source restarted above the cut would skip unresolved prompts",
+            )
         if checkpoint.fingerprint != config.fingerprint:
             raise FingerprintMismatchError(
                 expected=config.fingerprint, found=checkpoint.fingerprint
@@ -248,13 +264,13 @@ class Ledger:
         horizon = covered[-1] + 1 if covered else checkpoint.cut
         ledger = cls(
             config=config,
-            next_ordinal=checkpoint.cut,
+            next_ordinal=rewind_to,
             cut=checkpoint.cut,
             filter_horizon=horizon,
             entries=IntMap().updated(changes),
             counts=tuple(counts),
         )
-        return Resumed(ledger=ledger, rewind_to=checkpoint.cut, covered=covered)
+        return Resumed(ledger=ledger, rewind_to=rewind_to, covered=covered)
 
     # -- queries ----------------------------------------------------------
 
