@@ -1,0 +1,296 @@
+"""The stamping collector: the façade that binds a prompt source to the ledger.
+
+It owns a ``frontier_core.Ledger`` and a ``StreamSource``. It pulls batches,
+stamps them, holds the rows of live ordinals, hands out gap-fill slices while
+keeping the remainder, forwards what happens to each ordinal, and produces the
+checkpoint state (the ledger record plus the stream position at the cut) in
+one call, so the two can never be read out of step.
+
+Rules of the house: every coverage decision is the ledger's. The collector
+keeps exactly the rows of ``Effect.kept``, re-offers exactly
+``Effect.requeued`` and forgets exactly what is trained or dropped. After a
+snapshot resume the source restarts below the cut; the ledger is resumed with
+``rewind_to`` set to the snapshot's base and filters those rows itself. The
+collector only checks that every batch sits where the ledger says the source
+is, and raises ``StreamMisalignedError`` otherwise.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Iterable, Mapping
+from typing import Any, Final, Protocol
+
+from frontier_core import (
+    Checkpoint,
+    CheckpointCorruptError,
+    CheckpointMismatchError,
+    CheckpointVersionError,
+    Effect,
+    Ledger,
+    LedgerConfig,
+    Resumed,
+    Status,
+)
+
+from ._errors import StreamMisalignedError
+
+FORMAT: Final = "frontier_adapters.collector"
+VERSION: Final = 1
+KEY_FORMAT: Final = "format"
+KEY_VERSION: Final = "version"
+KEY_LEDGER: Final = "ledger"
+KEY_STREAM: Final = "stream"
+_KEYS: Final = frozenset({KEY_FORMAT, KEY_VERSION, KEY_LEDGER, KEY_STREAM})
+
+
+class Pull:
+    """One pull from a source: ``rows[i]`` sits at ordinal ``first + i``;
+    ``carried`` are the ordinals the batch itself carries, if any."""
+
+    __slots__ = ("carried", "first", "rows")
+
+    def __init__(self, first: int, rows: list[Any], carried: tuple[int, ...] | None) -> None:
+        self.first = first
+        self.rows = rows
+        self.carried = carried
+
+
+class StreamSource(Protocol):
+    """What the collector needs of a prompt source."""
+
+    #: Ordinals the source will ever yield, ``None`` if unbounded.
+    @property
+    def stream_len(self) -> int | None: ...
+
+    def pull(self) -> Pull | None:
+        """The next batch, ``None`` at the end of the stream."""
+
+    def position(self, cut: int) -> dict[str, Any]:
+        """The JSON state that restarts the stream at or below ``cut``."""
+
+    def base(self, state: Mapping[str, Any], cut: int) -> int:
+        """Validate ``state`` (saved at ``cut``) without side effects and
+        return the ordinal the source restarts at (at or below ``cut``).
+        Raises ``CheckpointError`` subclasses."""
+
+    def restore(self, state: Mapping[str, Any], cut: int) -> None:
+        """Restart from ``state``, already validated by ``base``."""
+
+    def prune(self, cut: int) -> None:
+        """The cut reached ``cut``: positions below it will never be needed."""
+
+
+class StreamCollector:
+    """Pulls, stamps, slices and checkpoints a prompt stream (mutable façade
+    over an immutable ledger). torchdata ``Stateful``: ``state_dict`` and
+    ``load_state_dict`` are JSON-typed and save/restore with the defaults;
+    ``resume`` takes the buffer-restore options.
+    """
+
+    def __init__(self, source: StreamSource, config: LedgerConfig | None = None) -> None:
+        if config is None:
+            config = LedgerConfig(stream_len=source.stream_len)
+        if config.stream_len != source.stream_len and source.stream_len is not None:
+            raise ValueError(
+                f"config.stream_len {config.stream_len} differs from the source's "
+                f"{source.stream_len}"
+            )
+        self.source = source
+        self.config = config
+        self._ledger = Ledger.start(config)
+        self._rows: dict[int, Any] = {}
+        self._pending: deque[int] = deque()
+        self._retry: deque[int] = deque()
+        self._source_done = False
+
+    # -- queries ------------------------------------------------------------
+
+    @property
+    def ledger(self) -> Ledger:
+        """The current ledger (an immutable value)."""
+        return self._ledger
+
+    @property
+    def pending(self) -> int:
+        """Ordinals ready to be taken (retried ones included)."""
+        return len(self._pending) + len(self._retry)
+
+    @property
+    def exhausted(self) -> bool:
+        """The source is done and nothing is left to take."""
+        return self._source_done and not self._pending and not self._retry
+
+    @property
+    def drained(self) -> bool:
+        """Every ordinal of a finite stream is trained or dropped."""
+        return self._ledger.drained
+
+    def row(self, ordinal: int) -> Any:
+        """The row of a live ordinal the collector holds."""
+        return self._rows[ordinal]
+
+    # -- the stream ---------------------------------------------------------
+
+    def pull(self) -> bool:
+        """Pull one batch and stamp it; ``False`` at the end of the stream.
+
+        Raises ``StreamMisalignedError`` when the batch's ordinals are not
+        the ones the ledger stamps."""
+        if self._source_done:
+            return False
+        if self._ledger.exhausted:
+            self._source_done = True
+            return False
+        got = self.source.pull()
+        if got is None:
+            self._source_done = True
+            return False
+        first, rows = got.first, got.rows
+        if got.carried is not None and got.carried != tuple(range(first, first + len(rows))):
+            raise StreamMisalignedError(
+                f"the batch carries ordinals {list(got.carried)[:8]}... but the source "
+                f"counts it at {first}..{first + len(rows) - 1}"
+            )
+        expected = self._ledger.next_ordinal
+        if first != expected:
+            raise StreamMisalignedError(
+                f"the loader yielded ordinal {first} but the ledger expects {expected}: "
+                "the loader was not positioned at the checkpoint's cut"
+            )
+        step = self._ledger.stamp(len(rows))
+        yielded = step.effect.yielded
+        if len(yielded) != len(rows):
+            raise StreamMisalignedError(
+                f"the loader yielded ordinals up to {first + len(rows) - 1}, past the "
+                f"stream's end {self.config.stream_len}"
+            )
+        self._ledger = step.ledger
+        kept = set(step.effect.kept)
+        for o, row in zip(yielded, rows, strict=True):
+            if o in kept:
+                self._rows[o] = row
+                self._pending.append(o)
+            elif self._ledger.status(o) is Status.BUFFERED:
+                # Retained in the restored buffer: hold its row in case the
+                # buffer evicts it and the ledger requeues it.
+                self._rows[o] = row
+        return True
+
+    def take(self, n: int) -> list[tuple[int, Any]]:
+        """Up to ``n`` pending ``(ordinal, row)`` items, retried ordinals
+        first, pulling batches as needed; the rest of a batch stays pending.
+        The items are reported dispatched. Fewer than ``n`` only at the end."""
+        chosen: list[int] = []
+        while len(chosen) < n:
+            if self._retry:
+                chosen.append(self._retry.popleft())
+            elif self._pending:
+                chosen.append(self._pending.popleft())
+            elif not self.pull():
+                break
+        if chosen:
+            self._ledger = self._ledger.dispatch(chosen)
+        return [(o, self._rows[o]) for o in chosen]
+
+    # -- what happened to the ordinals ---------------------------------------
+
+    def landed(self, ordinals: Iterable[int]) -> None:
+        """These ordinals' groups landed in the replay buffer."""
+        self._ledger = self._ledger.buffer(ordinals)
+
+    def trained(self, ordinals: Iterable[int]) -> None:
+        """One training step consumed these buffered groups."""
+        ordinals = list(ordinals)
+        self._ledger = self._ledger.train(ordinals)
+        for o in ordinals:
+            self._rows.pop(o, None)
+        self.source.prune(self._ledger.cut)
+
+    def failed(self, ordinals: Iterable[int]) -> Effect:
+        """Generation failed for these outstanding ordinals; the effect says
+        which the ledger requeued (taken again first) and which it dropped."""
+        step = self._ledger.fail(ordinals)
+        return self._settle(step.ledger, step.effect)
+
+    def evicted(self, ordinals: Iterable[int]) -> Effect:
+        """The buffer discarded these groups; see ``failed``."""
+        step = self._ledger.evict(ordinals)
+        return self._settle(step.ledger, step.effect)
+
+    def _settle(self, ledger: Ledger, effect: Effect) -> Effect:
+        self._ledger = ledger
+        for o in effect.requeued:
+            # An ordinal the source has not re-yielded yet comes back with it.
+            if o in self._rows:
+                self._retry.append(o)
+        for o in effect.dropped:
+            self._rows.pop(o, None)
+        self.source.prune(ledger.cut)
+        return effect
+
+    # -- checkpoints ----------------------------------------------------------
+
+    def checkpoint_state(self, *, save_buffer: bool = True) -> dict[str, Any]:
+        """The ledger record and the stream position at its cut, JSON types
+        only, from one moment. ``save_buffer`` as in ``Ledger.checkpoint``."""
+        checkpoint = self._ledger.checkpoint(save_buffer=save_buffer)
+        return {
+            KEY_FORMAT: FORMAT,
+            KEY_VERSION: VERSION,
+            KEY_LEDGER: checkpoint.state_dict(),
+            KEY_STREAM: self.source.position(checkpoint.cut),
+        }
+
+    def state_dict(self) -> dict[str, Any]:
+        return self.checkpoint_state()
+
+    def load_state_dict(self, state_dict: Mapping[str, Any]) -> None:
+        self.resume(state_dict)
+
+    def resume(
+        self,
+        state: Mapping[str, Any],
+        *,
+        load_replay_buffer: bool = True,
+        evicted_on_restore: Iterable[int] = (),
+    ) -> Resumed:
+        """Restart from ``state``: resume the ledger (options as in
+        ``Ledger.resume``) and rewind the source to the saved position.
+        Everything the collector held is discarded. Raises the core's
+        ``CheckpointError`` subclasses for a bad, foreign or mismatched state,
+        and leaves the collector unchanged then."""
+        if not isinstance(state, Mapping):
+            raise CheckpointCorruptError(
+                f"collector state must be a dict, got {type(state).__name__}"
+            )
+        if state.get(KEY_FORMAT) != FORMAT or state.get(KEY_VERSION) != VERSION:
+            raise CheckpointVersionError(
+                f"collector state has format {state.get(KEY_FORMAT)!r} version "
+                f"{state.get(KEY_VERSION)!r}; this library reads {FORMAT!r} version {VERSION}"
+            )
+        if set(state) != _KEYS:
+            raise CheckpointCorruptError(
+                f"collector state has keys {sorted(state)}, expected {sorted(_KEYS)}"
+            )
+        checkpoint = Checkpoint.from_state_dict(state[KEY_LEDGER])
+        if checkpoint.stream_len != self.config.stream_len:
+            raise CheckpointMismatchError(
+                f"checkpoint was written for a stream of {checkpoint.stream_len} ordinals, "
+                f"this one has {self.config.stream_len}"
+            )
+        base = self.source.base(state[KEY_STREAM], checkpoint.cut)
+        resumed = Ledger.resume(
+            self.config,
+            checkpoint,
+            load_replay_buffer=load_replay_buffer,
+            evicted_on_restore=evicted_on_restore,
+            rewind_to=base,
+        )
+        self.source.restore(state[KEY_STREAM], checkpoint.cut)
+        self._ledger = resumed.ledger
+        self._rows.clear()
+        self._pending.clear()
+        self._retry.clear()
+        self._source_done = False
+        return resumed

@@ -1,0 +1,58 @@
+"""The adapters' errors: each subclasses the core error whose meaning it shares."""
+
+from __future__ import annotations
+
+import os
+
+from frontier_core import (
+    CheckpointCorruptError,
+    CheckpointError,
+    CheckpointVersionError,
+    FingerprintMismatchError,
+    FrontierError,
+)
+
+
+class StreamMisalignedError(FrontierError, RuntimeError):
+    """The loader yielded rows at other ordinals than the ledger expected: a
+    mis-seeked or foreign loader. Never papered over: training on would skip
+    or duplicate prompts."""
+
+
+class SnapshotMissingError(CheckpointError):
+    """The snapshot binding holds no loader snapshot at or below the cut, so
+    the stream position cannot be saved (or restored) without loss."""
+
+
+def _name_file(exc: Exception, path: str | os.PathLike[str]) -> str:
+    """Prefix ``exc``'s message with ``path``; return the path."""
+    name = os.fspath(path)
+    exc.args = (f"{name}: {exc.args[0]}",)
+    return name
+
+
+class CheckpointFileError(CheckpointCorruptError):
+    """A checkpoint file is missing, truncated, corrupted or malformed.
+    ``path`` names the file."""
+
+    def __init__(self, path: str | os.PathLike[str], reason: str) -> None:
+        super().__init__(reason)
+        self.path = _name_file(self, path)
+
+
+class CheckpointFileVersionError(CheckpointVersionError):
+    """A checkpoint directory was written by another format or schema
+    version. ``path`` names its manifest."""
+
+    def __init__(self, path: str | os.PathLike[str], reason: str) -> None:
+        super().__init__(reason)
+        self.path = _name_file(self, path)
+
+
+class DatasetChangedError(FingerprintMismatchError):
+    """The checkpoint was written for another dataset (its fingerprint
+    differs). ``path`` names the manifest that holds the saved fingerprint."""
+
+    def __init__(self, path: str | os.PathLike[str], expected: str, found: str) -> None:
+        super().__init__(expected, found)
+        self.path = _name_file(self, path)

@@ -1,0 +1,218 @@
+"""A seekable prompt stream for map-style datasets.
+
+The stream position is a pure function of the ordinal: ordinal ``o`` is
+position ``o % n`` of epoch ``o // n`` (``n`` the dataset length), and that
+position maps to a dataset index through the identity or through the epoch's
+permutation, drawn from a ``torch.Generator`` seeded from ``(seed, epoch)``.
+Nothing depends on what was yielded before, so a checkpoint is a few
+integers and a resume seeks straight to the cut, with any batch size and any
+worker count.
+
+The sampler yields ``(ordinal, index)`` pairs; ``OrdinalDataset`` turns a
+pair into ``(ordinal, row)`` inside the workers and ``collate_ordinals``
+gathers a batch into an ``OrdinalBatch``, whose ``ordinals`` field carries the
+rows' stream positions for the ledger. One loader iteration walks the whole
+stream, all epochs, so batches may straddle an epoch boundary.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any, Final, Generic, TypeVar
+
+import attrs
+import torch
+from torch.utils.data import Dataset, Sampler
+
+from frontier_core import CheckpointCorruptError, CheckpointMismatchError
+
+T = TypeVar("T")
+
+KEY_NEXT: Final = "next_ordinal"
+KEY_SEED: Final = "seed"
+KEY_DATASET_LEN: Final = "dataset_len"
+KEY_SHUFFLE: Final = "shuffle"
+KEY_STREAM_LEN: Final = "stream_len"
+_KEYS: Final = frozenset({KEY_NEXT, KEY_SEED, KEY_DATASET_LEN, KEY_SHUFFLE, KEY_STREAM_LEN})
+
+
+def epoch_seed(seed: int, epoch: int) -> int:
+    """The generator seed of ``epoch``: a hash of ``(seed, epoch)``, 63 bits."""
+    digest = hashlib.sha256(f"frontier:{seed}:{epoch}".encode()).digest()
+    return int.from_bytes(digest[:8], "big") >> 1
+
+
+@attrs.frozen
+class StreamOrder:
+    """The order of a stream over a dataset of ``dataset_len`` rows.
+
+    ``index(o)`` is O(1) once the epoch's permutation is cached (one
+    ``torch.randperm`` per epoch, the last two epochs are kept).
+    """
+
+    dataset_len: int
+    seed: int = 0
+    shuffle: bool = True
+    _cache: dict[int, list[int]] = attrs.field(
+        factory=dict, init=False, eq=False, repr=False, alias="_cache"
+    )
+
+    def __attrs_post_init__(self) -> None:
+        if type(self.dataset_len) is not int or self.dataset_len < 1:
+            raise ValueError(f"dataset_len must be an int >= 1, got {self.dataset_len!r}")
+        if type(self.seed) is not int or self.seed < 0:
+            raise ValueError(f"seed must be an int >= 0, got {self.seed!r}")
+
+    def locate(self, ordinal: int) -> tuple[int, int]:
+        """``(epoch, position)`` of ``ordinal``."""
+        if ordinal < 0:
+            raise ValueError(f"ordinals are >= 0, got {ordinal}")
+        return divmod(ordinal, self.dataset_len)
+
+    def index(self, ordinal: int) -> int:
+        """The dataset index of ``ordinal``."""
+        epoch, position = self.locate(ordinal)
+        if not self.shuffle:
+            return position
+        return self.permutation(epoch)[position]
+
+    def permutation(self, epoch: int) -> list[int]:
+        perm = self._cache.get(epoch)
+        if perm is None:
+            g = torch.Generator()
+            g.manual_seed(epoch_seed(self.seed, epoch))
+            perm = [int(i) for i in torch.randperm(self.dataset_len, generator=g).tolist()]
+            if len(self._cache) >= 2:
+                self._cache.pop(min(self._cache))
+            self._cache[epoch] = perm
+        return perm
+
+
+class SeekableSampler(Sampler[tuple[int, int]]):
+    """Yields ``(ordinal, dataset index)`` from the sampler's position to the
+    stream's end (``epochs * dataset_len``, or forever if ``epochs`` is None).
+
+    torchdata ``Stateful``: ``state_dict()`` is a fresh dict of JSON ints and
+    bools describing the position of the most recently created iterator;
+    ``load_state_dict`` (or ``seek``) sets a one-shot start that the next
+    iterator to yield consumes; later iterators start again at ordinal 0.
+    ``__iter__`` may be called before ``load_state_dict`` (torchdata does):
+    the body is lazy, so those early iterators are harmless.
+    """
+
+    def __init__(
+        self, dataset_len: int, *, seed: int = 0, shuffle: bool = True, epochs: int | None = 1
+    ) -> None:
+        if epochs is not None and (type(epochs) is not int or epochs < 1):
+            raise ValueError(f"epochs must be None or an int >= 1, got {epochs!r}")
+        self.order = StreamOrder(dataset_len, seed, shuffle)
+        self.epochs = epochs
+        self._next = 0
+        self._seek: int | None = None
+
+    @property
+    def stream_len(self) -> int | None:
+        """Ordinals the stream will yield, or ``None`` when unbounded."""
+        return None if self.epochs is None else self.epochs * self.order.dataset_len
+
+    def __len__(self) -> int:
+        if self.stream_len is None:
+            raise TypeError("an unbounded SeekableSampler has no length")
+        return self.stream_len
+
+    def seek(self, ordinal: int) -> None:
+        """Make the next iterator start at ``ordinal``."""
+        n = self.stream_len
+        if type(ordinal) is not int or ordinal < 0 or (n is not None and ordinal > n):
+            raise ValueError(f"cannot seek to {ordinal!r}: the stream holds ordinals [0, {n})")
+        self._seek = ordinal
+
+    @property
+    def position(self) -> int:
+        """The ordinal the sampler yields next."""
+        return self._next if self._seek is None else self._seek
+
+    def __iter__(self) -> Iterator[tuple[int, int]]:
+        start = self._seek if self._seek is not None else 0
+        self._seek = None
+        self._next = start
+        stop = self.stream_len
+        o = start
+        while stop is None or o < stop:
+            index = self.order.index(o)
+            o += 1
+            self._next = o
+            yield o - 1, index
+
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            KEY_NEXT: self.position,
+            KEY_SEED: self.order.seed,
+            KEY_DATASET_LEN: self.order.dataset_len,
+            KEY_SHUFFLE: self.order.shuffle,
+            KEY_STREAM_LEN: self.stream_len,
+        }
+
+    def load_state_dict(self, state_dict: Mapping[str, Any]) -> None:
+        """Seek to the saved position after checking that the saved stream is
+        this one (same seed, dataset length, shuffle flag and length).
+
+        Raises ``CheckpointCorruptError`` for a malformed state and
+        ``CheckpointMismatchError`` for another stream."""
+        self.seek(read_position(state_dict, self))
+
+
+def read_position(state: Mapping[str, Any], sampler: SeekableSampler) -> int:
+    """Validate a sampler state against ``sampler``; return its position."""
+    if not isinstance(state, Mapping):
+        raise CheckpointCorruptError(f"sampler state must be a dict, got {type(state).__name__}")
+    keys = set(state)
+    if keys != _KEYS:
+        raise CheckpointCorruptError(
+            f"sampler state has missing keys {sorted(_KEYS - keys)} "
+            f"and unknown keys {sorted(keys - _KEYS)}"
+        )
+    mine = sampler.state_dict()
+    for key in (KEY_SEED, KEY_DATASET_LEN, KEY_SHUFFLE, KEY_STREAM_LEN):
+        if state[key] != mine[key] or type(state[key]) is not type(mine[key]):
+            raise CheckpointMismatchError(
+                f"the saved stream has {key}={state[key]!r} but this sampler has "
+                f"{key}={mine[key]!r}: resuming would put the cut on the wrong prompts"
+            )
+    position = state[KEY_NEXT]
+    n = sampler.stream_len
+    if type(position) is not int or position < 0 or (n is not None and position > n):
+        raise CheckpointCorruptError(f"sampler position {position!r} is outside [0, {n}]")
+    return position
+
+
+class OrdinalDataset(Dataset[tuple[int, T]], Generic[T]):
+    """Wraps a map-style dataset: ``ds[(ordinal, index)] == (ordinal, dataset[index])``."""
+
+    def __init__(self, dataset: Sequence[T] | Dataset[T]) -> None:
+        self.dataset = dataset
+
+    def __len__(self) -> int:
+        return len(self.dataset)  # type: ignore[arg-type]
+
+    def __getitem__(self, key: tuple[int, int]) -> tuple[int, T]:
+        ordinal, index = key
+        return ordinal, self.dataset[index]
+
+
+@attrs.frozen
+class OrdinalBatch(Generic[T]):
+    """A batch of rows with their stream ordinals, ``ordinals[i]`` for
+    ``rows[i]``. Rows are not collated: collate what ``take`` returns."""
+
+    ordinals: tuple[int, ...]
+    rows: list[T]
+
+    def __len__(self) -> int:
+        return len(self.ordinals)
+
+
+def collate_ordinals(items: Sequence[tuple[int, T]]) -> OrdinalBatch[T]:
+    """The ``collate_fn`` for ``OrdinalDataset``: keeps every row's ordinal."""
+    return OrdinalBatch(tuple(int(o) for o, _ in items), [row for _, row in items])

@@ -1,0 +1,255 @@
+"""The stamping collector over both sources: gap-fill slices, requeues,
+restored buffers, crashes at arbitrary moments, and JSON-only state."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("torchdata")
+
+from frontier_adapters.torch import (  # noqa: E402
+    SeekableSource,
+    SnapshotMissingError,
+    SnapshotSource,
+    StreamCollector,
+    StreamMisalignedError,
+    make_seekable_loader,
+)
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+from torchdata.stateful_dataloader import StatefulDataLoader  # noqa: E402
+
+from frontier_core import (  # noqa: E402
+    CheckpointCorruptError,
+    CheckpointMismatchError,
+    CheckpointVersionError,
+    FailurePolicy,
+    LedgerConfig,
+    Status,
+)
+
+pytestmark = pytest.mark.filterwarnings("ignore:'set_vital' is deprecated")
+
+N = 7
+
+
+def seekable(
+    *, n: int = N, epochs: int = 2, bs: int = 3, nw: int = 0, shuffle: bool = True
+) -> StreamCollector:
+    loader = make_seekable_loader(
+        [f"r{i}" for i in range(n)],
+        batch_size=bs,
+        seed=11,
+        shuffle=shuffle,
+        epochs=epochs,
+        num_workers=nw,
+    )
+    return StreamCollector(
+        SeekableSource(loader),
+        LedgerConfig(stream_len=n * epochs, on_failure=FailurePolicy.RETRY, max_attempts=2),
+    )
+
+
+class Counting(torch.utils.data.IterableDataset[int]):
+    """An iterable stream that cannot be seeked: rows 100, 101, ..."""
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+        self.pos = 0
+
+    def __iter__(self) -> Iterator[int]:
+        while self.pos < self.n:
+            self.pos += 1
+            yield 100 + self.pos - 1
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"pos": self.pos}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.pos = state["pos"]
+
+
+def snapshotting(n: int = 14, bs: int = 3) -> StreamCollector:
+    loader = StatefulDataLoader(Counting(n), batch_size=bs, collate_fn=list)
+    return StreamCollector(
+        SnapshotSource(loader, stream_len=n),
+        LedgerConfig(stream_len=n, on_failure=FailurePolicy.RETRY, max_attempts=2),
+    )
+
+
+def roundtrip(state: dict[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = json.loads(json.dumps(state))
+    return out
+
+
+def test_take_slices_and_keeps_the_remainder() -> None:
+    c = seekable(bs=4)
+    first = c.take(3)
+    assert [o for o, _ in first] == [0, 1, 2]
+    assert c.pending == 1  # the rest of the batch is kept, not dropped
+    second = c.take(3)
+    assert [o for o, _ in second] == [3, 4, 5]
+    assert c.ledger.count(Status.OUTSTANDING) == 6
+
+
+def test_requeued_ordinals_are_taken_first_and_dropped_ones_forgotten() -> None:
+    c = seekable()
+    c.take(4)
+    effect = c.failed([1, 2])
+    assert effect.requeued == (1, 2)
+    assert [o for o, _ in c.take(3)] == [1, 2, 4]
+    effect = c.failed([2])
+    assert effect.dropped == (2,)
+    with pytest.raises(KeyError):
+        c.row(2)
+    assert [o for o, _ in c.take(1)] == [5]
+
+
+def test_restored_buffer_is_filtered_and_evictions_come_back() -> None:
+    c = seekable()
+    got = c.take(5)
+    c.landed([o for o, _ in got])
+    c.trained([0, 1])
+    state = roundtrip(c.state_dict())
+    d = seekable(bs=2)
+    resumed = d.resume(state)
+    assert resumed.covered == (2, 3, 4)
+    assert [o for o, _ in d.take(2)] == [5, 6]  # 2, 3, 4 are in the restored buffer
+    effect = d.evicted([3])
+    assert effect.requeued == (3,)
+    assert d.take(1) == [(3, got[3][1])]
+    e = seekable(bs=5)
+    e.resume(state, load_replay_buffer=False)
+    assert [o for o, _ in e.take(3)] == [2, 3, 4]
+
+
+def test_misaligned_loader_is_refused() -> None:
+    c = seekable()
+    c.take(2)
+    state = roundtrip(c.state_dict())
+    d = seekable()
+    d.resume(state)
+    assert isinstance(d.source, SeekableSource)
+    d.source.sampler.seek(3)  # someone moved the loader behind our back
+    with pytest.raises(StreamMisalignedError, match="ledger expects 0"):
+        d.take(1)
+
+
+def test_bad_states_fail_with_their_message() -> None:
+    c = seekable()
+    c.take(2)
+    state = roundtrip(c.state_dict())
+    with pytest.raises(CheckpointVersionError, match="version"):
+        seekable().resume({**state, "version": 99})
+    with pytest.raises(CheckpointCorruptError, match="keys"):
+        seekable().resume({**state, "extra": 1})
+    with pytest.raises(CheckpointCorruptError, match="checksum"):
+        seekable().resume({**state, "ledger": {**state["ledger"], "cut": 1}})
+    with pytest.raises(CheckpointMismatchError, match="seed"):
+        bad = {**state["stream"], "sampler": {**state["stream"]["sampler"], "seed": 1}}
+        seekable().resume({**state, "stream": bad})
+    with pytest.raises(CheckpointMismatchError, match="stream"):
+        seekable(epochs=3).resume(state)
+    with pytest.raises(CheckpointCorruptError, match="kind"):
+        snapshotting().resume(state)
+    # A refused resume leaves the collector usable.
+    d = seekable()
+    with pytest.raises(CheckpointVersionError):
+        d.resume({**state, "version": 99})
+    assert [o for o, _ in d.take(2)] == [0, 1]
+
+
+def test_snapshot_ring_is_bounded_and_a_miss_raises() -> None:
+    c = snapshotting(n=60, bs=2)
+    assert isinstance(c.source, SnapshotSource)
+    for _ in range(25):
+        got = [o for o, _ in c.take(2)]
+        c.landed(got)
+        c.trained(got)
+        assert c.source.ring_size <= 2
+    c.source._ring.clear()  # simulate a lost ring
+    with pytest.raises(SnapshotMissingError, match="no loader snapshot at or below the cut 50"):
+        c.state_dict()
+
+
+def drive(
+    c: StreamCollector, ops: list[tuple[str, int]], log: Counter[int]
+) -> dict[str, Any] | None:
+    """Apply ``ops`` (a naive async pipeline), checkpointing after each train;
+    return the last checkpoint. ``log`` counts trained and dropped ordinals of
+    the surviving lineage (rolled back by the caller on a crash)."""
+    outstanding: list[int] = []
+    buffered = list(c.ledger.ordinals(Status.BUFFERED))  # the restored buffer
+    last = None
+    for op, k in ops:
+        if op == "take":
+            outstanding += [o for o, _ in c.take(k)]
+        elif op == "land" and outstanding:
+            got, outstanding = outstanding[:k], outstanding[k:]
+            c.landed(got)
+            buffered += got
+        elif op == "fail" and outstanding:
+            got, outstanding = outstanding[-k:], outstanding[:-k]
+            log.update(c.failed(got).dropped)
+        elif op == "train" and buffered:
+            got, buffered = buffered[:k], buffered[k:]
+            c.trained(got)
+            log.update(got)
+            last = (roundtrip(c.state_dict()), Counter(log))
+    return last  # type: ignore[return-value]
+
+
+ops_strategy = st.lists(
+    st.tuples(st.sampled_from(["take", "land", "fail", "train"]), st.integers(1, 4)),
+    max_size=30,
+)
+
+
+@pytest.mark.parametrize("kind", ["seekable", "snapshot"])
+@given(runs=st.lists(ops_strategy, min_size=1, max_size=4), bss=st.lists(st.integers(1, 4)))
+@settings(max_examples=60, deadline=None)
+def test_crashes_at_any_moment_cover_every_ordinal_once(
+    kind: str, runs: list[list[tuple[str, int]]], bss: list[int]
+) -> None:
+    """Crash after each run of ops, resume from the last checkpoint with
+    another batch size; finally drain. Every ordinal is trained or dropped
+    exactly once in the surviving lineage."""
+
+    def make(i: int) -> StreamCollector:
+        bs = bss[i % len(bss)] if bss else 3
+        return seekable(bs=bs) if kind == "seekable" else snapshotting(bs=bs)
+
+    state: dict[str, Any] | None = None
+    saved_log: Counter[int] = Counter()
+    drain = [("take", 4), ("land", 4), ("train", 4)] * 30
+    for i, ops in enumerate([*runs, drain]):
+        c = make(i)
+        if state is not None:
+            c.resume(state, load_replay_buffer=i % 2 == 0)
+        log = Counter(saved_log)  # the crash threw away what followed it
+        saved = drive(c, ops, log)
+        if saved is not None:
+            state, saved_log = saved
+    assert c.drained
+    stream_len = N * 2 if kind == "seekable" else 14
+    assert sorted(log) == list(range(stream_len))
+    assert set(log.values()) == {1}
+
+
+@pytest.mark.parametrize("shuffle", [True, False])
+@pytest.mark.parametrize(("nw1", "nw2"), [(0, 0), (0, 2), (2, 0)])
+def test_collector_resume_yields_the_uninterrupted_tail(shuffle: bool, nw1: int, nw2: int) -> None:
+    full = [pair for pair in seekable(shuffle=shuffle).take(100)]
+    c = seekable(bs=4, nw=nw1, shuffle=shuffle)
+    got = c.take(6)  # stops inside epoch 0 with a batch half taken
+    c.landed([o for o, _ in got])
+    c.trained([o for o, _ in got])
+    d = seekable(bs=5, nw=nw2, shuffle=shuffle)
+    d.resume(roundtrip(c.state_dict()))
+    assert d.take(100) == full[6:]  # across the epoch boundary at 7
