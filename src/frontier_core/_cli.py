@@ -19,6 +19,14 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "frontier_core._replay",
         "replay a run's event trace (JSON Lines) through the ledger",
     ),
+    "simulate": (
+        "frontier_core.sim._cli",
+        "simulate async GRPO under kills: the legacy/frontier coverage A/B",
+    ),
+    "audit": (
+        "frontier_core._audit",
+        "check a training-data log for skipped and duplicated prompts",
+    ),
 }
 
 

@@ -1,0 +1,188 @@
+"""The workload: everything both modes must see identically.
+
+A ``Workload`` is a frozen configuration; every random quantity of a run is
+a pure function of ``(seed, what, ordinal, attempt, ...)``, computed with a
+``random.Random`` seeded by a string (hashed with SHA-512 by the stdlib), so
+the legacy and the frontier mode see the same prompt order, the same rollout
+lengths and the same failures for the same (ordinal, attempt), however
+differently they schedule the work. Kill times are drawn once per workload
+and shared by both modes.
+"""
+
+from __future__ import annotations
+
+import enum
+import functools
+import math
+import random
+from collections.abc import Iterable
+
+import attrs
+
+from .._events import FailurePolicy
+
+
+class KillKind(enum.Enum):
+    """Where a kill lands.
+
+    ``MID_GENERATION``: at its time, whatever is happening (rollouts are in
+    flight nearly always). ``TORN_CHECKPOINT``: armed at its time, it fires
+    between the two parts of the next checkpoint write, so that write never
+    commits. ``AFTER_RESUME``: at its time, and again right after the
+    restart, before anything new was checkpointed. ``DOUBLE``: at its time,
+    and again a fraction of a step into the restarted run.
+    """
+
+    MID_GENERATION = "mid-generation"
+    TORN_CHECKPOINT = "torn-checkpoint"
+    AFTER_RESUME = "after-resume"
+    DOUBLE = "double"
+
+
+@attrs.frozen
+class Kill:
+    time: float
+    kind: KillKind
+
+
+def _check_positive(_inst: object, attribute: attrs.Attribute[int], value: int) -> None:
+    if value < 1:
+        raise ValueError(f"{attribute.name} must be >= 1, got {value}")
+
+
+def _check_nonneg(_inst: object, attribute: attrs.Attribute[int], value: int) -> None:
+    if value < 0:
+        raise ValueError(f"{attribute.name} must be >= 0, got {value}")
+
+
+def _check_rate(_inst: object, attribute: attrs.Attribute[float], value: float) -> None:
+    if not 0.0 <= value < 1.0:
+        raise ValueError(f"{attribute.name} must be in [0, 1), got {value}")
+
+
+@attrs.frozen
+class Workload:
+    """One simulated async GRPO run, up to its kills.
+
+    Units: time is measured in "training steps" (one step takes
+    ``train_time``); rollout lengths are in tokens, generated at
+    ``tokens_per_time``. ``max_age`` is ``max_trajectory_age_steps``: up to
+    that many steps' worth of groups (targets) are in flight, and a group
+    generated at weight version ``v`` is stale at step ``s > v + max_age``.
+    """
+
+    seed: int = 0
+    dataset_len: int = attrs.field(default=512, validator=_check_positive)
+    epochs: int = attrs.field(default=1, validator=_check_positive)
+    shuffle: bool = False
+    batch_size: int = attrs.field(default=32, validator=_check_positive)
+    prompts_per_step: int = attrs.field(default=32, validator=_check_positive)
+    num_generations: int = attrs.field(default=8, validator=_check_positive)
+    workers: int = attrs.field(default=64, validator=_check_positive)
+    max_age: int = attrs.field(default=3, validator=_check_positive)
+    #: Targets generated ahead of the trainer; ``None``: ``max_age``. More
+    #: than ``max_age + 1`` makes the far targets' groups stale (evicted).
+    targets: int | None = None
+    checkpoint_every: int = attrs.field(default=1, validator=_check_positive)
+    failure_rate: float = attrs.field(default=0.0, validator=_check_rate)
+    on_failure: FailurePolicy = attrs.field(default=FailurePolicy.DROP, converter=FailurePolicy)
+    max_attempts: int = attrs.field(default=3, validator=_check_positive)
+    load_replay_buffer: bool = True
+    kills: int = attrs.field(default=3, validator=_check_nonneg)
+    torn_kills: int = attrs.field(default=1, validator=_check_nonneg)
+    after_resume_kills: int = attrs.field(default=1, validator=_check_nonneg)
+    double_kills: int = attrs.field(default=1, validator=_check_nonneg)
+    median_tokens: float = 1000.0
+    #: Rollouts are truncated here (the generation's max_tokens).
+    max_tokens: float = 6000.0
+    length_sigma: float = 1.0
+    tokens_per_time: float = 1000.0
+    train_time: float = 1.0
+    checkpoint_time: float = 0.4
+    restart_time: float = 2.0
+
+    @property
+    def in_flight_targets(self) -> int:
+        return self.max_age if self.targets is None else max(1, self.targets)
+
+    @property
+    def stream_len(self) -> int:
+        return self.dataset_len * self.epochs
+
+    @property
+    def fingerprint(self) -> str:
+        return f"sim:{self.seed}:{self.dataset_len}x{self.epochs}:shuffle={self.shuffle}"
+
+    def rng(self, *key: object) -> random.Random:
+        """A generator that is a pure function of the seed and ``key``."""
+        return random.Random(":".join(str(k) for k in (self.seed, *key)))
+
+    def prompt_id(self, ordinal: int) -> int:
+        """The dataset row at stream position ``ordinal`` (per-epoch order)."""
+        epoch, index = divmod(ordinal, self.dataset_len)
+        if not self.shuffle:
+            return index
+        return _permutation(self.seed, self.dataset_len, epoch)[index]
+
+    def prompt_tokens(self, prompt: int) -> float:
+        """A prompt's typical rollout length: heavy-tailed (lognormal) across
+        prompts, so that some prompts are long ones whatever the sample;
+        truncated at ``max_tokens`` like the rollouts."""
+        draw = self.rng("len", prompt).lognormvariate(0.0, self.length_sigma)
+        return min(self.median_tokens * draw, self.max_tokens)
+
+    def group_time(self, ordinal: int, attempt: int) -> float:
+        """How long the ``attempt``-th generation of ``ordinal``'s group runs:
+        until the longest of its ``num_generations`` rollouts finishes."""
+        base = self.prompt_tokens(self.prompt_id(ordinal))
+        rng = self.rng("gen", ordinal, attempt)
+        longest = max(
+            min(base * rng.lognormvariate(0.0, 0.35), self.max_tokens)
+            for _ in range(self.num_generations)
+        )
+        return longest / self.tokens_per_time
+
+    def fails(self, ordinal: int, attempt: int) -> bool:
+        """Whether that generation attempt fails (a tolerated failure)."""
+        if self.failure_rate <= 0.0:
+            return False
+        return self.rng("fail", ordinal, attempt).random() < self.failure_rate
+
+    def kill_schedule(self, duration: float, warmup: float) -> tuple[Kill, ...]:
+        """Kill times, ascending, for a run whose uninterrupted length is
+        ``duration`` and whose first checkpoint commits at ``warmup``.
+
+        A restarted run needs ``restart_time`` plus about ``warmup`` to
+        refill its pipeline and commit again, so consecutive kills are at
+        least that far apart, plus a random share of the run: each lands
+        mid-run, mostly while rollouts are in flight, and not merely before
+        the first checkpoint of the previous restart."""
+        rng = self.rng("kills")
+        kinds = (
+            [KillKind.MID_GENERATION] * self.kills
+            + [KillKind.TORN_CHECKPOINT] * self.torn_kills
+            + [KillKind.AFTER_RESUME] * self.after_resume_kills
+            + [KillKind.DOUBLE] * self.double_kills
+        )
+        rng.shuffle(kinds)
+        share = duration / (len(kinds) + 1)
+        kills: list[Kill] = []
+        at = 0.0
+        for kind in kinds:
+            at += (self.restart_time + warmup if kills else warmup) + rng.uniform(0.2, 1.0) * share
+            kills.append(Kill(at, kind))
+        return tuple(kills)
+
+    def mean_tokens(self, ordinals: Iterable[int]) -> float:
+        """Mean typical rollout length of the prompts at these ordinals."""
+        values = [self.prompt_tokens(self.prompt_id(o)) for o in ordinals]
+        return math.fsum(values) / len(values) if values else 0.0
+
+
+@functools.lru_cache(maxsize=64)
+def _permutation(seed: int, n: int, epoch: int) -> tuple[int, ...]:
+    """Epoch ``epoch``'s order of ``n`` rows: a pure function of the seed, as
+    a stateful sampler that replays its permutation would give."""
+    order = list(range(n))
+    random.Random(f"{seed}:perm:{epoch}").shuffle(order)
+    return tuple(order)
