@@ -120,7 +120,9 @@ def test_audit_partitions_the_stream(n: int, data: st.DataObject) -> None:
     ordinal = st.integers(0, max(0, n - 1)) if n else st.nothing()
     steps = data.draw(st.lists(st.lists(ordinal, max_size=5), max_size=8)) if n else []
     drops = data.draw(st.lists(st.lists(ordinal, min_size=1, max_size=3), max_size=3)) if n else []
-    records = [StepRecord(s, tuple(o), s + 1) for s, o in enumerate(steps)]
+    records: list[StepRecord | DropRecord] = [
+        StepRecord(s, tuple(o), s + 1) for s, o in enumerate(steps)
+    ]
     records += [DropRecord(tuple(o), 100 + i) for i, o in enumerate(drops)]
     r = audit_lineage(fold_lineage(records), n)
     times = [0] * n
