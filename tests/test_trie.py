@@ -38,6 +38,8 @@ def test_intmap_behaves_like_a_dict_and_never_changes_old_versions(
         for k in ref:
             assert m.get(k) == ref[k] and k in m
         assert m.get(start) == ref.get(start)
+        probe = [*ref, start, start + 1, start + 33, *ref]
+        assert m.get_many(probe) == [ref.get(k) for k in probe]
 
 
 def test_empty_nodes_are_pruned_so_memory_follows_the_keys() -> None:

@@ -83,6 +83,21 @@ TRANSITIONS: Final[dict[tuple[type[Event], Status], Status | _Outcome]] = {
 }
 
 _RESOLVED: Final = frozenset({Status.TRAINED, Status.DROPPED})
+
+# The same table with plain ints, for the hot loop of ``Ledger._move``.
+_ABSENT: Final = -1
+_ILLEGAL: Final = -2
+_FAILURE: Final = -3
+_UNYIELDED: Final = int(Status.UNYIELDED)
+_PENDING: Final = int(Status.PENDING)
+_TRAINED: Final = int(Status.TRAINED)
+_DROPPED: Final = int(Status.DROPPED)
+_MOVES_BY_EVENT: Final[dict[type[Event], dict[int, int]]] = {}
+for (_event, _source), _target in TRANSITIONS.items():
+    _MOVES_BY_EVENT.setdefault(_event, {})[int(_source)] = (
+        _FAILURE if _target is FAILURE else int(_target)
+    )
+del _event, _source, _target
 _LIVE: Final = (Status.PENDING, Status.OUTSTANDING, Status.BUFFERED)
 
 # Trie values pack the status (3 bits) with the failed-attempt count above it.
@@ -479,31 +494,34 @@ class Ledger:
         illegal: list[tuple[int, str]] = []
         requeued: list[int] = []
         dropped: list[int] = []
-        for o in event.ordinals:
-            value = entries.get(o)
-            current = self._describe(o, value)
-            target = TRANSITIONS.get((kind, current)) if isinstance(current, Status) else None
-            if target is None:
-                illegal.append(
-                    (o, current.name.lower() if isinstance(current, Status) else current)
-                )
+        # The table for this event, keyed by packed status: the hot loop
+        # below works on ints and builds no enum members.
+        moves = _MOVES_BY_EVENT[kind]
+        next_ordinal = self.next_ordinal
+        for o, value in zip(event.ordinals, entries.get_many(event.ordinals), strict=True):
+            current = _ABSENT if value is None else value & _STATUS_MASK
+            target = moves.get(current, _ILLEGAL)
+            if target == _ILLEGAL:
+                found = self._describe(o, value)
+                illegal.append((o, found.name.lower() if isinstance(found, Status) else found))
                 continue
-            assert value is not None and isinstance(current, Status)
+            assert value is not None
             attempts = value >> _STATUS_BITS
-            if target is FAILURE:
+            if target == _FAILURE:
                 attempts += 1
                 if policy is FailurePolicy.RETRY and attempts < max_attempts:
                     # Back to pending if the source already yielded it; an
                     # ordinal restored from a checkpoint but not yet re-yielded
                     # waits for the source instead (its row is not here).
-                    target = Status.PENDING if o < self.next_ordinal else Status.UNYIELDED
+                    target = _PENDING if o < next_ordinal else _UNYIELDED
                     requeued.append(o)
                 else:
-                    target = Status.DROPPED
+                    target = _DROPPED
                     dropped.append(o)
-            assert isinstance(target, Status)
             # Resolved ordinals forget their attempts: nobody asks again.
-            changes.append((o, int(target) if target in _RESOLVED else _pack(target, attempts)))
+            changes.append(
+                (o, target if target >= _TRAINED else target | (attempts << _STATUS_BITS))
+            )
             counts[current] -= 1
             counts[target] += 1
         if illegal:

@@ -79,6 +79,30 @@ class IntMap:
             shift -= _BITS
         return None
 
+    def get_many(self, keys: Iterable[int]) -> list[int | None]:
+        """``[self.get(k) for k in keys]``, walking the trie once per leaf
+        for runs of keys that share one (a batch of nearby ordinals)."""
+        out: list[int | None] = []
+        append = out.append
+        leaf_id = -1
+        leaf: _Node | None = None
+        for key in keys:
+            if key >> _BITS != leaf_id:
+                leaf_id = key >> _BITS
+                leaf = self._leaf(key)
+            append(None if leaf is None else leaf[key & _MASK])
+        return out
+
+    def _leaf(self, key: int) -> _Node | None:
+        shift = self._shift
+        if key >> (shift + _BITS):
+            return None
+        node = self._root
+        while node is not None and shift:
+            node = node[(key >> shift) & _MASK]
+            shift -= _BITS
+        return node
+
     def __contains__(self, key: object) -> bool:
         return isinstance(key, int) and key >= 0 and self.get(key) is not None
 
