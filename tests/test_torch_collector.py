@@ -253,3 +253,29 @@ def test_collector_resume_yields_the_uninterrupted_tail(shuffle: bool, nw1: int,
     d = seekable(bs=5, nw=nw2, shuffle=shuffle)
     d.resume(roundtrip(c.state_dict()))
     assert d.take(100) == full[6:]  # across the epoch boundary at 7
+
+
+@pytest.mark.parametrize("nw", [0, 2])
+def test_snapshot_resume_yields_the_uninterrupted_tail(nw: int) -> None:
+    """A shuffled map-style StatefulDataLoader (its own RandomSampler, whose
+    generator state is a tensor) bound by snapshots: the resumed stream after
+    a save with a restart below the cut is the uninterrupted one's tail."""
+
+    def make() -> StreamCollector:
+        torch.manual_seed(3)
+        loader = StatefulDataLoader(
+            list(range(20)), batch_size=3, shuffle=True, num_workers=nw, collate_fn=list
+        )
+        return StreamCollector(SnapshotSource(loader, stream_len=20), LedgerConfig(stream_len=20))
+
+    full = make().take(100)
+    c = make()
+    got = c.take(8)
+    assert got == full[:8]
+    c.landed([o for o, _ in got])
+    c.trained([o for o, _ in got[:7]])  # cut 7: the snapshot base is 6
+    state = roundtrip(c.state_dict())
+    assert state["stream"]["base"] == 6
+    d = make()
+    d.resume(state)
+    assert d.take(100) == full[8:]  # 6 is below the cut, 7 in the restored buffer
