@@ -213,7 +213,7 @@ ops_strategy = st.lists(
 
 @pytest.mark.parametrize("kind", ["seekable", "snapshot"])
 @given(runs=st.lists(ops_strategy, min_size=1, max_size=4), bss=st.lists(st.integers(1, 4)))
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=150, deadline=None)
 def test_crashes_at_any_moment_cover_every_ordinal_once(
     kind: str, runs: list[list[tuple[str, int]]], bss: list[int]
 ) -> None:

@@ -108,6 +108,19 @@ def _resume_tail(
     )
     other.sampler.seek(pos)
     assert flatten(list(other)) == full[pos:]
+    # And a plain torch.utils.data.DataLoader.
+    plain = make_seekable_loader(
+        ds,
+        batch_size=bs2,
+        seed=5,
+        shuffle=shuffle,
+        epochs=epochs,
+        num_workers=nw2,
+        stateful=False,
+    )
+    assert type(plain) is torch.utils.data.DataLoader
+    plain.sampler.seek(pos)
+    assert flatten(list(plain)) == full[pos:]
     if nw1 == nw2:
         # torchdata's own resume path, batch size changed, same worker count.
         native = make_seekable_loader(
