@@ -147,6 +147,8 @@ class Stats:
     """What a mode's run did, beyond its log (which the audit reads)."""
 
     kills: int = 0
+    #: Kills that landed while rollouts were generating.
+    kills_in_flight: int = 0
     resumes: int = 0
     steps_executed: int = 0
     generations: int = 0
@@ -425,6 +427,8 @@ class Pipeline:
         label = kind.value if kind is not None else "follow-up"
         self.stats.kill_kinds[label] = self.stats.kill_kinds.get(label, 0) + 1
         self.stats.kills += 1
+        if self.running:
+            self.stats.kills_in_flight += 1
         self.alive = False
         self.store.crash()
         self.log.close()

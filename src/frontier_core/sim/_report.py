@@ -64,6 +64,7 @@ class ModeResult:
             "steps": a.steps,
             "steps_executed": s.steps_executed,
             "kills": s.kills,
+            "kills_in_flight": s.kills_in_flight,
             "kill_kinds": dict(sorted(s.kill_kinds.items())),
             "resumes": s.resumes,
             "checkpoints": s.checkpoints,
@@ -201,6 +202,7 @@ def format_ab(result: ABResult) -> str:
         lines.append(f"{label:28}{legacy[key]:>12.0f}{frontier[key]:>12.0f}")
     for key, label in (
         ("kills", "kills"),
+        ("kills_in_flight", "  with rollouts in flight"),
         ("torn_checkpoints", "torn checkpoint writes"),
         ("steps_executed", "steps executed"),
     ):
