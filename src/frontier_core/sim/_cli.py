@@ -74,6 +74,13 @@ def configure(parser: argparse.ArgumentParser) -> None:
         help="max_trajectory_age_steps: targets in flight and the staleness bound",
     )
     parser.add_argument(
+        "--targets",
+        type=pos,
+        default=None,
+        help="targets generated ahead of the trainer (default: --max-age); more than "
+        "max-age + 1 makes the far ones stale, which exercises eviction",
+    )
+    parser.add_argument(
         "--checkpoint-every", type=pos, default=d.checkpoint_every, help="steps per checkpoint"
     )
     parser.add_argument(
@@ -140,6 +147,7 @@ def _workload(args: argparse.Namespace) -> Workload:
         num_generations=args.generations,
         workers=args.workers,
         max_age=args.max_age,
+        targets=args.targets,
         checkpoint_every=args.checkpoint_every,
         failure_rate=args.failure_rate,
         on_failure=FailurePolicy(args.on_failure),
