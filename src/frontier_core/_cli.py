@@ -27,6 +27,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "frontier_core._audit",
         "check a training-data log for skipped and duplicated prompts",
     ),
+    "demo": (
+        "frontier_adapters._demo",
+        "async GRPO on a CPU engine under real SIGKILLs: the legacy/frontier audit A/B",
+    ),
 }
 
 

@@ -1,0 +1,422 @@
+"""The rollout adapter: an asyncio loop that binds a prompt collector to an
+engine with vLLM's ``AsyncLLM`` contract.
+
+Theory of operation
+-------------------
+A feeder task keeps up to ``max_in_flight`` prompts generating. It takes
+``(ordinal, row)`` items from the collector, whose ``take`` reports them
+dispatched, and only then starts one worker task per prompt. A worker submits
+one request of ``n = num_generations`` samples, under a request id that
+names the ordinal and the attempt (``o17-a0``), and consumes the engine's
+outputs. When the request's final output arrives with every sample usable
+(``finish_reason`` ``stop`` or ``length``), the worker builds the ``Group``,
+reports it landed and adds it to the replay buffer in one synchronous
+stretch: no await, so no checkpoint, falls between the two. It then lets the
+engine's generator run to its end (the worker's exit), which touches no
+coverage state: a checkpoint taken between the landing and the exit sees the
+group buffered, never outstanding, and an error raised after the landing is
+ignored rather than reported as a failure of a group that is already
+buffered.
+
+Rules of the house
+------------------
+* Ordinals come from the loop's own record of what it submitted (the worker
+  holds its ordinal), never from the outputs: a request id or an output that
+  an environment rewrote cannot move coverage. An output whose request id is
+  not the one submitted fails the request.
+* Every coverage decision is the ledger's. The loop reports ``failed`` for
+  an exception, a timeout, an engine-side abort or an incomplete final
+  output, and follows the effect: requeued ordinals come back through
+  ``take`` (the collector offers them first), dropped ones are passed to
+  ``on_dropped`` for the training log.
+* Every exit path releases the worker's ordinal exactly once: landed, or
+  failed, or (shutdown) left outstanding on purpose. ``aclose`` cancels the
+  workers, which aborts their requests (cancelling a vLLM ``generate``
+  aborts it; the loop also calls ``engine.abort``), and reports nothing: a
+  shutdown is not a failed attempt. The outstanding ordinals stay
+  unresolved in the ledger and hold the cut, so the next checkpoint records
+  them and a resume regenerates them; ``aclose`` returns them.
+
+This module imports asyncio, attrs and frontier_core only (no torch).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any, Protocol
+
+import attrs
+
+from frontier_core import Effect, FrontierError
+
+from ._engine import ABORT, USABLE, AsyncEngine, CompletionLike
+
+
+class RolloutError(Exception):
+    """A request ended without a usable group (reported to the ledger as a
+    failure; never raised out of the loop)."""
+
+
+class Collector(Protocol):
+    """What the loop needs of the stamping collector (``StreamCollector``)."""
+
+    def take(self, n: int) -> list[tuple[int, Any]]: ...
+
+    def landed(self, ordinals: Iterable[int]) -> None: ...
+
+    def failed(self, ordinals: Iterable[int]) -> Effect: ...
+
+    @property
+    def exhausted(self) -> bool: ...
+
+
+@attrs.frozen
+class Group:
+    """The ``num_generations`` samples of one prompt, in ``index`` order.
+
+    ``version`` is the policy version when the prompt was dispatched (for
+    the buffer's age limit); ``attempt`` counts this loop's submissions of
+    the ordinal before this one."""
+
+    ordinal: int
+    row: Any
+    completions: tuple[tuple[int, ...], ...]
+    finish_reasons: tuple[str, ...]
+    version: int
+    attempt: int
+    request_id: str
+
+
+class GroupSink(Protocol):
+    """The replay buffer, as the loop sees it."""
+
+    def add(self, group: Group) -> None: ...
+
+    def __len__(self) -> int: ...
+
+
+@attrs.frozen
+class RolloutEvent:
+    """One step of the loop, for tests and progress: ``kind`` is one of
+    ``dispatch submit land fail requeue drop abort exit``; ``detail`` says
+    why for ``fail`` (``timeout``, ``abort``, the exception) and ``exit``."""
+
+    kind: str
+    ordinal: int
+    request_id: str = ""
+    detail: str = ""
+
+
+def default_request_id(ordinal: int, attempt: int) -> str:
+    return f"o{ordinal}-a{attempt}"
+
+
+class _Request:
+    __slots__ = ("attempt", "landed", "ordinal", "released", "request_id", "row", "version")
+
+    def __init__(self, ordinal: int, row: Any, attempt: int, request_id: str, version: int) -> None:
+        self.ordinal = ordinal
+        self.row = row
+        self.attempt = attempt
+        self.request_id = request_id
+        self.version = version
+        #: The group landed in the sink.
+        self.landed = False
+        #: The ordinal left the outstanding state (landed, or failed).
+        self.released = False
+
+
+class RolloutLoop:
+    """Keeps prompts from ``collector`` generating on ``engine`` and lands
+    their groups in ``sink``.
+
+    ``prompt_of(row)`` is the engine prompt of a dataset row (for vLLM a
+    string, a token list or a ``TokensPrompt``). ``sampling_params`` is
+    passed as is, or, when callable, called with ``(ordinal, attempt)`` per
+    request (a vLLM ``SamplingParams`` is not callable). ``num_generations``
+    defaults to ``sampling_params.n``. At most ``max_in_flight`` prompts
+    generate at once and, with ``max_ahead``, at most that many are
+    generating or waiting in the sink (back pressure from the trainer).
+    ``timeout`` bounds each request in seconds. ``version()`` is the current
+    policy version, stamped on each group at dispatch.
+
+    Use it as ``async with RolloutLoop(...) as rollout:``; the trainer waits
+    with ``await rollout.until(predicate)`` and calls ``rollout.wake()``
+    after it frees room (a training step) or requeues work (an eviction).
+    """
+
+    def __init__(
+        self,
+        collector: Collector,
+        engine: AsyncEngine,
+        sink: GroupSink,
+        *,
+        prompt_of: Callable[[Any], Any],
+        sampling_params: Any,
+        num_generations: int | None = None,
+        max_in_flight: int = 8,
+        max_ahead: int | None = None,
+        timeout: float | None = None,
+        version: Callable[[], int] = lambda: 0,
+        on_dropped: Callable[[Sequence[int]], None] | None = None,
+        on_event: Callable[[RolloutEvent], None] | None = None,
+        request_id: Callable[[int, int], str] = default_request_id,
+    ) -> None:
+        if num_generations is None:
+            num_generations = int(getattr(sampling_params, "n", 0))
+        if num_generations < 1:
+            raise ValueError("num_generations must be >= 1 (or given by sampling_params.n)")
+        if max_in_flight < 1:
+            raise ValueError(f"max_in_flight must be >= 1, got {max_in_flight}")
+        self.collector = collector
+        self.engine = engine
+        self.sink = sink
+        self.prompt_of = prompt_of
+        self.sampling_params = sampling_params
+        self.num_generations = num_generations
+        self.max_in_flight = max_in_flight
+        self.max_ahead = max_ahead
+        self.timeout = timeout
+        self.version = version
+        self.on_dropped = on_dropped
+        self.on_event = on_event
+        self.request_id = request_id
+        self._tasks: dict[int, asyncio.Task[None]] = {}
+        self._requests: dict[int, _Request] = {}
+        self._attempts: dict[int, int] = {}
+        self._feeder: asyncio.Task[None] | None = None
+        self._wake = asyncio.Event()
+        self._waiters: list[asyncio.Future[None]] = []
+        self._closing = False
+        self._error: BaseException | None = None
+
+    # -- queries ------------------------------------------------------------
+
+    @property
+    def in_flight(self) -> int:
+        """Worker tasks that have not exited (landed ones included until then)."""
+        return len(self._tasks)
+
+    @property
+    def outstanding(self) -> tuple[int, ...]:
+        """Ordinals dispatched and neither landed nor failed yet."""
+        return tuple(sorted(o for o, r in self._requests.items() if not r.released))
+
+    @property
+    def idle(self) -> bool:
+        """Nothing generating and nothing left to take."""
+        return not self._tasks and self.collector.exhausted
+
+    # -- lifecycle ------------------------------------------------------------
+
+    async def __aenter__(self) -> RolloutLoop:
+        self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    def start(self) -> None:
+        if self._feeder is None:
+            self._feeder = asyncio.create_task(self._feed(), name="rollout-feeder")
+            self._feeder.add_done_callback(lambda _t: self._notify())
+
+    async def aclose(self) -> tuple[int, ...]:
+        """Stop feeding, cancel every worker (aborting its request) and
+        wait for them. Returns the ordinals left outstanding: the ledger
+        still holds them, and a resume from the next checkpoint regenerates
+        them. Idempotent."""
+        self._closing = True
+        left = self.outstanding
+        tasks = list(self._tasks.values())
+        if self._feeder is not None:
+            tasks.append(self._feeder)
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        self._notify()
+        return left
+
+    def wake(self) -> None:
+        """Re-run the feeder: room was freed or ordinals were requeued."""
+        self._notify()
+
+    async def until(self, predicate: Callable[[], bool]) -> None:
+        """Wait until ``predicate()`` holds, re-checking after every event
+        of the loop. Raises the feeder's exception if it died (a misaligned
+        loader, say) and ``RuntimeError`` once the loop is closed."""
+        loop = asyncio.get_running_loop()
+        while not predicate():
+            self._check_feeder()
+            if self._closing:
+                raise RuntimeError("the rollout loop is closed")
+            fut: asyncio.Future[None] = loop.create_future()
+            self._waiters.append(fut)
+            await fut
+
+    def _check_feeder(self) -> None:
+        if self._error is not None:
+            raise self._error
+        f = self._feeder
+        if f is not None and f.done() and not f.cancelled():
+            exc = f.exception()
+            if exc is not None:
+                raise exc
+
+    def _notify(self) -> None:
+        self._wake.set()
+        self._notify_waiters()
+
+    def _notify_waiters(self) -> None:
+        for fut in self._waiters:
+            if not fut.done():
+                fut.set_result(None)
+        self._waiters.clear()
+
+    def _emit(self, kind: str, ordinal: int, request_id: str = "", detail: str = "") -> None:
+        if self.on_event is not None:
+            self.on_event(RolloutEvent(kind, ordinal, request_id, detail))
+
+    # -- the feeder -------------------------------------------------------------
+
+    def room(self) -> int:
+        """How many more prompts the feeder may take now."""
+        n = self.max_in_flight - len(self._tasks)
+        if self.max_ahead is not None:
+            n = min(n, self.max_ahead - len(self._tasks) - len(self.sink))
+        return max(0, n)
+
+    def fill(self) -> int:
+        """Take as many prompts as there is room for and start their
+        workers; returns how many. The collector reports them dispatched
+        inside ``take``, before any request is submitted."""
+        if self._closing:
+            return 0
+        n = self.room()
+        if n <= 0:
+            return 0
+        items = self.collector.take(n)
+        version = self.version()
+        for ordinal, row in items:
+            attempt = self._attempts.get(ordinal, 0)
+            self._attempts[ordinal] = attempt + 1
+            req = _Request(ordinal, row, attempt, self.request_id(ordinal, attempt), version)
+            self._emit("dispatch", ordinal, req.request_id)
+            self._requests[ordinal] = req
+            self._tasks[ordinal] = asyncio.create_task(self._work(req), name=req.request_id)
+        return len(items)
+
+    async def _feed(self) -> None:
+        while not self._closing:
+            self._wake.clear()
+            self.fill()
+            # Taking may have changed what waiters wait for (the source ran
+            # out, say): let them look again.
+            self._notify_waiters()
+            await self._wake.wait()
+
+    # -- a worker ---------------------------------------------------------------
+
+    async def _work(self, req: _Request) -> None:
+        o, rid = req.ordinal, req.request_id
+        params = (
+            self.sampling_params(o, req.attempt)
+            if callable(self.sampling_params)
+            else self.sampling_params
+        )
+        detail = "done"
+        gen: Any = None
+        try:
+            gen = self.engine.generate(self.prompt_of(req.row), params, rid)
+            self._emit("submit", o, rid)
+            try:
+                if self.timeout is None:
+                    await self._consume(gen, req)
+                else:
+                    await asyncio.wait_for(self._consume(gen, req), self.timeout)
+            except asyncio.CancelledError:
+                detail = "cancelled"
+                raise
+            except asyncio.TimeoutError:
+                detail = "timeout"
+                self._failed(req, "timeout")
+            except FrontierError as exc:
+                # An illegal transition is a bug in the caller's wiring, not
+                # a failed generation: stop the loop rather than paper over it.
+                detail = f"{type(exc).__name__}: {exc}"
+                self._error = exc
+            except Exception as exc:
+                detail = f"{type(exc).__name__}: {exc}"
+                self._failed(req, detail)
+        finally:
+            if detail != "done" and (not req.landed or detail in ("timeout", "cancelled")):
+                # Belt and braces: cancelling vLLM's generate aborts the
+                # request already; a timed-out or failed one may still run.
+                # (A generator that raised after its final output has ended.)
+                self._emit("abort", o, rid, detail)
+                aclose = getattr(gen, "aclose", None)
+                try:
+                    if aclose is not None:
+                        await aclose()
+                    await self.engine.abort(rid)
+                except Exception:  # the engine may be gone; nothing to release
+                    pass
+            self._tasks.pop(o, None)
+            self._requests.pop(o, None)
+            self._emit("exit", o, rid, detail)
+            self._notify()
+
+    async def _consume(self, gen: Any, req: _Request) -> None:
+        latest: dict[int, CompletionLike] = {}
+        async for out in gen:
+            if req.landed:
+                continue  # drain to the generator's end: the worker's exit
+            if out.request_id != req.request_id:
+                raise RolloutError(
+                    f"output for request {out.request_id!r} on request {req.request_id!r}"
+                )
+            for c in out.outputs:
+                latest[c.index] = c
+            if out.finished:
+                self._land(req, latest)
+        if not req.landed:
+            raise RolloutError("the engine ended the request without a finished output")
+
+    def _land(self, req: _Request, latest: dict[int, CompletionLike]) -> None:
+        n = self.num_generations
+        if sorted(latest) != list(range(n)):
+            raise RolloutError(f"final output holds samples {sorted(latest)}, expected 0..{n - 1}")
+        reasons = tuple(latest[i].finish_reason or "" for i in range(n))
+        if any(r not in USABLE for r in reasons):
+            bad = sorted({r for r in reasons if r not in USABLE})
+            raise RolloutError(f"{ABORT if ABORT in bad else 'unusable'}: finish reasons {bad}")
+        group = Group(
+            ordinal=req.ordinal,
+            row=req.row,
+            completions=tuple(tuple(int(t) for t in latest[i].token_ids) for i in range(n)),
+            finish_reasons=reasons,
+            version=req.version,
+            attempt=req.attempt,
+            request_id=req.request_id,
+        )
+        # One synchronous stretch: the ledger and the buffer agree at every
+        # await point, so no checkpoint can see one without the other.
+        self.collector.landed([req.ordinal])
+        self.sink.add(group)
+        req.landed = req.released = True
+        self._emit("land", req.ordinal, req.request_id)
+        self._notify()
+
+    def _failed(self, req: _Request, detail: str) -> None:
+        if req.released:
+            return  # the group is buffered; what the engine does next is moot
+        req.released = True
+        effect = self.collector.failed([req.ordinal])
+        self._emit("fail", req.ordinal, req.request_id, detail)
+        for o in effect.requeued:
+            self._emit("requeue", o, req.request_id)
+        for o in effect.dropped:
+            self._emit("drop", o, req.request_id)
+        if effect.dropped and self.on_dropped is not None:
+            self.on_dropped(effect.dropped)
