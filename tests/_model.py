@@ -44,6 +44,8 @@ class Model:
     failures: Counter[int] = field(default_factory=Counter)
     #: Cuts seen since the last resume (for CUT-MONO).
     last_cut: int = 0
+    #: Yielded ordinals the last yield filtered because they are buffered.
+    last_buffered: list[int] = field(default_factory=list)
 
     @property
     def stream_len(self) -> int | None:
@@ -66,7 +68,10 @@ class Model:
             stop = min(stop, self.stream_len)
         yielded = list(range(self.position, max(stop, self.position)))
         kept = []
+        self.last_buffered = []
         for o in yielded:
+            if self.status.get(o) == Status.BUFFERED:
+                self.last_buffered.append(o)
             if self.status.get(o) in (*RESOLVED, Status.BUFFERED):
                 continue
             self.status[o] = Status.PENDING
@@ -79,8 +84,10 @@ class Model:
             assert self.status.get(o) == source
             self.status[o] = target
 
-    def failure(self, ordinals: list[int], source: Status) -> tuple[list[int], list[int]]:
-        requeued, dropped = [], []
+    def failure(
+        self, ordinals: list[int], source: Status
+    ) -> tuple[list[int], list[int], list[int]]:
+        requeued, deferred, dropped = [], [], []
         for o in ordinals:
             assert self.status.get(o) == source
             self.attempts[o] += 1
@@ -91,14 +98,15 @@ class Model:
                 # source yields it again.
                 if o < self.position:
                     self.status[o] = Status.PENDING
+                    requeued.append(o)
                 else:
                     del self.status[o]
-                requeued.append(o)
+                    deferred.append(o)
             else:
                 self.status[o] = Status.DROPPED
                 self.dropped.append(o)
                 dropped.append(o)
-        return requeued, dropped
+        return requeued, deferred, dropped
 
     def train(self, ordinals: list[int]) -> None:
         self.move(ordinals, Status.BUFFERED, Status.TRAINED)

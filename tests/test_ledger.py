@@ -49,6 +49,7 @@ def test_seed_16_prompt_scenario_frontier_regenerates_exactly_the_lost_four() ->
     # The legacy resume restarts at the live cursor (12) and loses 5, 8, 9, 11.
     assert list(step.effect.yielded) == list(range(5, 16))
     assert step.effect.kept == (5, 8, 9, 11, 12, 13, 14, 15)
+    assert step.effect.buffered == (6, 7, 10)  # filtered, but still live
     after = step.ledger.dispatch(step.effect.kept).buffer(step.effect.kept)
     after = after.train(range(5, 16))
     assert after.drained and after.size() == 0
@@ -219,7 +220,7 @@ def test_evicting_a_restored_group_before_its_reyield_waits_for_the_source() -> 
     resumed = Ledger.resume(config, roundtrip(ledger.checkpoint())).ledger
     assert resumed.status(3) == Status.BUFFERED
     step = resumed.evict([3])
-    assert step.effect.requeued == (3,)
+    assert step.effect.requeued == () and step.effect.deferred == (3,)
     assert step.ledger.status(3) == Status.UNYIELDED
     assert step.ledger.stamp(4).effect.kept == (0, 1, 2, 3)
 

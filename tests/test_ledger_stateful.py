@@ -78,6 +78,7 @@ class LedgerMachine(RuleBasedStateMachine):
         assert list(step.effect.yielded) == yielded
         # FILTER-COVERED: kept are exactly the yielded ordinals not covered.
         assert list(step.effect.kept) == kept
+        assert list(step.effect.buffered) == self.model.last_buffered
         # FILTER-CLEARS: once past the horizon, everything yielded is kept.
         if not self.ledger.filtering:
             assert list(step.effect.kept) == yielded
@@ -108,16 +109,18 @@ class LedgerMachine(RuleBasedStateMachine):
     def fail(self, data: st.DataObject) -> None:
         chosen = self._pick(data, Status.OUTSTANDING)
         step = self.ledger.fail(chosen)
-        requeued, dropped = self.model.failure(chosen, Status.OUTSTANDING)
-        assert (list(step.effect.requeued), list(step.effect.dropped)) == (requeued, dropped)
+        expected = self.model.failure(chosen, Status.OUTSTANDING)
+        effect = step.effect
+        assert (list(effect.requeued), list(effect.deferred), list(effect.dropped)) == expected
         self.ledger = step.ledger
 
     @rule(data=st.data())
     def evict(self, data: st.DataObject) -> None:
         chosen = self._pick(data, Status.BUFFERED)
         step = self.ledger.evict(chosen)
-        requeued, dropped = self.model.failure(chosen, Status.BUFFERED)
-        assert (list(step.effect.requeued), list(step.effect.dropped)) == (requeued, dropped)
+        expected = self.model.failure(chosen, Status.BUFFERED)
+        effect = step.effect
+        assert (list(effect.requeued), list(effect.deferred), list(effect.dropped)) == expected
         self.ledger = step.ledger
 
     @precondition(lambda self: self.ledger.count(Status.BUFFERED) > 0)

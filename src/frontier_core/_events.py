@@ -132,12 +132,21 @@ class Effect:
 
     ``yielded``: the ordinals the source produced (``Yield`` only).
     ``kept``: those of them that passed the resume filter and became pending.
-    ``requeued``: ordinals sent back for regeneration by the ``retry`` policy.
+    ``buffered``: those of them filtered because the restored replay buffer
+    holds them; unlike the rest of the filtered ones they are still live (an
+    eviction may send them back), so a caller that keeps rows keeps theirs.
+    ``requeued``: ordinals the ``retry`` policy sent back to pending; the
+    caller generates them again.
+    ``deferred``: ordinals the ``retry`` policy sent back to the source: they
+    were restored from a checkpoint and not yet re-yielded, so the source
+    will yield them again and they become pending then.
     ``dropped``: ordinals the failure policy resolved as dropped.
     """
 
     event: str
     yielded: range = range(0)
     kept: tuple[int, ...] = ()
+    buffered: tuple[int, ...] = ()
     requeued: tuple[int, ...] = ()
+    deferred: tuple[int, ...] = ()
     dropped: tuple[int, ...] = ()

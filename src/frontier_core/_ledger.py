@@ -454,10 +454,12 @@ class Ledger:
             kept: Sequence[int] = yielded
             changes: list[tuple[int, int | None]] = [(o, int(Status.PENDING)) for o in yielded]
             unyielded_consumed = 0
+            held: list[int] = []
         else:
             kept_list: list[int] = []
             changes = []
             unyielded_consumed = 0
+            held = []
             for o in yielded:
                 if o < self.cut:
                     continue  # resolved; the cut passed it while it was unyielded
@@ -470,6 +472,8 @@ class Ledger:
                 else:
                     # Trained, dropped, or retained in the restored buffer:
                     # covered, so filtered out (FILTER-COVERED).
+                    if value & _STATUS_MASK == Status.BUFFERED:
+                        held.append(o)
                     continue
                 kept_list.append(o)
             kept = kept_list
@@ -482,7 +486,10 @@ class Ledger:
             entries=entries.updated(changes),
             counts=tuple(counts),
         )
-        return Step(ledger, Effect(event=Yield.name, yielded=yielded, kept=tuple(kept)))
+        return Step(
+            ledger,
+            Effect(event=Yield.name, yielded=yielded, kept=tuple(kept), buffered=tuple(held)),
+        )
 
     def _move(self, event: Dispatch | Buffer | Fail | Evict | Train) -> Step:
         entries = self._entries
@@ -493,6 +500,7 @@ class Ledger:
         changes: list[tuple[int, int | None]] = []
         illegal: list[tuple[int, str]] = []
         requeued: list[int] = []
+        deferred: list[int] = []
         dropped: list[int] = []
         # The table for this event, keyed by packed status: the hot loop
         # below works on ints and builds no enum members.
@@ -513,8 +521,12 @@ class Ledger:
                     # Back to pending if the source already yielded it; an
                     # ordinal restored from a checkpoint but not yet re-yielded
                     # waits for the source instead (its row is not here).
-                    target = _PENDING if o < next_ordinal else _UNYIELDED
-                    requeued.append(o)
+                    if o < next_ordinal:
+                        target = _PENDING
+                        requeued.append(o)
+                    else:
+                        target = _UNYIELDED
+                        deferred.append(o)
                 else:
                     target = _DROPPED
                     dropped.append(o)
@@ -548,7 +560,12 @@ class Ledger:
         ledger = attrs.evolve(self, cut=cut, entries=entries, counts=tuple(counts))
         return Step(
             ledger,
-            Effect(event=event.name, requeued=tuple(requeued), dropped=tuple(dropped)),
+            Effect(
+                event=event.name,
+                requeued=tuple(requeued),
+                deferred=tuple(deferred),
+                dropped=tuple(dropped),
+            ),
         )
 
     def _describe(self, ordinal: int, value: int | None) -> Status | str:
