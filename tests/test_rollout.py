@@ -356,3 +356,41 @@ def test_sampling_params_callable_gets_ordinal_and_attempt() -> None:
         make(1, num_generations=0)
     arun(main())
     assert sorted(seen) == [(0, 0), (1, 0), (1, 1)]
+
+
+def test_vllm_engine_passes_the_asyncllm_calls_through() -> None:
+    """``VllmEngine`` over a stand-in with AsyncLLM's signatures (the real
+    engine is exercised in test_rollout_vllm.py where a GPU is present)."""
+    from frontier_adapters._vllm import VllmEngine
+
+    calls: list[tuple[str, Any]] = []
+
+    class FakeAsyncLLM:
+        async def generate(
+            self, prompt: Any, sampling_params: Any, request_id: str, *, priority: int = 0
+        ) -> AsyncIterator[RequestOutput]:
+            calls.append(("generate", (prompt, sampling_params, request_id)))
+            yield final(request_id)
+
+        async def abort(self, request_id: str, internal: bool = False) -> None:
+            calls.append(("abort", request_id))
+
+        def shutdown(self, timeout: float | None = None) -> None:
+            calls.append(("shutdown", timeout))
+
+    async def main() -> Sink:
+        collector = StreamCollector(ListSource(2), LedgerConfig(stream_len=2))
+        sink = Sink()
+        engine = VllmEngine(FakeAsyncLLM())
+        async with RolloutLoop(
+            collector, engine, sink, prompt_of=str, sampling_params="SP", num_generations=N_GEN
+        ) as loop:
+            await loop.until(lambda: loop.idle)
+        await engine.abort("x")
+        engine.shutdown()
+        return sink
+
+    sink = asyncio.run(main())
+    assert sorted(sink.groups) == [0, 1]
+    assert ("generate", ("r0", "SP", "o0-a0")) in calls
+    assert calls[-2:] == [("abort", "x"), ("shutdown", None)]

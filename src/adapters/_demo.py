@@ -154,8 +154,10 @@ def buckets(values: Sequence[float], n: int) -> list[float]:
     return out
 
 
-def sparkline(values: Sequence[float]) -> str:
-    return "".join(SPARK[min(len(SPARK) - 1, max(0, int(v * len(SPARK))))] for v in values)
+def sparkline(values: Sequence[float], top: float = 1.0) -> str:
+    """One block character per value, ``top`` the full block."""
+    top = top if top > 0 else 1.0
+    return "".join(SPARK[min(len(SPARK) - 1, max(0, int(v / top * len(SPARK))))] for v in values)
 
 
 def format_results(results: dict[str, ModeResult], stream_len: int) -> str:
@@ -189,11 +191,14 @@ def format_results(results: dict[str, ModeResult], stream_len: int) -> str:
     lines.append(f"  frontier_core: {verdict}")
     lines.append("")
     lines.append("Mean reward per training step (surviving lineage; reward 1 = the completion")
-    lines.append("starts with the prompt's first token, 1/16 by chance):")
+    lines.append("starts with the prompt's first token, 1/16 by chance; the full block is the")
+    lines.append("highest bucket, then the means of eight consecutive eighths of the run):")
+    curves = {r.mode: buckets(r.rewards, 32) for r in (a, b)}
+    top = max((v for c in curves.values() for v in c), default=1.0)
     for r in (a, b):
         k = buckets(r.rewards, 8)
         lines.append(
-            f"  {r.mode:<9}{sparkline(buckets(r.rewards, 32))}  "
+            f"  {r.mode:<9}{sparkline(curves[r.mode], top):<32}  "
             + " ".join(f"{v:.2f}" for v in k)
             + f"  ({len(r.rewards)} steps)"
         )
@@ -232,7 +237,7 @@ def plot(results: dict[str, ModeResult], path: str) -> None:
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--kills", type=int, default=None, help="SIGKILLs per mode (default 6)")
     parser.add_argument("--seed", type=int, default=0, help="workload and kill schedule seed")
-    parser.add_argument("--prompts", type=int, default=None, help="stream length (default 768)")
+    parser.add_argument("--prompts", type=int, default=None, help="stream length (default 1536)")
     parser.add_argument(
         "--quick", action="store_true", help="a small run: 192 prompts, 5 kills (~30 s)"
     )
@@ -244,7 +249,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     kills = args.kills if args.kills is not None else (5 if args.quick else 6)
-    prompts = args.prompts if args.prompts is not None else (192 if args.quick else 768)
+    prompts = args.prompts if args.prompts is not None else (192 if args.quick else 1536)
     if kills < 0 or prompts < 1:
         print("frontier demo: --kills must be >= 0 and --prompts >= 1", file=sys.stderr)
         return 2

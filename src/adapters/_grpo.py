@@ -30,7 +30,7 @@ from typing import Any, Final
 import attrs
 import torch
 
-from ._cpu_engine import EOS, PAD, TinyCausalLM
+from ._cpu_engine import PAD, TinyCausalLM
 from ._rollout import Group
 
 FIRST_CONTENT: Final = 2
@@ -172,13 +172,3 @@ def grpo_step(
     return StepStats(
         mean_reward=total_reward / max(1, samples), loss=float(loss.detach()), tokens=int(scored)
     )
-
-
-__all__ = [
-    "EOS",
-    "ReplayBuffer",
-    "StepStats",
-    "grpo_step",
-    "make_prompts",
-    "reward",
-]
