@@ -394,3 +394,55 @@ def test_vllm_engine_passes_the_asyncllm_calls_through() -> None:
     assert sorted(sink.groups) == [0, 1]
     assert ("generate", ("r0", "SP", "o0-a0")) in calls
     assert calls[-2:] == [("abort", "x"), ("shutdown", None)]
+
+
+def test_a_sink_that_refuses_a_group_fails_the_request_cleanly() -> None:
+    class Picky(Sink):
+        refused = False
+
+        def add(self, group: Group) -> None:
+            if not self.refused:
+                self.refused = True
+                raise ValueError("buffer full")
+            super().add(group)
+
+    async def main() -> None:
+        config = LedgerConfig(stream_len=1, on_failure=FailurePolicy.RETRY)
+        collector = StreamCollector(ListSource(1), config)
+        sink = Picky()
+        events: list[RolloutEvent] = []
+        async with RolloutLoop(
+            collector, ScriptEngine(collector), sink, prompt_of=str,
+            sampling_params=None, num_generations=N_GEN, on_event=events.append,
+        ) as loop:  # fmt: skip
+            await loop.until(lambda: loop.idle)
+        assert [e.detail for e in events if e.kind == "fail"] == ["ValueError: buffer full"]
+        assert list(sink.groups) == [0] and collector.ledger.status(0) is Status.BUFFERED
+
+    arun(main())
+
+
+def test_a_wiring_error_in_a_worker_stops_the_loop_instead_of_vanishing() -> None:
+    from frontier_core import IllegalTransitionError
+
+    async def main() -> None:
+        collector = StreamCollector(ListSource(2), LedgerConfig(stream_len=2))
+        sink = Sink()
+        loop = RolloutLoop(
+            collector, ScriptEngine(collector), sink, prompt_of=str,
+            sampling_params=None, num_generations=N_GEN,
+        )  # fmt: skip
+        # Someone else reports ordinal 0 landed behind the loop's back.
+        real_take = collector.take
+
+        def take(n: int) -> list[tuple[int, Any]]:
+            items = real_take(n)
+            collector.landed([o for o, _ in items if o == 0])
+            return items
+
+        collector.take = take  # type: ignore[method-assign]
+        with pytest.raises(IllegalTransitionError):
+            async with loop:
+                await loop.until(lambda: loop.idle)
+
+    arun(main())

@@ -214,8 +214,10 @@ class RolloutLoop:
         self.start()
         return self
 
-    async def __aexit__(self, *exc: object) -> None:
+    async def __aexit__(self, exc_type: object, *exc: object) -> None:
         await self.aclose()
+        if exc_type is None:
+            self._check_feeder()
 
     def start(self) -> None:
         if self._feeder is None:
@@ -247,6 +249,7 @@ class RolloutLoop:
         of the loop. Raises the feeder's exception if it died (a misaligned
         loader, say) and ``RuntimeError`` once the loop is closed."""
         loop = asyncio.get_running_loop()
+        self._check_feeder()
         while not predicate():
             self._check_feeder()
             if self._closing:
@@ -341,14 +344,20 @@ class RolloutLoop:
             except asyncio.TimeoutError:
                 detail = "timeout"
                 self._failed(req, "timeout")
-            except FrontierError as exc:
-                # An illegal transition is a bug in the caller's wiring, not
-                # a failed generation: stop the loop rather than paper over it.
-                detail = f"{type(exc).__name__}: {exc}"
-                self._error = exc
+            except FrontierError:
+                raise
             except Exception as exc:
                 detail = f"{type(exc).__name__}: {exc}"
                 self._failed(req, detail)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            # A bug in the wiring (an illegal transition, a sink that
+            # refuses a group), not a failed generation: stop the loop
+            # rather than paper over it: ``until`` and the ``async with`` raise it.
+            detail = f"{type(exc).__name__}: {exc}"
+            if self._error is None:
+                self._error = exc
         finally:
             if detail != "done" and (not req.landed or detail in ("timeout", "cancelled")):
                 # Belt and braces: cancelling vLLM's generate aborts the
@@ -401,9 +410,12 @@ class RolloutLoop:
             request_id=req.request_id,
         )
         # One synchronous stretch: the ledger and the buffer agree at every
-        # await point, so no checkpoint can see one without the other.
-        self.collector.landed([req.ordinal])
+        # await point, so no checkpoint can see one without the other. The
+        # sink first: a sink that refuses the group changes nothing, and the
+        # request fails like any other; a ledger that refuses the landing is
+        # a wiring bug and stops the loop.
         self.sink.add(group)
+        self.collector.landed([req.ordinal])
         req.landed = req.released = True
         self._emit("land", req.ordinal, req.request_id)
         self._notify()
