@@ -172,6 +172,11 @@ class Ledger:
     filter_horizon: int
     _entries: IntMap = attrs.field(repr=False, alias="entries")
     _counts: tuple[int, ...] = attrs.field(repr=False, alias="counts")
+    # Value identity, computed on first use: equality and hashing walk the
+    # whole trie, which only tests and the exhaustive checker ask for.
+    _identity: tuple[object, ...] | None = attrs.field(
+        default=None, init=False, repr=False, eq=False
+    )
 
     # -- construction -----------------------------------------------------
 
@@ -345,27 +350,26 @@ class Ledger:
     def node_count(self) -> int:
         return self._entries.node_count()
 
-    def __eq__(self, other: object) -> bool:
-        if not isinstance(other, Ledger):
-            return NotImplemented
-        return (
-            self.config == other.config
-            and self.next_ordinal == other.next_ordinal
-            and self.cut == other.cut
-            and self.filter_horizon == other.filter_horizon
-            and list(self._entries.items()) == list(other._entries.items())
-        )
-
-    def __hash__(self) -> int:
-        return hash(
-            (
+    def _key(self) -> tuple[object, ...]:
+        if self._identity is None:
+            key = (
                 self.config,
                 self.next_ordinal,
                 self.cut,
                 self.filter_horizon,
                 tuple(self._entries.items()),
             )
-        )
+            object.__setattr__(self, "_identity", key)
+            return key
+        return self._identity
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Ledger):
+            return NotImplemented
+        return self is other or self._key() == other._key()
+
+    def __hash__(self) -> int:
+        return hash(self._key())
 
     # -- transitions ------------------------------------------------------
 

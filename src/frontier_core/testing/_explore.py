@@ -1,0 +1,410 @@
+"""Exhaustive small-scope model checking of the real ledger.
+
+Not a model of the ledger: the real ``Ledger`` class, driven breadth first
+through every state reachable within small bounds (stream length, batch
+size, kills, failure policy), with duplicate states merged. In every state it
+checks the invariants of proofs/INVARIANTS.md that can be read off the state
+and the lineage; on every transition, the ones about transitions (the cut is
+monotone, the filter keeps exactly the uncovered ordinals, the parent value
+is untouched); and from every state it drains the stream without failures
+and checks that every ordinal was trained exactly once or dropped.
+
+Moves over one ordinal at a time reach every state that moves over sets do
+(a set move is a sequence of single moves), so single moves plus one
+whole-buffer training step and whole-batch yields suffice for the state
+space; the checker says how many states and transitions it explored.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+from collections import deque
+from collections.abc import Callable, Iterator
+
+import attrs
+
+from .._checkpoint import Checkpoint
+from .._errors import IllegalTransitionError
+from .._events import Buffer, Dispatch, Evict, Fail, FailurePolicy, Status, Train
+from .._ledger import Ledger, LedgerConfig
+
+_LIVE = (Status.PENDING, Status.OUTSTANDING, Status.BUFFERED)
+_RESOLVED = (Status.TRAINED, Status.DROPPED)
+_SOURCES: dict[type[Dispatch | Buffer | Fail | Evict | Train], Status] = {
+    Dispatch: Status.PENDING,
+    Buffer: Status.OUTSTANDING,
+    Fail: Status.OUTSTANDING,
+    Evict: Status.BUFFERED,
+    Train: Status.BUFFERED,
+}
+
+
+class InvariantViolation(AssertionError):
+    """An invariant failed in an explored state; ``trace`` replays it."""
+
+    def __init__(self, invariant: str, detail: str, trace: tuple[str, ...]) -> None:
+        self.invariant = invariant
+        self.detail = detail
+        self.trace = trace
+        steps = "\n  ".join(trace) or "(initial state)"
+        super().__init__(f"{invariant}: {detail}\nreached by:\n  {steps}")
+
+
+@attrs.frozen
+class Bounds:
+    """The small scope: a finite stream in batches, and a failure policy.
+    Crashes are unbounded (see ``State``)."""
+
+    stream_len: int = 5
+    batch: int = 2
+    on_failure: FailurePolicy = FailurePolicy.RETRY
+    max_attempts: int = 2
+
+
+@attrs.frozen
+class Lineage:
+    """What the surviving run did, per ordinal: how many times it was
+    resolved (trained or dropped: exactly-once means exactly one), and its
+    failures (failed generations plus evictions) while unresolved.
+
+    Trained and dropped are not told apart, and failures are forgotten once
+    an ordinal is resolved: no invariant reads them after that, and keeping
+    them would multiply the states by 2**n for nothing.
+    """
+
+    resolved: tuple[int, ...]
+    failures: tuple[int, ...]
+
+    @classmethod
+    def empty(cls, n: int) -> Lineage:
+        return cls((0,) * n, (0,) * n)
+
+    def resolve(self, ordinals: tuple[int, ...]) -> Lineage:
+        resolved = list(self.resolved)
+        failures = list(self.failures)
+        for o in ordinals:
+            resolved[o] += 1
+            failures[o] = 0
+        return Lineage(tuple(resolved), tuple(failures))
+
+    def fail(self, ordinals: tuple[int, ...]) -> Lineage:
+        failures = list(self.failures)
+        for o in ordinals:
+            failures[o] += 1
+        return attrs.evolve(self, failures=tuple(failures))
+
+
+@attrs.frozen
+class State:
+    """A point of the exploration: the live ledger and the lineage.
+
+    There is no "last checkpoint" here, and no kill counter: the state after
+    a crash depends only on the checkpoint it restarts from (and the resume
+    options), never on what happened between that checkpoint and the crash.
+    So every checkpoint branches at once into every resume from it, which
+    covers a crash at any later moment before the next checkpoint, and the
+    number of crashes is unbounded: the state space stays finite because the
+    stream and the attempts are.
+    """
+
+    ledger: Ledger
+    lineage: Lineage
+
+
+@attrs.frozen
+class Report:
+    """What an exploration covered."""
+
+    bounds: Bounds
+    states: int
+    transitions: int
+    ledgers: int
+    drained_states: int
+    illegal_events_checked: int
+    checkpoints_checked: int
+
+
+_Trace = Callable[[], tuple[str, ...]]
+
+
+def explore(bounds: Bounds) -> Report:
+    """Explore every reachable state within ``bounds``; raise
+    ``InvariantViolation`` at the first broken invariant, with the shortest
+    trace that reaches it (breadth first)."""
+    config = LedgerConfig(
+        on_failure=bounds.on_failure,
+        max_attempts=bounds.max_attempts,
+        stream_len=bounds.stream_len,
+        fingerprint="explore",
+    )
+    first = Ledger.start(config)
+    empty = Lineage.empty(bounds.stream_len)
+    start = State(first, empty)
+    parents: dict[State, tuple[State, str] | None] = {start: None}
+    #: Ledgers whose own invariants were checked: many states share one.
+    ledgers: set[Ledger] = set()
+    resumes: dict[Checkpoint, list[tuple[str, Ledger]]] = {}
+    queue = deque([start])
+    counters = {"transitions": 0, "drained": 0, "illegal": 0, "checkpoints": 0}
+
+    def trace_of(state: State) -> _Trace:
+        def trace() -> tuple[str, ...]:
+            steps: list[str] = []
+            link = parents.get(state)
+            while link is not None:
+                parent, label = link
+                steps.append(label)
+                link = parents.get(parent)
+            return tuple(reversed(steps))
+
+        return trace
+
+    def visit(state: State) -> None:
+        trace = trace_of(state)
+        _check_lineage(state, bounds, trace)
+        if state.ledger not in ledgers:
+            ledgers.add(state.ledger)
+            _check_ledger(state.ledger, trace)
+            counters["illegal"] += _check_illegal(state.ledger, bounds, trace)
+        if state.ledger.drained:
+            counters["drained"] += 1
+            _check_exactly_once(state, bounds, trace)
+
+    visit(start)
+    while queue:
+        state = queue.popleft()
+        trace = trace_of(state)
+        frozen = state.ledger.checkpoint()
+        for label, child in _successors(state, bounds, counters, resumes, trace):
+            counters["transitions"] += 1
+            if child in parents:
+                continue
+            parents[child] = (state, label)
+            visit(child)
+            queue.append(child)
+        # IMMUTABLE: exploring every successor left the parent value as it was.
+        if state.ledger.checkpoint() != frozen:
+            raise InvariantViolation("IMMUTABLE", "a transition changed its parent", trace())
+    return Report(
+        bounds=bounds,
+        states=len(parents),
+        transitions=counters["transitions"],
+        ledgers=len(ledgers),
+        drained_states=counters["drained"],
+        illegal_events_checked=counters["illegal"],
+        checkpoints_checked=counters["checkpoints"],
+    )
+
+
+def _successors(
+    state: State,
+    bounds: Bounds,
+    counters: dict[str, int],
+    cache: dict[Checkpoint, list[tuple[str, Ledger]]],
+    trace: _Trace,
+) -> Iterator[tuple[str, State]]:
+    ledger, lineage = state.ledger, state.lineage
+
+    def moved(after: Ledger, lineage: Lineage = lineage) -> State:
+        # CUT-MONO within a process life.
+        if after.cut < ledger.cut:
+            raise InvariantViolation(
+                "CUT-MONO", f"cut fell from {ledger.cut} to {after.cut}", trace()
+            )
+        return State(after, lineage)
+
+    def failed(o: int, after: Ledger, dropped: tuple[int, ...]) -> State:
+        lin = lineage.fail((o,))
+        # RETRY-BOUND: attempts survive crashes, so no ordinal fails more
+        # often than the policy allows.
+        if lin.failures[o] > bounds.max_attempts:
+            raise InvariantViolation(
+                "RETRY-BOUND", f"ordinal {o} failed {lin.failures[o]} times", trace()
+            )
+        if dropped:
+            # RETRY-BOUND, checked at the moment of the drop.
+            if bounds.on_failure is FailurePolicy.RETRY and lin.failures[o] < bounds.max_attempts:
+                raise InvariantViolation(
+                    "RETRY-BOUND", f"ordinal {o} dropped after {lin.failures[o]} failures", trace()
+                )
+            lin = lin.resolve(dropped)
+        return moved(after, lin)
+
+    if not ledger.exhausted:
+        step = ledger.stamp(bounds.batch)
+        _check_filter(ledger, step.effect.yielded, step.effect.kept, trace)
+        yield f"yield {list(step.effect.yielded)}", moved(step.ledger)
+    for o in ledger.ordinals(Status.PENDING):
+        yield f"dispatch [{o}]", moved(ledger.dispatch([o]))
+    for o in ledger.ordinals(Status.OUTSTANDING):
+        yield f"buffer [{o}]", moved(ledger.buffer([o]))
+        step = ledger.fail([o])
+        yield f"fail [{o}]", failed(o, step.ledger, step.effect.dropped)
+    buffered = tuple(ledger.ordinals(Status.BUFFERED))
+    for o in buffered:
+        step = ledger.evict([o])
+        yield f"evict [{o}]", failed(o, step.ledger, step.effect.dropped)
+        yield f"train [{o}]", moved(ledger.train([o]), lineage.resolve((o,)))
+    if len(buffered) > 1:
+        yield f"train {list(buffered)}", moved(ledger.train(buffered), lineage.resolve(buffered))
+    for save_buffer in (True, False):
+        checkpoint = ledger.checkpoint(save_buffer=save_buffer)
+        for label, resumed in _resumes(checkpoint, ledger.config, cache, counters, trace):
+            yield f"checkpoint save_buffer={save_buffer}; kill; {label}", State(resumed, lineage)
+
+
+def _resumes(
+    checkpoint: Checkpoint,
+    config: LedgerConfig,
+    cache: dict[Checkpoint, list[tuple[str, Ledger]]],
+    counters: dict[str, int],
+    trace: _Trace,
+) -> list[tuple[str, Ledger]]:
+    """Every ledger a crash after ``checkpoint`` can resume into. Many states
+    share a checkpoint, so each distinct one is checked and resumed once."""
+    if checkpoint in cache:
+        return cache[checkpoint]
+    # CKPT-ROUNDTRIP; the resume reads the record back, as a real restart does.
+    record = json.loads(json.dumps(checkpoint.state_dict()))
+    restored = Checkpoint.from_state_dict(record, fingerprint="explore")
+    if restored != checkpoint:
+        raise InvariantViolation("CKPT-ROUNDTRIP", "record read back differs", trace())
+    counters["checkpoints"] += 1
+    retained = tuple(restored.retained_ordinals())
+    options: list[tuple[bool, tuple[int, ...]]] = [(False, ())]
+    for r in range(len(retained) + 1):
+        options.extend((True, evicted) for evicted in itertools.combinations(retained, r))
+    out = []
+    for load, evicted in options:
+        resumed = Ledger.resume(
+            config, restored, load_replay_buffer=load, evicted_on_restore=evicted
+        )
+        _check_resume(restored, resumed.ledger, resumed.rewind_to, resumed.covered, trace)
+        # RESUME-EXACT: a crash right after the resume loses nothing; with
+        # the whole buffer restored the state it saves is the one it left.
+        again = resumed.ledger.checkpoint()
+        same = (again.cut, again.trained_above_cut, again.dropped_above_cut) == (
+            restored.cut,
+            restored.trained_above_cut,
+            restored.dropped_above_cut,
+        )
+        if not same or (load and not evicted and again != restored):
+            raise InvariantViolation("RESUME-EXACT", "a crash right after resume differs", trace())
+        label = f"resume load_replay_buffer={load} evicted_on_restore={list(evicted)}"
+        out.append((label, resumed.ledger))
+    cache[checkpoint] = out
+    return out
+
+
+def _check_filter(ledger: Ledger, yielded: range, kept: tuple[int, ...], trace: _Trace) -> None:
+    expected = tuple(
+        o
+        for o in yielded
+        if o >= ledger.cut and ledger.status(o) not in (*_RESOLVED, Status.BUFFERED)
+    )
+    if kept != expected:
+        raise InvariantViolation("FILTER-COVERED", f"kept {kept}, expected {expected}", trace())
+    if not ledger.filtering and kept != tuple(yielded):
+        raise InvariantViolation(
+            "FILTER-CLEARS", f"filter inactive but kept {kept} of {list(yielded)}", trace()
+        )
+
+
+def _check_resume(
+    checkpoint: Checkpoint,
+    ledger: Ledger,
+    rewind_to: int,
+    covered: tuple[int, ...],
+    trace: _Trace,
+) -> None:
+    if rewind_to != checkpoint.cut or ledger.cut != checkpoint.cut:
+        raise InvariantViolation("RESUME-EXACT", f"rewound to {rewind_to}", trace())
+    done = set(checkpoint.trained()) | set(checkpoint.dropped())
+    if not done <= set(covered) <= done | set(checkpoint.retained_ordinals()):
+        raise InvariantViolation("RESUME-EXACT", f"covered {covered} vs checkpoint", trace())
+
+
+def _check_lineage(state: State, bounds: Bounds, trace: _Trace) -> None:
+    ledger, lineage = state.ledger, state.lineage
+    for o in range(bounds.stream_len):
+        if lineage.resolved[o] > 1:
+            raise InvariantViolation(
+                "NO-DUP", f"ordinal {o} resolved {lineage.resolved[o]}x", trace()
+            )
+        if o < ledger.cut and lineage.resolved[o] != 1:
+            raise InvariantViolation(
+                "CUT-LOWER-BOUND", f"ordinal {o} below the cut {ledger.cut} is unresolved", trace()
+            )
+        live = ledger.status(o) in (*_LIVE, Status.UNYIELDED)
+        if live and lineage.resolved[o]:
+            raise InvariantViolation("NO-DUP", f"resolved ordinal {o} is live again", trace())
+
+
+def _check_ledger(ledger: Ledger, trace: _Trace) -> None:
+    """The invariants that read the ledger alone."""
+    for status in (*_LIVE, Status.UNYIELDED):
+        for o in ledger.ordinals(status):
+            if o < ledger.cut:
+                raise InvariantViolation(
+                    "CUT-LOWER-BOUND", f"{status.name} ordinal {o} below the cut", trace()
+                )
+    for o in range(ledger.cut, ledger.next_ordinal):
+        if ledger.status(o) not in (*_LIVE, *_RESOLVED):
+            raise InvariantViolation("LIVE-ENTRY", f"yielded ordinal {o} has no entry", trace())
+    for status in Status:
+        if ledger.count(status) != len(list(ledger.ordinals(status))):
+            raise InvariantViolation("STATE-COUNTS", f"count of {status.name} is off", trace())
+    window = max(ledger.next_ordinal, ledger.filter_horizon) - ledger.cut
+    if ledger.size() > max(window, 0) + ledger.count(Status.UNYIELDED):
+        raise InvariantViolation(
+            "BOUNDED-SIZE", f"{ledger.size()} entries, window {window}", trace()
+        )
+
+
+def _check_illegal(ledger: Ledger, bounds: Bounds, trace: _Trace) -> int:
+    """ILLEGAL-NOCHANGE for every class of illegal single-ordinal event here.
+
+    Whether an event is legal, and what the error says, depends only on the
+    ordinal's class (its status, or below the cut, or not yet yielded), so
+    one ordinal of each class stands for all of them."""
+    before = ledger.checkpoint().state_dict()
+    classes: dict[object, int] = {}
+    for o in range(bounds.stream_len + 1):
+        key: object = ledger.status(o) if o >= ledger.cut else "resolved"
+        if o >= ledger.next_ordinal and key == Status.UNYIELDED:
+            key = ("unyielded", ledger.attempts(o) > 0)
+        classes.setdefault(key, o)
+    checked = 0
+    for event, source in _SOURCES.items():
+        for o in classes.values():
+            if ledger.status(o) == source:
+                continue
+            try:
+                ledger.apply(event([o]))
+            except IllegalTransitionError as exc:
+                if exc.ordinals != (o,) or exc.event != event.name:
+                    raise InvariantViolation(
+                        "ILLEGAL-NOCHANGE", f"error names {exc.event} {exc.ordinals}", trace()
+                    ) from exc
+            else:
+                raise InvariantViolation(
+                    "ILLEGAL-NOCHANGE",
+                    f"{event.name} [{o}] accepted in {ledger.status(o)}",
+                    trace(),
+                )
+            checked += 1
+    if ledger.checkpoint().state_dict() != before:
+        raise InvariantViolation("ILLEGAL-NOCHANGE", "a refused event changed the ledger", trace())
+    return checked
+
+
+def _check_exactly_once(state: State, bounds: Bounds, trace: _Trace) -> None:
+    """NO-SKIP and NO-DUP in a drained end state."""
+    for o in range(bounds.stream_len):
+        if state.lineage.resolved[o] != 1:
+            raise InvariantViolation(
+                "NO-SKIP" if state.lineage.resolved[o] == 0 else "NO-DUP",
+                f"drained, yet ordinal {o} was resolved {state.lineage.resolved[o]}x",
+                trace(),
+            )
