@@ -42,6 +42,7 @@ def test_every_registered_invariant_check_is_documented() -> None:
 def test_each_invariant_has_statement_proof_and_resolvable_references(invariant: str) -> None:
     body = SECTIONS[invariant]
     assert "**Statement.**" in body and "**Proof sketch.**" in body
+    assert "**Exhaustively checked:**" in body
     for symbol in refs(body, "Enforced by"):
         resolve(symbol)
     checked = refs(body, "Checked by")
