@@ -180,6 +180,11 @@ def format_results(results: dict[str, ModeResult], stream_len: int) -> str:
         row("dropped on record", len(ra.dropped), len(rb.dropped)),
         row("failures (timeouts)", _fails(a), _fails(b)),
         row("stale evictions", a.counters.get("evicted", 0), b.counters.get("evicted", 0)),
+        row(
+            "resumes without the buffer",
+            a.counters.get("buffer_skipped", 0),
+            b.counters.get("buffer_skipped", 0),
+        ),
         row("wall time (s)", a.seconds, b.seconds),
         "",
     ]

@@ -163,14 +163,26 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--num-generations", type=int, default=8)
     p.add_argument("--max-tokens", type=int, default=8)
     p.add_argument("--max-in-flight", type=int, default=12)
-    p.add_argument("--max-ahead", type=int, default=24)
+    p.add_argument(
+        "--max-ahead",
+        type=int,
+        default=None,
+        help="groups generating or buffered at most (default: one step's worth per "
+        "step of allowed age, groups_per_step * (max_age + 1))",
+    )
     p.add_argument("--max-age", type=int, default=2, help="max_trajectory_age_steps")
     p.add_argument("--timeout", type=float, default=0.5, help="seconds per request")
     p.add_argument("--fail-rate", type=float, default=0.02)
     p.add_argument("--stall-rate", type=float, default=0.01)
-    p.add_argument("--token-latency", type=float, default=0.002)
+    p.add_argument("--token-latency", type=float, default=0.006)
     p.add_argument("--lr", type=float, default=3e-3)
     p.add_argument("--step-pause", type=float, default=0.0, help="sleep after each step")
+    p.add_argument(
+        "--skip-buffer-restore",
+        type=float,
+        default=0.25,
+        help="chance that a resume does not restore the replay buffer (seeded per life)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -214,12 +226,17 @@ def run(args: argparse.Namespace) -> int:
         state = loaded.json_parts["state"]
         step, lives, rewards = loaded.step, state["lives"] + 1, list(state["rewards"])
         counters = dict(state["counters"])
+        # load_replay_buffer=False regenerates the buffered window (no
+        # short-rollout bias); the legacy cursor just loses it, as in #3583.
+        load_buffer = _unit(args.seed, "restore", lives) >= args.skip_buffer_restore
+        counters["buffer_skipped"] = counters.get("buffer_skipped", 0) + (not load_buffer)
         if frontier:
             collector = StreamCollector(source, config)
-            collector.resume(state["collector"], load_replay_buffer=True)
+            collector.resume(state["collector"], load_replay_buffer=load_buffer)
         else:
             collector = LiveCursorCollector(source, start=state["cursor"], retry=True)
-        buffer.load_state_dict(state["buffer"])
+        if load_buffer:
+            buffer.load_state_dict(state["buffer"])
         model.load_state_dict(loaded.tensor_parts["model"])
         optim.load_state_dict(loaded.tensor_parts["optim"])
         log = TrainLogWriter(log_path, resume_records=state["records"])
@@ -231,6 +248,9 @@ def run(args: argparse.Namespace) -> int:
         stall_rate=args.stall_rate,
     )
     params = CpuSamplingParams(n=args.num_generations, max_tokens=args.max_tokens)
+    max_ahead = args.max_ahead
+    if max_ahead is None:
+        max_ahead = args.groups_per_step * (args.max_age + 1)
 
     def on_event(ev: RolloutEvent) -> None:
         if ev.kind == "fail":
@@ -274,7 +294,7 @@ def run(args: argparse.Namespace) -> int:
             prompt_of=list,
             sampling_params=params,
             max_in_flight=args.max_in_flight,
-            max_ahead=args.max_ahead,
+            max_ahead=max_ahead,
             timeout=args.timeout,
             version=lambda: step,
             on_dropped=on_dropped,
