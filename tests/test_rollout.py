@@ -446,3 +446,37 @@ def test_a_wiring_error_in_a_worker_stops_the_loop_instead_of_vanishing() -> Non
                 await loop.until(lambda: loop.idle)
 
     arun(main())
+
+
+def test_a_dead_engine_stops_the_loop_and_burns_no_attempt() -> None:
+    class EngineDead(RuntimeError):
+        pass
+
+    class Dying(ScriptEngine):
+        fatal_errors = (EngineDead,)
+
+        async def generate(
+            self, prompt: Any, sampling_params: Any, request_id: str
+        ) -> AsyncIterator[RequestOutput]:
+            await asyncio.sleep(0)
+            raise EngineDead("EngineCore died")
+            yield  # pragma: no cover
+
+    async def main() -> None:
+        config = LedgerConfig(stream_len=3, on_failure=FailurePolicy.DROP)
+        collector = StreamCollector(ListSource(3), config)
+        events: list[RolloutEvent] = []
+        dropped: list[int] = []
+        loop = RolloutLoop(
+            collector, Dying(collector), Sink(), prompt_of=str, sampling_params=None,
+            num_generations=N_GEN, on_event=events.append, on_dropped=dropped.extend,
+        )  # fmt: skip
+        with pytest.raises(EngineDead):
+            async with loop:
+                await loop.until(lambda: loop.idle)
+        assert not any(e.kind in ("fail", "drop") for e in events) and dropped == []
+        for o in range(3):  # outstanding: the restart regenerates them
+            assert collector.ledger.status(o) is Status.OUTSTANDING
+            assert collector.ledger.attempts(o) == 0
+
+    arun(main())

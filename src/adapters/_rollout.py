@@ -139,7 +139,11 @@ class RolloutLoop:
     generate at once and, with ``max_ahead``, at most that many are
     generating or waiting in the sink (back pressure from the trainer).
     ``timeout`` bounds each request in seconds. ``version()`` is the current
-    policy version, stamped on each group at dispatch.
+    policy version, stamped on each group at dispatch. ``fatal_errors``
+    (default: the engine's ``fatal_errors`` attribute, if any) are exception
+    types that mean the engine died: they stop the loop (``until`` and the
+    ``async with`` raise them) and burn no attempt, since a dead engine is
+    not a failed prompt.
 
     Use it as ``async with RolloutLoop(...) as rollout:``; the trainer waits
     with ``await rollout.until(predicate)`` and calls ``rollout.wake()``
@@ -162,6 +166,7 @@ class RolloutLoop:
         on_dropped: Callable[[Sequence[int]], None] | None = None,
         on_event: Callable[[RolloutEvent], None] | None = None,
         request_id: Callable[[int, int], str] = default_request_id,
+        fatal_errors: tuple[type[BaseException], ...] | None = None,
     ) -> None:
         if num_generations is None:
             num_generations = int(getattr(sampling_params, "n", 0))
@@ -182,6 +187,9 @@ class RolloutLoop:
         self.on_dropped = on_dropped
         self.on_event = on_event
         self.request_id = request_id
+        if fatal_errors is None:
+            fatal_errors = tuple(getattr(engine, "fatal_errors", ()))
+        self.fatal_errors = fatal_errors
         self._tasks: dict[int, asyncio.Task[None]] = {}
         self._requests: dict[int, _Request] = {}
         self._attempts: dict[int, int] = {}
@@ -348,6 +356,11 @@ class RolloutLoop:
                 raise
             except Exception as exc:
                 detail = f"{type(exc).__name__}: {exc}"
+                if isinstance(exc, self.fatal_errors):
+                    # The engine itself is gone (vLLM's EngineDeadError): not
+                    # this prompt's failure. Stop the loop; the ordinal stays
+                    # outstanding and the restart regenerates it.
+                    raise
                 self._failed(req, detail)
         except asyncio.CancelledError:
             raise

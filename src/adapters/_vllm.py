@@ -60,6 +60,18 @@ class VllmEngine:
     def __init__(self, llm: Any) -> None:
         self.llm = llm
 
+    @property
+    def fatal_errors(self) -> tuple[type[BaseException], ...]:
+        """``EngineDeadError``: the engine core died. The rollout loop stops
+        on it instead of failing (and eventually dropping) every prompt that
+        was in flight; the restart regenerates them."""
+        try:
+            exceptions = importlib.import_module("vllm.v1.engine.exceptions")
+        except ImportError:
+            return ()
+        dead: type[BaseException] = exceptions.EngineDeadError
+        return (dead,)
+
     @classmethod
     def from_engine_args(cls, **engine_args: Any) -> VllmEngine:
         """``AsyncLLM.from_engine_args(AsyncEngineArgs(**engine_args))``,
