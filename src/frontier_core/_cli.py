@@ -31,6 +31,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "frontier_adapters._demo",
         "async GRPO on a CPU engine under real SIGKILLs: the legacy/frontier audit A/B",
     ),
+    "bench": (
+        "frontier_adapters._bench",
+        "benchmarks: bookkeeping cost against the bare data loader, as ratios (table + JSON)",
+    ),
 }
 
 
