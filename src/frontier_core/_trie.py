@@ -137,39 +137,24 @@ class IntMap:
 
     def min_key(self) -> int | None:
         """The smallest key, in O(height) since empty nodes are pruned."""
-        node: _Node | None = self._root
-        shift = self._shift
-        prefix = 0
-        while node is not None:
-            for index, slot in enumerate(node):
-                if slot is not None:
-                    prefix |= index << shift
-                    if shift == 0:
-                        return prefix
-                    node = slot
-                    shift -= _BITS
-                    break
-            else:  # pragma: no cover - pruning forbids empty nodes
-                raise AssertionError("empty node in trie")
-        return None
+        return self._edge(range(_WIDTH))
 
     def max_key(self) -> int | None:
         """The largest key, in O(height)."""
-        node: _Node | None = self._root
+        return self._edge(range(_MASK, -1, -1))
+
+    def _edge(self, order: range) -> int | None:
+        # Follow the first non-empty slot in ``order`` at every level.
+        node = self._root
         shift = self._shift
         prefix = 0
         while node is not None:
-            for index in range(_MASK, -1, -1):
-                slot = node[index]
-                if slot is not None:
-                    prefix |= index << shift
-                    if shift == 0:
-                        return prefix
-                    node = slot
-                    shift -= _BITS
-                    break
-            else:  # pragma: no cover - pruning forbids empty nodes
-                raise AssertionError("empty node in trie")
+            index = next(i for i in order if node[i] is not None)
+            prefix |= index << shift
+            if shift == 0:
+                return prefix
+            node = node[index]
+            shift -= _BITS
         return None
 
     def node_count(self) -> int:
