@@ -171,7 +171,7 @@ def configure(p: argparse.ArgumentParser) -> None:
         "step of allowed age, groups_per_step * (max_age + 1))",
     )
     p.add_argument("--max-age", type=int, default=2, help="max_trajectory_age_steps")
-    p.add_argument("--timeout", type=float, default=0.5, help="seconds per request")
+    p.add_argument("--timeout", type=float, default=1.5, help="seconds per request")
     p.add_argument("--fail-rate", type=float, default=0.02)
     p.add_argument("--stall-rate", type=float, default=0.01)
     p.add_argument("--token-latency", type=float, default=0.006)
