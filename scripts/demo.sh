@@ -1,8 +1,14 @@
 #!/usr/bin/env bash
-# The main job: set up ./.venv, then run the kill/resume A/B on the embedded
-# default workload (the seed's validation run). Extra arguments go to
-# `frontier simulate`.
+# The main job: set up ./.venv, then
+#   1. `frontier simulate`: the kill/resume A/B on the seed's validation
+#      workload (a second), legacy live cursor against frontier_core;
+#   2. `frontier demo`: a real async GRPO loop (tiny torch model, CPU engine)
+#      SIGKILLed several times per mode and resumed, audited side by side,
+#      with the reward curve (about two minutes on 2 cores).
+# Exit status is non-zero if frontier_core loses or duplicates a prompt.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh torch,dev
-.venv/bin/frontier simulate "$@"
+.venv/bin/frontier simulate
+echo
+.venv/bin/frontier demo "$@"
