@@ -5,6 +5,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import pytest
+
 README = (Path(__file__).resolve().parent.parent / "README.md").read_text()
 
 
@@ -16,3 +18,19 @@ def test_integration_example_runs_and_its_assertions_hold() -> None:
     namespace: dict[str, object] = {}
     exec(compile(example, "README.md", "exec"), namespace)
     assert "assert" in example
+
+
+def test_rollout_example_runs_and_audits_clean(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The vLLM-binding page's example, with the CPU engine, as written."""
+    pytest.importorskip("torch")
+    from frontier_core import fold_lineage, read_train_log
+
+    (block,) = [b for b in re.findall(r"```python\n(.*?)```", README, re.S) if "RolloutLoop" in b]
+    monkeypatch.chdir(tmp_path)
+    exec(compile(block, "README.md", "exec"), {"__name__": "readme_example"})
+    lineage = fold_lineage(read_train_log(tmp_path / "log.jsonl"))
+    trained = sorted(o for ordinals in lineage.steps.values() for o in ordinals)
+    dropped = sorted(o for ordinals in lineage.dropped for o in ordinals)
+    assert sorted(trained + dropped) == list(range(64))
