@@ -1,0 +1,284 @@
+"""The Ray side: the ledger actor, rollout worker actors and the driver's
+fleet, which turns Ray's actor-died errors into ledger events.
+
+``LedgerActor`` is ``LedgerService`` as a Ray actor (single-threaded, so its
+calls are serialised; it needs no CPU of its own). Rollout workers are actors
+with a ``generate(ledger, lease)`` method that generates the lease's prompts
+and reports them to the ledger actor in batches (``StandInRollout`` sleeps a
+random time per prompt; ``CpuEngineRollout`` samples from the CPU engine of
+the rollout binding).
+
+``RolloutFleet`` runs in the driver. It takes leases from the ledger actor,
+fans them out, and collects the calls with ``ray.wait``. When a call ends in
+Ray's ``RayActorError`` (``ray.kill``, a crash with ``os._exit``, a lost
+node), the worker is gone: the fleet releases every lease that worker held
+(the ledger fails what they still hold, so ``retry`` regenerates it) and
+starts a replacement. When the *ledger* actor is gone the fleet raises
+``LedgerLostError``: the driver rebuilds it from its last checkpoint and hands
+the fleet the new handle (``set_ledger``), which voids every lease in flight.
+
+This module imports ray; torch only when a ``CpuEngineRollout`` is built.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import os
+import random
+import time
+from collections.abc import Callable
+from typing import Any
+
+import ray
+from ray.exceptions import RayActorError, RayTaskError
+
+from ._ray_ledger import Lease, LedgerService, Reported
+
+
+class LedgerLostError(RuntimeError):
+    """The ledger actor died (or its node did): rebuild it from the last
+    checkpoint."""
+
+
+#: ``LedgerService`` as a Ray actor. It holds no CPU: it sleeps between
+#: calls, and a CPU reservation would only starve the rollout workers.
+LedgerActor: Any = ray.remote(num_cpus=0, max_restarts=0)(LedgerService)
+
+
+def ledger_call(ref: Any, timeout: float | None = None) -> Any:
+    """``ray.get`` a ledger actor call; its death becomes ``LedgerLostError``.
+    An exception raised inside the call (a bug, an illegal transition) is
+    re-raised as Ray's ``RayTaskError``."""
+    try:
+        return ray.get(ref, timeout=timeout)
+    except RayTaskError:
+        raise
+    except RayActorError as exc:
+        raise LedgerLostError(str(exc).splitlines()[0]) from exc
+
+
+def _trajectory(ordinal: int, row: Any, tokens: int) -> dict[str, Any]:
+    digest = hashlib.sha256(f"{ordinal}:{row!r}".encode()).digest()
+    return {"tokens": [b % 16 for b in digest[:tokens]], "reward": digest[-1] / 255}
+
+
+class StandInRollout:
+    """A rollout worker without a model: each prompt takes an exponential
+    random ``latency`` (seconds, mean) and yields a deterministic fake
+    trajectory. ``fail_rate`` reports a failed generation; ``crash_rate``
+    kills the worker process (``os._exit``) in the middle of a lease.
+    Reports go to the ledger every ``report_every`` prompts."""
+
+    def __init__(
+        self,
+        *,
+        seed: int = 0,
+        latency: float = 0.01,
+        fail_rate: float = 0.0,
+        crash_rate: float = 0.0,
+        report_every: int = 4,
+        tokens: int = 8,
+    ) -> None:
+        self.seed = seed
+        self.latency = latency
+        self.fail_rate = fail_rate
+        self.crash_rate = crash_rate
+        self.report_every = max(1, report_every)
+        self.tokens = tokens
+
+    def generate(self, ledger: Any, lease: Lease) -> int:
+        rng = random.Random(f"{self.seed}:{lease.id}")
+        landed: list[tuple[int, Any]] = []
+        failed: list[int] = []
+        done = 0
+        for o, row in lease.items:
+            if self.latency > 0:
+                time.sleep(rng.expovariate(1.0 / self.latency))
+            if self.crash_rate and rng.random() < self.crash_rate:
+                os._exit(1)
+            if self.fail_rate and rng.random() < self.fail_rate:
+                failed.append(o)
+            else:
+                landed.append((o, _trajectory(o, row, self.tokens)))
+            if len(landed) + len(failed) >= self.report_every:
+                ray.get(ledger.report.remote(lease.id, landed, failed))
+                done += len(landed)
+                landed, failed = [], []
+        if landed or failed:
+            ray.get(ledger.report.remote(lease.id, landed, failed))
+            done += len(landed)
+        return done
+
+    def pid(self) -> int:
+        return os.getpid()
+
+    def crash(self) -> None:
+        os._exit(1)
+
+
+class CpuEngineRollout:
+    """A rollout worker on the rollout binding's ``CpuEngine``: a lease's
+    prompts (lists of token ids) generate concurrently, ``n`` samples each,
+    and land as groups of completions. Imports torch in the worker."""
+
+    def __init__(
+        self, *, seed: int = 0, n: int = 4, max_tokens: int = 8, token_latency: float = 0.0
+    ) -> None:
+        from ._cpu_engine import CpuEngine, CpuSamplingParams, TinyCausalLM
+
+        self.engine = CpuEngine(TinyCausalLM(seed=seed), seed=seed, token_latency=token_latency)
+        self.params = CpuSamplingParams(n=n, max_tokens=max_tokens)
+
+    def generate(self, ledger: Any, lease: Lease) -> int:
+        async def one(o: int, row: Any) -> tuple[int, Any]:
+            final: Any = None
+            async for out in self.engine.generate(list(row), self.params, f"o{o}-{lease.id}"):
+                final = out
+            return o, {"completions": [list(c.token_ids) for c in final.outputs]}
+
+        async def run() -> list[tuple[int, Any]]:
+            return list(await asyncio.gather(*(one(o, row) for o, row in lease.items)))
+
+        landed = asyncio.run(run())
+        ray.get(ledger.report.remote(lease.id, landed, []))
+        return len(landed)
+
+    def pid(self) -> int:
+        return os.getpid()
+
+    def crash(self) -> None:
+        os._exit(1)
+
+
+def rollout_actor(cls: type, **kwargs: Any) -> Any:
+    """A rollout worker actor of class ``cls`` (no CPU reservation, so a
+    small cluster schedules as many as asked; Ray does not restart it)."""
+    return ray.remote(num_cpus=0, max_restarts=0)(cls).remote(**kwargs)
+
+
+class RolloutFleet:
+    """The driver's view of the rollout workers.
+
+    ``spawn(slot)`` starts the worker actor of a slot (again after a death).
+    ``fill()`` keeps ``calls_per_worker`` leases of ``per_call`` prompts in
+    flight per worker; ``poll(timeout)`` collects finished calls, handles
+    worker deaths, and returns the prompts that landed. Raises
+    ``LedgerLostError`` when the ledger actor is gone.
+    """
+
+    def __init__(
+        self,
+        ledger: Any,
+        spawn: Callable[[int], Any],
+        size: int,
+        *,
+        per_call: int = 4,
+        calls_per_worker: int = 1,
+    ) -> None:
+        self.ledger = ledger
+        self._spawn = spawn
+        self.per_call = per_call
+        self.calls_per_worker = calls_per_worker
+        self.workers: dict[int, Any] = {slot: spawn(slot) for slot in range(size)}
+        #: call ref -> (slot, lease id)
+        self._calls: dict[Any, tuple[int, str]] = {}
+        self._orphans: list[Any] = []
+        self.deaths = 0
+        self.released = 0
+        self.exhausted = False
+
+    @property
+    def in_flight(self) -> int:
+        return len(self._calls)
+
+    def set_ledger(self, ledger: Any) -> None:
+        """A rebuilt ledger actor: the calls in flight belong to the lost
+        one (their leases are void, their reports fail) and are forgotten."""
+        self.ledger = ledger
+        self._orphans += list(self._calls)
+        self._calls.clear()
+        self.exhausted = False
+
+    def _reap(self) -> None:
+        # Collect the voided calls as they end, so that their errors are
+        # consumed here rather than reported by Ray as unhandled.
+        if not self._orphans:
+            return
+        ready, self._orphans = ray.wait(self._orphans, num_returns=len(self._orphans), timeout=0)
+        for ref in ready:
+            try:
+                ray.get(ref)
+            except Exception:
+                pass
+
+    def fill(self) -> int:
+        """Submit leases to workers with room; returns prompts submitted."""
+        busy: dict[int, int] = dict.fromkeys(self.workers, 0)
+        for slot, _ in self._calls.values():
+            busy[slot] += 1
+        submitted = 0
+        self.exhausted = False
+        for slot, worker in self.workers.items():
+            for _ in range(self.calls_per_worker - busy[slot]):
+                lease: Lease = ledger_call(self.ledger.take.remote(self.per_call))
+                if not lease.items:
+                    self.exhausted = True
+                    return submitted
+                ref = worker.generate.remote(self.ledger, lease)
+                self._calls[ref] = (slot, lease.id)
+                submitted += len(lease.items)
+        return submitted
+
+    def poll(self, timeout: float) -> int:
+        """Wait up to ``timeout`` s for calls to finish; returns the prompts
+        their workers reported landed. Dead workers are replaced and their
+        leases released through the ledger."""
+        self._reap()
+        if not self._calls:
+            return 0
+        ready, _ = ray.wait(list(self._calls), num_returns=1, timeout=timeout)
+        if not ready:
+            return 0
+        ready, _ = ray.wait(list(self._calls), num_returns=len(self._calls), timeout=0)
+        landed = 0
+        dead: set[int] = set()
+        lost: list[str] = []
+        for ref in ready:
+            slot, lease = self._calls.pop(ref)
+            try:
+                landed += int(ray.get(ref))
+            except RayTaskError as exc:
+                # The worker lives; its call failed. A dead ledger actor shows
+                # up here as the cause of the worker's failed report.
+                if isinstance(exc.cause, RayActorError):
+                    raise LedgerLostError(str(exc).splitlines()[0]) from exc
+                raise
+            except RayActorError:
+                dead.add(slot)
+                lost.append(lease)
+        if dead:
+            self._replace(dead, lost)
+        return landed
+
+    def kill(self, slot: int, *, crash: bool = False) -> None:
+        """Kill a worker: ``ray.kill``, or a crash inside it (``os._exit``)."""
+        worker = self.workers[slot]
+        if crash:
+            worker.crash.remote()
+        else:
+            ray.kill(worker, no_restart=True)
+
+    def _replace(self, slots: set[int], leases: list[str]) -> Reported:
+        # Every other call queued on a dead worker fails too: release all.
+        for ref, (slot, lease) in list(self._calls.items()):
+            if slot in slots:
+                leases.append(lease)
+                del self._calls[ref]
+        result: Reported = ledger_call(self.ledger.release.remote(leases))
+        self.released += result.failed
+        for slot in slots:
+            self.deaths += 1
+            ray.kill(self.workers[slot], no_restart=True)
+            self.workers[slot] = self._spawn(slot)
+        return result
