@@ -26,12 +26,18 @@ CHECKPOINT_EVERY = 1_000
 # -- 2. ledger scaling ---------------------------------------------------------
 
 
-def steady_ledger(in_flight: int) -> tuple[Ledger, int]:
+def steady_ledger(in_flight: int, *, ramp: bool = False) -> tuple[Ledger, int]:
     """A ledger with ``in_flight`` ordinals outstanding; returns it and the
-    oldest outstanding ordinal."""
+    oldest outstanding ordinal. ``ramp`` fills the window 32 at a time, as a
+    run does (one big batch would add its own transient to a peak RSS)."""
     ledger = Ledger.start(LedgerConfig())
-    step = ledger.stamp(in_flight)
-    return step.ledger.dispatch(step.effect.kept), 0
+    chunk = BATCH if ramp else in_flight
+    filled = 0
+    while filled < in_flight:
+        step = ledger.stamp(min(chunk, in_flight - filled))
+        ledger = step.ledger.dispatch(step.effect.kept)
+        filled += len(step.effect.kept)
+    return ledger, 0
 
 
 def lifecycles(
@@ -103,12 +109,13 @@ def bench_ledger(*, quick: bool, rounds: int) -> list[Row]:
 WINDOW_BATCHES = 8
 
 
-def healthy_run(total: int, seed: int = 0) -> Ledger:
+def healthy_run(total: int) -> Ledger:
     """A healthy run of ``total`` prompts with a fixed window: 8 batches of 32
     in flight; each step the oldest batch's groups land in a shuffled order,
     a quarter of them one step late (stragglers), and a step trains the 32
-    groups that landed first. Ends mid-flight, with its window full."""
-    rng = random.Random(seed)
+    groups that landed first. Ends mid-flight, with its window full. The
+    shuffles are drawn from the number of steps left, so runs of any length
+    end in the same pattern (the same window, shifted)."""
     ledger = Ledger.start(LedgerConfig(fingerprint="bench:healthy"))
     batches: list[list[int]] = []
     late: list[int] = []
@@ -121,7 +128,7 @@ def healthy_run(total: int, seed: int = 0) -> Ledger:
         if len(batches) < WINDOW_BATCHES:
             continue
         oldest = batches.pop(0)
-        rng.shuffle(oldest)
+        random.Random(((total - trained) // BATCH) % 64).shuffle(oldest)
         now, later = oldest[: 3 * BATCH // 4], oldest[3 * BATCH // 4 :]
         arriving = late + now
         late = later
@@ -145,6 +152,18 @@ def holes(ledger: Ledger, k: int) -> Ledger:
 
 def record_bytes(ledger: Ledger) -> int:
     return len(json.dumps(ledger.checkpoint().state_dict()).encode())
+
+
+def relative_record_bytes(ledger: Ledger) -> int:
+    """The size the same record would have with every range written as
+    ``[start - cut, stop - start]`` (a proposed encoding: only the cut then
+    grows with the run, by its decimal digits)."""
+    record = ledger.checkpoint().state_dict()
+    cut = record["cut"]
+    for key in ("trained_above_cut", "dropped_above_cut", "retained"):
+        record[key] = [[a - cut, b - a] for a, b in record[key]]
+    record["attempts"] = [[o - cut, n] for o, n in record["attempts"]]
+    return len(json.dumps(record).encode())
 
 
 def bench_checkpoint(*, quick: bool, rounds: int) -> list[Row]:
@@ -186,6 +205,17 @@ def bench_checkpoint(*, quick: bool, rounds: int) -> list[Row]:
             met=sizes[long] < 1024 and abs(ratio - 1) <= 0.10,
         )
     )
+    rel = {n: relative_record_bytes(ledgers[n]) for n in ledgers}
+    rows.append(
+        row(
+            "checkpoint",
+            f"record after {long:,}, ranges relative to the cut (proposal)",
+            [rel[long]],
+            "bytes",
+            ratios=[rel[long] / rel[short]],
+            baseline=f"same encoding after {short:,}",
+        )
+    )
     # Cost of taking the checkpoint (record + JSON), same window, both lengths.
     costs: dict[int, list[float]] = {n: [] for n in ledgers}
     reps = 200
@@ -218,6 +248,7 @@ def bench_checkpoint(*, quick: bool, rounds: int) -> list[Row]:
                 ratios=[at[long] / at[short]],
                 baseline=f"{k:,} holes after {short:,}",
                 bytes_per_hole=at[long] / k,
+                relative_encoding_bytes=relative_record_bytes(holes(ledgers[long], k)),
                 bytes_short=at[short],
             )
         )
@@ -240,15 +271,13 @@ def child(kind: str, size: int) -> None:
     print ``{"peak_kb": ...}`` as JSON on stdout."""
     extra: dict[str, Any] = {}
     if kind == "ledger":
-        ledger, oldest = steady_ledger(size)
+        ledger, oldest = steady_ledger(size, ramp=True)
         ledger, _ = lifecycles(ledger, oldest, 10 * CHECKPOINT_EVERY, checkpoint_every=1_000)
         extra = {"entries": ledger.size(), "nodes": ledger.node_count()}
     elif kind == "simulator":
         stats = _simulate_with_kills(size, max(size // 1_000, 1))
         extra = {"kills": stats.kills, "reached": stats.reached}
-    elif kind == "import":
-        import frontier_core.sim  # noqa: F401
-    elif kind != "empty":
+    elif kind not in ("empty", "import"):
         raise ValueError(kind)
     print(json.dumps({"peak_kb": _peak_kb(), **extra}))
 
@@ -271,54 +300,75 @@ def bench_memory(*, quick: bool, rounds: int) -> list[Row]:
     in_flight = 10_000 if quick else 100_000
     prompts = 20_000 if quick else 1_000_000
     reps = min(rounds, 3)
-    peaks: dict[str, list[float]] = {"empty": [], "import": [], "ledger": []}
-    info: dict[str, Any] = {}
+    runs = (("empty", 0), ("import", 0), ("ledger", 100), ("ledger", in_flight))
+    peaks: dict[tuple[str, int], list[float]] = {k: [] for k in runs}
+    info: dict[tuple[str, int], Any] = {}
     for _ in range(reps):
-        for kind in ("empty", "import", "ledger"):
-            got = _measure_child(kind, in_flight)
-            peaks[kind].append(got["peak_kb"] / 1024)
-            info[kind] = got
-    sim = _measure_child("simulator", prompts)
-    sim_peak = [sim["peak_kb"] / 1024]
-    net_ledger = [a - b for a, b in zip(peaks["ledger"], peaks["import"], strict=True)]
-    return [
-        row("memory", "empty interpreter peak RSS", peaks["empty"], "MiB"),
+        for kind, size in runs:
+            got = _measure_child(kind, size)
+            peaks[kind, size].append(got["peak_kb"] / 1024)
+            info[kind, size] = got
+    sims = {n: _measure_child("simulator", n) for n in (prompts // 10, prompts)}
+    imported = peaks["import", 0]
+    net = {
+        n: [a - b for a, b in zip(peaks["ledger", n], imported, strict=True)]
+        for n in (100, in_flight)
+    }
+    rows = [
+        row("memory", "empty interpreter: peak RSS", peaks["empty", 0], "MiB"),
         row(
             "memory",
-            "import frontier_core (+sim) peak RSS",
-            peaks["import"],
+            "import frontier_core: peak RSS",
+            imported,
             "MiB",
-            ratios=ratios_of(peaks["import"], peaks["empty"]),
+            ratios=ratios_of(imported, peaks["empty", 0]),
             baseline="empty interpreter",
         ),
-        row(
-            "memory",
-            f"ledger, {in_flight:,} in flight: peak RSS",
-            peaks["ledger"],
-            "MiB",
-            ratios=ratios_of(peaks["ledger"], peaks["import"]),
-            baseline="import frontier_core",
-            net_mib=net_ledger,
-            entries=info["ledger"]["entries"],
-            nodes=info["ledger"]["nodes"],
-        ),
-        row(
-            "memory",
-            f"ledger, {in_flight:,} in flight: above import",
-            net_ledger,
-            "MiB",
-            bytes_per_entry=statistics.median(net_ledger) * 2**20 / in_flight,
-        ),
-        row(
-            "memory",
-            f"simulator, {prompts:,} prompts, {sim['kills']:,} kills: peak RSS",
-            sim_peak,
-            "MiB",
-            ratios=[sim_peak[0] / statistics.median(peaks["import"])],
-            baseline="import frontier_core (median)",
-            kills=sim["kills"],
-        ),
     ]
+    for n in (100, in_flight):
+        rows.append(
+            row(
+                "memory",
+                f"ledger, {n:,} in flight: peak RSS",
+                peaks["ledger", n],
+                "MiB",
+                ratios=ratios_of(peaks["ledger", n], imported),
+                baseline="import frontier_core",
+                above_import_mib=net[n],
+                entries=info["ledger", n]["entries"],
+                nodes=info["ledger", n]["nodes"],
+            )
+        )
+    growth = [max(a - b, 0.0) for a, b in zip(net[in_flight], net[100], strict=True)]
+    rows.append(
+        row(
+            "memory",
+            f"ledger, {in_flight:,} in flight: above 100 in flight",
+            [max(g, 1e-3) for g in growth],
+            "MiB",
+            bytes_per_entry=statistics.median(growth) * 2**20 / in_flight,
+        )
+    )
+    small = sims[prompts // 10]
+    for n, sim in sims.items():
+        peak = sim["peak_kb"] / 1024
+        extra: dict[str, Any] = {}
+        if n == prompts:
+            extra = {
+                "ratios": [peak / (small["peak_kb"] / 1024)],
+                "baseline": f"simulator over {prompts // 10:,} prompts",
+            }
+        rows.append(
+            row(
+                "memory",
+                f"simulator, {n:,} prompts, {sim['kills']:,} kills: peak RSS",
+                [peak],
+                "MiB",
+                kills=sim["kills"],
+                **extra,
+            )
+        )
+    return rows
 
 
 # -- 6. simulator -----------------------------------------------------------------
