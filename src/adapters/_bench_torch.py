@@ -9,7 +9,7 @@ import gc
 import io
 import statistics
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -20,7 +20,6 @@ from frontier_core import Checkpoint, LedgerConfig
 
 from ._bench import Row, ratios_of, row
 from ._collector import StreamCollector
-from ._sampler import OrdinalBatch, OrdinalDataset, SeekableSampler
 from ._sources import SeekableSource, SnapshotSource
 from .torch import make_seekable_loader
 
@@ -58,12 +57,6 @@ class SynthDataset(Dataset[torch.Tensor]):
         return self.base + index
 
 
-def collate_stacked(items: Sequence[tuple[int, torch.Tensor]]) -> OrdinalBatch[Any]:
-    """Like ``collate_ordinals`` but stacks the rows in the worker (one
-    tensor per batch crosses the process boundary, as with the bare loader)."""
-    return OrdinalBatch(tuple(int(o) for o, _ in items), default_collate([r for _, r in items]))
-
-
 # -- the variants of one epoch ------------------------------------------------------
 
 
@@ -99,13 +92,10 @@ def epoch_seekable(ds: Dataset[Any], nw: int) -> None:
 
 
 def epoch_seekable_stacked(ds: Dataset[Any], nw: int) -> None:
-    """The seekable sampler with the rows stacked in the worker."""
-    loader = StatefulDataLoader(
-        OrdinalDataset(ds),
-        batch_size=BATCH,
-        sampler=SeekableSampler(len(ds), seed=0),  # type: ignore[arg-type]
-        collate_fn=collate_stacked,
-        num_workers=nw,
+    """``make_seekable_loader(collate_rows=default_collate)``: the rows are
+    stacked in the worker."""
+    loader = make_seekable_loader(
+        ds, batch_size=BATCH, seed=0, num_workers=nw, collate_rows=default_collate
     )
     for _ in loader:
         pass

@@ -18,7 +18,7 @@ stream, all epochs, so batches may straddle an epoch boundary.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, Final, Generic, TypeVar
 
 import attrs
@@ -138,12 +138,22 @@ class SeekableSampler(Sampler[tuple[int, int]]):
         self._seek = None
         self._next = start
         stop = self.stream_len
+        n = self.order.dataset_len
         o = start
+        # One epoch at a time over its permutation: the per-row work is a
+        # list step and two stores (this loop runs once per prompt).
         while stop is None or o < stop:
-            index = self.order.index(o)
-            o += 1
-            self._next = o
-            yield o - 1, index
+            epoch, position = divmod(o, n)
+            end = n if stop is None else min(n, position + stop - o)
+            indices: Sequence[int] = (
+                self.order.permutation(epoch)[position:end]
+                if self.order.shuffle
+                else range(position, end)
+            )
+            for index in indices:
+                o += 1
+                self._next = o
+                yield o - 1, index
 
     def state_dict(self) -> dict[str, Any]:
         return {
@@ -200,6 +210,16 @@ class OrdinalDataset(Dataset[tuple[int, T]], Generic[T]):
         ordinal, index = key
         return ordinal, self.dataset[index]
 
+    def __getitems__(self, keys: Sequence[tuple[int, int]]) -> list[tuple[int, T]]:
+        """A batch in one call (torch's fetcher prefers this), delegated to
+        the dataset's own ``__getitems__`` when it has one."""
+        batched = getattr(self.dataset, "__getitems__", None)
+        if batched is not None:
+            rows = batched([index for _, index in keys])
+            return [(o, row) for (o, _), row in zip(keys, rows, strict=True)]
+        dataset = self.dataset
+        return [(o, dataset[index]) for o, index in keys]
+
 
 @attrs.frozen
 class OrdinalBatch(Generic[T]):
@@ -215,4 +235,21 @@ class OrdinalBatch(Generic[T]):
 
 def collate_ordinals(items: Sequence[tuple[int, T]]) -> OrdinalBatch[T]:
     """The ``collate_fn`` for ``OrdinalDataset``: keeps every row's ordinal."""
-    return OrdinalBatch(tuple(int(o) for o, _ in items), [row for _, row in items])
+    return OrdinalBatch(tuple(map(int, [o for o, _ in items])), [row for _, row in items])
+
+
+class CollateRows:
+    """A ``collate_fn`` for ``OrdinalDataset`` that also collates the rows
+    with ``collate`` (e.g. torch's ``default_collate``) inside the worker, so
+    one batch, not one object per row, crosses the process boundary. The
+    batch's ``rows`` is then the collated batch, which must still be a
+    sequence of the rows (``len`` and iteration by row), as a stacked tensor
+    is: the collector holds one view per row. Picklable (for spawn)."""
+
+    def __init__(self, collate: Callable[[list[Any]], Any]) -> None:
+        self.collate = collate
+
+    def __call__(self, items: Sequence[tuple[int, Any]]) -> OrdinalBatch[Any]:
+        return OrdinalBatch(
+            tuple(map(int, [o for o, _ in items])), self.collate([row for _, row in items])
+        )
