@@ -238,6 +238,18 @@ def check_counts(ledger: Ledger, model: Model) -> None:
         assert ledger.count(status) == len(list(ledger.ordinals(status))), status
 
 
+def check_noted_index(ledger: Ledger, model: Model) -> None:
+    """The checkpoint's index holds exactly the entries a checkpoint records."""
+    recorded = {Status.BUFFERED, Status.TRAINED, Status.DROPPED, Status.UNYIELDED}
+    expected = {
+        o
+        for status in Status
+        for o in ledger.ordinals(status)
+        if status in recorded or ledger.attempts(o) > 0
+    }
+    assert set(ledger._noted) == expected
+
+
 INVARIANT_CHECKS: dict[str, Callable[[Ledger, Model], None]] = {
     "MODEL-AGREE": check_model_agree,
     "CUT-LOWER-BOUND": check_cut_lower_bound,
@@ -247,6 +259,7 @@ INVARIANT_CHECKS: dict[str, Callable[[Ledger, Model], None]] = {
     "NO-DUP": check_no_duplicate,
     "RETRY-BOUND": check_retry_bound,
     "STATE-COUNTS": check_counts,
+    "NOTED-INDEX": check_noted_index,
 }
 
 

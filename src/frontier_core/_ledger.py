@@ -93,6 +93,9 @@ _PENDING: Final = int(Status.PENDING)
 _TRAINED: Final = int(Status.TRAINED)
 _DROPPED: Final = int(Status.DROPPED)
 _MOVES_BY_EVENT: Final[dict[type[Event], dict[int, int]]] = {}
+#: Events after which the ordinals they name are recorded by a checkpoint
+#: (buffered, or failed: dropped or carrying an attempt).
+_NOTING: Final = frozenset({Buffer, Fail, Evict})
 for (_event, _source), _target in TRANSITIONS.items():
     _MOVES_BY_EVENT.setdefault(_event, {})[int(_source)] = (
         _FAILURE if _target is FAILURE else int(_target)
@@ -171,6 +174,11 @@ class Ledger:
     #: active while ``next_ordinal`` is below it.
     filter_horizon: int
     _entries: IntMap = attrs.field(repr=False, alias="entries")
+    #: The ordinals a checkpoint records (buffered, trained, dropped, or
+    #: carrying failed attempts), keyed to 1: an index into ``_entries`` so
+    #: that a checkpoint costs what it writes, not the whole in-flight window
+    #: (which is mostly pending and outstanding prompts it does not record).
+    _noted: IntMap = attrs.field(repr=False, alias="noted")
     _counts: tuple[int, ...] = attrs.field(repr=False, alias="counts")
     # Value identity, computed on first use: equality and hashing walk the
     # whole trie, which only tests and the exhaustive checker ask for.
@@ -189,6 +197,7 @@ class Ledger:
             cut=0,
             filter_horizon=0,
             entries=IntMap(),
+            noted=IntMap(),
             counts=(0,) * len(Status),
         )
 
@@ -288,6 +297,8 @@ class Ledger:
             cut=checkpoint.cut,
             filter_horizon=horizon,
             entries=IntMap().updated(changes),
+            # Everything a resume creates is something a checkpoint records.
+            noted=IntMap().updated([(o, 1) for o, _ in changes]),
             counts=tuple(counts),
         )
         return Resumed(ledger=ledger, rewind_to=rewind_to, covered=covered)
@@ -415,12 +426,15 @@ class Ledger:
 
         ``save_buffer`` says whether the replay buffer is saved with it; if
         not, its groups are not retained and a resume regenerates them.
-        O(entries)."""
+        O(what it records): pending and outstanding prompts without failed
+        attempts are not visited."""
         trained: list[int] = []
         dropped: list[int] = []
         retained: list[int] = []
         attempts: list[tuple[int, int]] = []
-        for o, value in self._entries.items(self.cut):
+        noted = list(self._noted)
+        for o, value in zip(noted, self._entries.get_many(noted), strict=True):
+            assert value is not None  # NOTED-INDEX: every noted ordinal has an entry
             status = value & _STATUS_MASK
             if status == Status.TRAINED:
                 trained.append(o)
@@ -443,6 +457,27 @@ class Ledger:
         )
 
     # -- internals --------------------------------------------------------
+
+    def _replace(
+        self,
+        *,
+        next_ordinal: int,
+        cut: int,
+        entries: IntMap,
+        noted: IntMap,
+        counts: tuple[int, ...],
+    ) -> Ledger:
+        # attrs.evolve introspects the class on every call; transitions are
+        # the hot path, so they build the successor directly.
+        return Ledger(
+            config=self.config,
+            next_ordinal=next_ordinal,
+            cut=cut,
+            filter_horizon=self.filter_horizon,
+            entries=entries,
+            noted=noted,
+            counts=counts,
+        )
 
     def _yield(self, count: int) -> Step:
         start = self.next_ordinal
@@ -484,10 +519,11 @@ class Ledger:
         counts = list(self._counts)
         counts[Status.PENDING] += len(kept)
         counts[Status.UNYIELDED] -= unyielded_consumed
-        ledger = attrs.evolve(
-            self,
+        ledger = self._replace(
             next_ordinal=stop,
+            cut=self.cut,
             entries=entries.updated(changes),
+            noted=self._noted,
             counts=tuple(counts),
         )
         return Step(
@@ -548,20 +584,33 @@ class Ledger:
                 (o for o, _ in illegal),
                 f"{event.name} needs {' or '.join(wanted)} ordinals; {detail}",
             )
-        entries = entries.updated(changes)
         cut = self.cut
+        noted = self._noted
+        if kind in _NOTING:
+            # Landed, failed or evicted: from now on a checkpoint records it.
+            noted = noted.updated([(o, 1) for o, _ in changes])
         # Advance the cut over the resolved prefix and forget it (CUT-MONO,
-        # BOUNDED-SIZE). Only an event that resolves the cut itself can move it.
-        value = entries.get(cut)
+        # BOUNDED-SIZE), in the same trie update as the moves themselves.
+        # Only an event that resolves the cut itself can move it.
+        new = dict(changes)
+        value = new[cut] if cut in new else entries.get(cut)
         if value is not None and value & _STATUS_MASK in _RESOLVED:
             forget: list[tuple[int, int | None]] = []
             while value is not None and value & _STATUS_MASK in _RESOLVED:
                 counts[value & _STATUS_MASK] -= 1
+                new[cut] = None
                 forget.append((cut, None))
                 cut += 1
-                value = entries.get(cut)
-            entries = entries.updated(forget)
-        ledger = attrs.evolve(self, cut=cut, entries=entries, counts=tuple(counts))
+                value = new[cut] if cut in new else entries.get(cut)
+            noted = noted.updated(forget)
+            changes = list(new.items())
+        ledger = self._replace(
+            next_ordinal=self.next_ordinal,
+            cut=cut,
+            entries=entries.updated(changes),
+            noted=noted,
+            counts=tuple(counts),
+        )
         return Step(
             ledger,
             Effect(

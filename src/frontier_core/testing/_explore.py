@@ -355,6 +355,15 @@ def _check_ledger(ledger: Ledger, trace: _Trace) -> None:
     for status in Status:
         if ledger.count(status) != len(list(ledger.ordinals(status))):
             raise InvariantViolation("STATE-COUNTS", f"count of {status.name} is off", trace())
+    recorded = (Status.BUFFERED, *_RESOLVED, Status.UNYIELDED)
+    expected = {
+        o
+        for status in Status
+        for o in ledger.ordinals(status)
+        if status in recorded or ledger.attempts(o) > 0
+    }
+    if set(ledger._noted) != expected:
+        raise InvariantViolation("NOTED-INDEX", "the checkpoint index is off", trace())
     window = max(ledger.next_ordinal, ledger.filter_horizon) - ledger.cut
     if ledger.size() > max(window, 0) + ledger.count(Status.UNYIELDED):
         raise InvariantViolation(
