@@ -43,7 +43,12 @@ def test_the_core_imports_only_the_stdlib_and_attrs() -> None:
 
     allowed_lazy = {"tqdm", "matplotlib", "frontier_adapters"}
     stdlib = sys.stdlib_module_names
+    # frontier_core.testing is for test suites (the harness is a Hypothesis
+    # state machine): it may import hypothesis, the `testing` extra. Nothing
+    # imports it from the core (test_the_core_does_not_load_the_testing_tools).
+    testing = ROOT / "src" / "frontier_core" / "testing"
     for path in (ROOT / "src" / "frontier_core").rglob("*.py"):
+        extra = {"hypothesis"} if testing in path.parents else set()
         tree = ast.parse(path.read_text())
         for node in ast.walk(tree):
             if isinstance(node, ast.Import):
@@ -54,9 +59,19 @@ def test_the_core_imports_only_the_stdlib_and_attrs() -> None:
                 continue
             for name in names:
                 top = name.split(".")[0]
-                ok = top in stdlib or top in {"attrs", "frontier_core"}
+                ok = top in stdlib or top in {"attrs", "frontier_core", *extra}
                 ok = ok or (top in allowed_lazy and node.col_offset > 0)
                 assert ok, f"{path.relative_to(ROOT)}:{node.lineno} imports {name}"
+
+
+def test_the_core_does_not_load_the_testing_tools() -> None:
+    """``import frontier_core`` must work without hypothesis installed."""
+    out = run_python(
+        "import sys, frontier_core\n"
+        "print(sorted(m for m in sys.modules if m.startswith(('hypothesis', "
+        "'frontier_core.testing'))))"
+    )
+    assert out.strip() == "[]"
 
 
 def test_public_surface_is_what_all_says() -> None:

@@ -8,5 +8,22 @@ from ._explore import Bounds as Bounds
 from ._explore import InvariantViolation as InvariantViolation
 from ._explore import Report as Report
 from ._explore import explore as explore
+from ._harness import DEFAULT_SETTINGS as DEFAULT_SETTINGS
+from ._harness import CoverageViolation as CoverageViolation
+from ._harness import Integration as Integration
+from ._harness import IntegrationMachine as IntegrationMachine
+from ._harness import integration_machine as integration_machine
+from ._harness import run_integration_test as run_integration_test
 
-__all__ = ["Bounds", "InvariantViolation", "Report", "explore"]
+__all__ = [
+    "DEFAULT_SETTINGS",
+    "Bounds",
+    "CoverageViolation",
+    "Integration",
+    "IntegrationMachine",
+    "InvariantViolation",
+    "Report",
+    "explore",
+    "integration_machine",
+    "run_integration_test",
+]
