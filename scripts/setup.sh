@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
-# Create ./.venv and install the project with the given extras (default: torch,dev).
+# Create ./.venv and install the project with the given extras (default: torch,dev,ray).
 # torch==2.13.0 goes first: on these machines it resolves to a local CPU build,
 # and once it is present the project's `torch>=` range installs nothing more.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-extras="${1:-torch,dev}"
+extras="${1:-torch,dev,ray}"
 if [ ! -x .venv/bin/python ]; then
     python3 -m venv .venv
 fi

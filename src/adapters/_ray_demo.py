@@ -93,31 +93,34 @@ class JobConfig:
 class Chaos:
     """Kills from inside the driver: ``worker_kills`` rollout workers (every
     other one by ``os._exit`` inside the worker, the rest by ``ray.kill``)
-    and ``ledger_kills`` ledger actors, at random moments ``gap`` seconds
-    apart on average."""
+    and ``ledger_kills`` ledger actors. Each kill is scheduled at a random
+    training step between the driver's first step and the third-to-last of
+    the stream, and lands at a random moment of that step or at the start of
+    the next, so every kill happens before the job can finish."""
 
     worker_kills: int = 0
     ledger_kills: int = 0
-    gap: float = 0.3
     seed: int = 0
     done_workers: int = 0
     done_ledgers: int = 0
     _rng: random.Random = attrs.field(init=False)
-    _next: float = attrs.field(init=False)
+    _plan: list[tuple[int, str]] | None = attrs.field(init=False, default=None)
 
     def __attrs_post_init__(self) -> None:
         self._rng = random.Random(self.seed)
-        self._next = time.monotonic() + self._rng.uniform(0.2, 2 * self.gap)
 
-    def strike(self, fleet: RolloutFleet, ledger: Any) -> None:
-        if time.monotonic() < self._next:
+    def strike(self, fleet: RolloutFleet, ledger: Any, step: int, last_step: int) -> None:
+        if self._plan is None:
+            kinds = ["worker"] * self.worker_kills + ["ledger"] * self.ledger_kills
+            self._rng.shuffle(kinds)
+            at = sorted(self._rng.randint(step, max(step, last_step)) for _ in kinds)
+            self._plan = list(zip(at, kinds, strict=True))
+        if not self._plan or step < self._plan[0][0]:
             return
-        self._next = time.monotonic() + self._rng.uniform(0.2 * self.gap, 2 * self.gap)
-        kinds = ["worker"] * (self.worker_kills - self.done_workers)
-        kinds += ["ledger"] * (self.ledger_kills - self.done_ledgers)
-        if not kinds:
-            return
-        if self._rng.choice(kinds) == "worker":
+        if step == self._plan[0][0] and self._rng.random() > 0.3:
+            return  # not yet: strike at a random moment of this step, or the next
+        _, kind = self._plan.pop(0)
+        if kind == "worker":
             slot = self._rng.choice(sorted(fleet.workers))
             fleet.kill(slot, crash=self.done_workers % 2 == 1)
             self.done_workers += 1
@@ -263,7 +266,8 @@ def run_job(
         while max_steps is None or steps < max_steps:
             try:
                 if chaos is not None:
-                    chaos.strike(fleet, driver.ledger)
+                    last_step = max(0, cfg.stream_len // cfg.groups_per_step - 3)
+                    chaos.strike(fleet, driver.ledger, driver.step, last_step)
                 fleet.fill()
                 fleet.poll(timeout=0.02)
                 batch = ledger_call(driver.ledger.batch.remote(cfg.groups_per_step))

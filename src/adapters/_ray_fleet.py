@@ -66,8 +66,10 @@ def _trajectory(ordinal: int, row: Any, tokens: int) -> dict[str, Any]:
 class StandInRollout:
     """A rollout worker without a model: each prompt takes an exponential
     random ``latency`` (seconds, mean) and yields a deterministic fake
-    trajectory. ``fail_rate`` reports a failed generation; ``crash_rate``
-    kills the worker process (``os._exit``) in the middle of a lease.
+    trajectory. ``fail_rate`` reports a failed generation; ``error_rate``
+    raises out of the call (an engine error; the fleet fails the rest of the
+    lease); ``crash_rate`` kills the worker process (``os._exit``) in the
+    middle of a lease.
     Reports go to the ledger every ``report_every`` prompts."""
 
     def __init__(
@@ -77,10 +79,12 @@ class StandInRollout:
         latency: float = 0.01,
         fail_rate: float = 0.0,
         crash_rate: float = 0.0,
+        error_rate: float = 0.0,
         report_every: int = 4,
         tokens: int = 8,
     ) -> None:
         self.seed = seed
+        self.error_rate = error_rate
         self.latency = latency
         self.fail_rate = fail_rate
         self.crash_rate = crash_rate
@@ -97,6 +101,8 @@ class StandInRollout:
                 time.sleep(rng.expovariate(1.0 / self.latency))
             if self.crash_rate and rng.random() < self.crash_rate:
                 os._exit(1)
+            if self.error_rate and rng.random() < self.error_rate:
+                raise RuntimeError(f"injected generation error at ordinal {o}")
             if self.fail_rate and rng.random() < self.fail_rate:
                 failed.append(o)
             else:
@@ -163,8 +169,9 @@ class RolloutFleet:
     ``spawn(slot)`` starts the worker actor of a slot (again after a death).
     ``fill()`` keeps ``calls_per_worker`` leases of ``per_call`` prompts in
     flight per worker; ``poll(timeout)`` collects finished calls, handles
-    worker deaths, and returns the prompts that landed. Raises
-    ``LedgerLostError`` when the ledger actor is gone.
+    worker deaths, and returns the prompts that landed. A call that raised
+    in a live worker fails what its lease still holds (``errors`` keeps the
+    messages). Raises ``LedgerLostError`` when the ledger actor is gone.
     """
 
     def __init__(
@@ -184,8 +191,11 @@ class RolloutFleet:
         #: call ref -> (slot, lease id)
         self._calls: dict[Any, tuple[int, str]] = {}
         self._orphans: list[Any] = []
+        #: Workers found dead, ordinals failed because of deaths or errors,
+        #: and the first line of each error a live worker's call raised.
         self.deaths = 0
         self.released = 0
+        self.errors: list[str] = []
         self.exhausted = False
 
     @property
@@ -244,19 +254,24 @@ class RolloutFleet:
         landed = 0
         dead: set[int] = set()
         lost: list[str] = []
+        failed: list[str] = []
         for ref in ready:
             slot, lease = self._calls.pop(ref)
             try:
                 landed += int(ray.get(ref))
             except RayTaskError as exc:
-                # The worker lives; its call failed. A dead ledger actor shows
-                # up here as the cause of the worker's failed report.
-                if isinstance(exc.cause, RayActorError):
-                    raise LedgerLostError(str(exc).splitlines()[0]) from exc
-                raise
+                # The worker lives; its call raised. A dead ledger actor shows
+                # up here as the cause of the worker's failed report: the ping
+                # raises LedgerLostError then. Otherwise generation failed:
+                # what the lease still holds fails through the ledger.
+                ledger_call(self.ledger.ping.remote())
+                failed.append(lease)
+                self.errors.append(f"{type(exc.cause).__name__}: {exc.cause}")
             except RayActorError:
                 dead.add(slot)
                 lost.append(lease)
+        if failed:
+            self.released += ledger_call(self.ledger.release.remote(failed)).failed
         if dead:
             self._replace(dead, lost)
         return landed

@@ -38,6 +38,7 @@ fences reports and schedules batches; it never decides what is covered.
 
 from __future__ import annotations
 
+import itertools
 import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Final, cast
@@ -279,7 +280,7 @@ class LedgerService:
         (the stream is exhausted and nothing is leased); ``[]`` otherwise.
         They stay buffered until ``trained``."""
         if len(self._buffer) >= k or (self._buffer and self.idle):
-            return list(self._buffer.items())[:k]
+            return list(itertools.islice(self._buffer.items(), k))
         return []
 
     def trained(self, ordinals: Iterable[int], *, save_buffer: bool = True) -> Snapshot:
