@@ -101,6 +101,11 @@ for (_event, _source), _target in TRANSITIONS.items():
         _FAILURE if _target is FAILURE else int(_target)
     )
 del _event, _source, _target
+#: What each moving event needs, for its error message.
+_WANTED: Final = {
+    kind: " or ".join(sorted({s.name.lower() for (k, s) in TRANSITIONS if k is kind}))
+    for kind in _MOVES_BY_EVENT
+}
 _LIVE: Final = (Status.PENDING, Status.OUTSTANDING, Status.BUFFERED)
 
 # Trie values pack the status (3 bits) with the failed-attempt count above it.
@@ -577,12 +582,11 @@ class Ledger:
             counts[current] -= 1
             counts[target] += 1
         if illegal:
-            wanted = sorted({s.name.lower() for (k, s) in TRANSITIONS if k is kind})
             detail = ", ".join(f"{o} is {what}" for o, what in illegal[:10])
             raise IllegalTransitionError(
                 event.name,
                 (o for o, _ in illegal),
-                f"{event.name} needs {' or '.join(wanted)} ordinals; {detail}",
+                f"{event.name} needs {_WANTED[kind]} ordinals; {detail}",
             )
         cut = self.cut
         noted = self._noted
