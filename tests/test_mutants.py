@@ -8,12 +8,257 @@ bounds small enough for a few seconds a mutant.
 
 from __future__ import annotations
 
+import attrs
 import pytest
 
-from frontier_core import FailurePolicy
+from frontier_core import (
+    Buffer,
+    Checkpoint,
+    CheckpointMismatchError,
+    Dispatch,
+    Effect,
+    Evict,
+    Fail,
+    FailurePolicy,
+    IllegalTransitionError,
+    Ledger,
+    LedgerConfig,
+    Status,
+    Train,
+)
 from frontier_core.testing import Bounds, explore
 
 
 @pytest.mark.parametrize("policy", list(FailurePolicy))
 def test_small_scope_exploration_keeps_every_invariant(policy: FailurePolicy) -> None:
     explore(Bounds(stream_len=3, batch=2, on_failure=policy, max_attempts=2))
+
+
+# -- resume: every refusal names the event, the ordinals and the reason -------
+
+CONFIG = LedgerConfig(stream_len=10, on_failure=FailurePolicy.RETRY, max_attempts=3)
+
+
+def _refusal(checkpoint: Checkpoint, **kw: object) -> IllegalTransitionError:
+    with pytest.raises(IllegalTransitionError) as info:
+        Ledger.resume(CONFIG, checkpoint, **kw)  # type: ignore[arg-type]
+    return info.value
+
+
+def test_resume_refuses_a_rewind_above_the_cut_by_name() -> None:
+    error = _refusal(Checkpoint(cut=4, stream_len=10), rewind_to=5)
+    assert (error.event, error.ordinals) == ("resume", ())
+    assert error.reason == (
+        "rewind_to must be an int in [0, cut=4], got 5: "
+        "a source restarted above the cut would skip unresolved prompts"
+    )
+    for bad in (-1, 4.0, True, "3"):
+        assert _refusal(Checkpoint(cut=4, stream_len=10), rewind_to=bad).event == "resume"
+    for good in (0, 4):
+        assert (
+            Ledger.resume(CONFIG, Checkpoint(cut=4, stream_len=10), rewind_to=good).rewind_to
+            == good
+        )
+
+
+def test_resume_refuses_evictions_from_an_unrestored_buffer_by_name() -> None:
+    saved = Checkpoint(cut=2, retained=((3, 5),), stream_len=10)
+    error = _refusal(saved, load_replay_buffer=False, evicted_on_restore=[4, 3])
+    assert (error.event, error.ordinals) == ("resume", (3, 4))
+    assert error.reason == "evicted_on_restore given but the buffer was not restored"
+
+
+def test_resume_refuses_evictions_of_unretained_ordinals_by_name() -> None:
+    saved = Checkpoint(cut=2, retained=((3, 5),), stream_len=10)
+    error = _refusal(saved, evicted_on_restore=[3, 6, 2])
+    assert (error.event, error.ordinals) == ("resume", (2, 6))
+    assert error.reason == "evicted_on_restore names ordinals the checkpoint did not retain"
+
+
+def test_resume_refuses_ordinals_at_the_stream_length_exactly() -> None:
+    """The last ordinal of a stream of 10 is 9: a record naming 10 belongs
+    to a longer stream (the boundary the ``>=`` decides)."""
+    for saved in (
+        Checkpoint(cut=2, trained_above_cut=((10, 11),), stream_len=11),
+        Checkpoint(cut=11, stream_len=11),
+    ):
+        with pytest.raises(CheckpointMismatchError) as info:
+            Ledger.resume(CONFIG, saved)
+        assert str(info.value) == (
+            f"checkpoint refers to ordinals up to {saved.highest_ordinal()} "
+            f"(cut {saved.cut}), beyond this stream's length 10"
+        )
+    for fits in (
+        Checkpoint(cut=2, trained_above_cut=((9, 10),), stream_len=10),
+        Checkpoint(cut=10, stream_len=10),
+    ):
+        assert Ledger.resume(CONFIG, fits).ledger.cut == fits.cut
+
+
+def test_a_resumed_ledger_holds_exactly_what_the_record_says() -> None:
+    saved = Checkpoint(
+        cut=2,
+        trained_above_cut=((3, 5),),
+        dropped_above_cut=((6, 7),),
+        retained=((7, 9),),
+        attempts=((2, 1), (8, 2), (9, 1)),
+        stream_len=12,
+    )
+    config = attrs.evolve(CONFIG, stream_len=12)
+    resumed = Ledger.resume(config, saved, evicted_on_restore=[7])
+    ledger = resumed.ledger
+    assert resumed.rewind_to == ledger.next_ordinal == 2
+    assert resumed.covered == (3, 4, 6, 8)
+    assert ledger.filter_horizon == 9 and ledger.filtering
+    statuses = {o: ledger.status(o) for o in range(2, 12)}
+    assert statuses == {
+        2: Status.UNYIELDED,
+        3: Status.TRAINED,
+        4: Status.TRAINED,
+        5: Status.UNYIELDED,
+        6: Status.DROPPED,
+        7: Status.UNYIELDED,
+        8: Status.BUFFERED,
+        9: Status.UNYIELDED,
+        10: Status.UNYIELDED,
+        11: Status.UNYIELDED,
+    }
+    assert [ledger.attempts(o) for o in range(2, 12)] == [1, 0, 0, 0, 0, 0, 2, 1, 0, 0]
+    expected = {
+        Status.UNYIELDED: 2,  # 2 and 9 carry attempts; 7 was evicted on restore with none
+        Status.PENDING: 0,
+        Status.OUTSTANDING: 0,
+        Status.BUFFERED: 1,
+        Status.TRAINED: 2,
+        Status.DROPPED: 1,
+    }
+    assert {s: ledger.count(s) for s in Status} == expected
+    # Nothing covered: the filter horizon is the cut and the filter is off.
+    plain = Ledger.resume(config, Checkpoint(cut=5, stream_len=12)).ledger
+    assert (plain.filter_horizon, plain.filtering, plain.size()) == (5, False, 0)
+    # The buffer not restored: retained ordinals are regenerated, attempts kept.
+    unrestored = Ledger.resume(config, saved, load_replay_buffer=False)
+    assert unrestored.covered == (3, 4, 6)
+    assert unrestored.ledger.status(8) is Status.UNYIELDED
+    assert unrestored.ledger.attempts(8) == 2
+    # And the checkpoint it writes is the record it came from.
+    assert Ledger.resume(config, saved).ledger.checkpoint() == saved
+
+
+# -- moves: the refusal message, the effect, the cut ---------------------------
+
+
+def _ledger(**kw: object) -> Ledger:
+    return Ledger.start(attrs.evolve(CONFIG, **kw))
+
+
+def test_an_illegal_move_names_what_it_needs_and_what_it_found() -> None:
+    ledger = _ledger().stamp(4).ledger.dispatch([0, 1]).buffer([1])
+    ledger = ledger.train([1]).dispatch([2])
+    cases = {
+        Dispatch: (
+            [2, 5],
+            "dispatch needs pending ordinals; 2 is outstanding, 5 is not yet yielded",
+        ),
+        Buffer: ([3], "buffer needs outstanding ordinals; 3 is pending"),
+        Fail: ([3], "fail needs outstanding ordinals; 3 is pending"),
+        Evict: ([0], "evict needs buffered ordinals; 0 is outstanding"),
+        Train: ([1], "train needs buffered ordinals; 1 is trained"),
+    }
+    for event, (ordinals, reason) in cases.items():
+        with pytest.raises(IllegalTransitionError) as info:
+            ledger.apply(event(ordinals))
+        assert (info.value.event, info.value.reason) == (event.name, reason)
+        assert info.value.ordinals == tuple(ordinals)
+    # Below the cut, and the detail stops at ten ordinals.
+    done = _ledger().stamp(10).ledger
+    done = done.dispatch(range(10)).buffer(range(10)).train([0])
+    with pytest.raises(IllegalTransitionError) as info:
+        done.dispatch([0])
+    assert info.value.reason == "dispatch needs pending ordinals; 0 is resolved below the cut"
+    with pytest.raises(IllegalTransitionError) as info:
+        done.dispatch(range(1, 10))
+    assert info.value.reason.count(" is buffered") == 9
+    with pytest.raises(IllegalTransitionError) as info:
+        _ledger(stream_len=20).stamp(20).ledger.dispatch([]).buffer(range(12))
+    assert info.value.reason.count(" is pending") == 10
+    assert len(info.value.ordinals) == 12
+
+
+def test_failure_effects_and_attempts_are_exact() -> None:
+    ledger = _ledger(max_attempts=2).stamp(3).ledger.dispatch([0, 1, 2])
+    step = ledger.fail([2, 0])
+    assert step.effect == Effect(event="fail", requeued=(2, 0))
+    assert [step.ledger.attempts(o) for o in range(3)] == [1, 0, 1]
+    step = step.ledger.dispatch([0]).fail([0])
+    assert step.effect == Effect(event="fail", dropped=(0,))
+    assert step.ledger.status(0) is None and step.ledger.cut == 1  # dropped, passed
+    assert step.ledger.count(Status.DROPPED) == 0  # forgotten below the cut
+    evict = step.ledger.buffer([1]).evict([1])
+    assert evict.effect == Effect(event="evict", requeued=(1,))
+    assert evict.ledger.attempts(1) == 1 and evict.ledger.status(1) is Status.PENDING
+    # Under drop, the first failure drops, and the attempt is not kept.
+    dropped = _ledger(on_failure=FailurePolicy.DROP).stamp(2).ledger.dispatch([1]).fail([1])
+    assert dropped.effect == Effect(event="fail", dropped=(1,))
+    assert dropped.ledger.status(1) is Status.DROPPED and dropped.ledger.attempts(1) == 0
+    assert dropped.ledger.count(Status.DROPPED) == 1 and dropped.ledger.cut == 0
+
+
+def test_a_restored_ordinal_that_fails_before_its_reyield_is_deferred() -> None:
+    saved = Checkpoint(cut=0, retained=((0, 2),), attempts=((1, 1),), stream_len=10)
+    ledger = Ledger.resume(CONFIG, saved).ledger
+    step = ledger.evict([1, 0])
+    assert step.effect == Effect(event="evict", deferred=(1, 0))
+    assert [step.ledger.status(o) for o in (0, 1)] == [Status.UNYIELDED] * 2
+    assert [step.ledger.attempts(o) for o in (0, 1)] == [1, 2]
+    assert step.ledger.count(Status.UNYIELDED) == 2
+    again = step.ledger.stamp(1)
+    assert again.effect.kept == (0,) and again.ledger.count(Status.UNYIELDED) == 1
+    assert again.ledger.attempts(0) == 1
+
+
+def test_the_cut_passes_exactly_the_resolved_prefix() -> None:
+    ledger = _ledger().stamp(6).ledger.dispatch(range(6)).buffer(range(6))
+    ledger = ledger.train([1, 2, 4])
+    assert ledger.cut == 0 and ledger.count(Status.TRAINED) == 3
+    ledger = ledger.train([0])
+    assert ledger.cut == 3 and ledger.count(Status.TRAINED) == 1 and ledger.size() == 3
+    assert ledger.checkpoint() == Checkpoint(
+        cut=3, trained_above_cut=((4, 5),), retained=((3, 4), (5, 6)), stream_len=10
+    )
+    ledger = ledger.train([3, 5])
+    assert ledger.cut == 6 and ledger.size() == 0 and ledger.count(Status.TRAINED) == 0
+
+
+# -- yield: the clamp at the stream's end and the filter -----------------------
+
+
+def test_yield_clamps_to_the_stream_and_never_moves_back() -> None:
+    step = _ledger(stream_len=5).stamp(3)
+    assert step.effect == Effect(event="yield", yielded=range(3), kept=(0, 1, 2))
+    step = step.ledger.stamp(4)
+    assert step.effect.yielded == range(3, 5) and step.ledger.next_ordinal == 5
+    step = step.ledger.stamp(2)
+    assert step.effect.yielded == range(5, 5) and step.ledger.next_ordinal == 5
+    assert step.ledger.exhausted and step.ledger.count(Status.PENDING) == 5
+    unbounded = Ledger.start().stamp(0).ledger.stamp(7)
+    assert unbounded.effect.kept == tuple(range(7)) and unbounded.ledger.next_ordinal == 7
+
+
+def test_the_filter_drops_covered_and_holds_buffered_ordinals() -> None:
+    saved = Checkpoint(
+        cut=1,
+        trained_above_cut=((2, 3),),
+        dropped_above_cut=((4, 5),),
+        retained=((5, 6),),
+        attempts=((3, 2),),
+        stream_len=10,
+    )
+    resumed = Ledger.resume(CONFIG, saved, rewind_to=0).ledger
+    step = resumed.stamp(4)
+    assert step.effect == Effect(event="yield", yielded=range(4), kept=(1, 3), buffered=())
+    assert step.ledger.attempts(3) == 2 and step.ledger.count(Status.UNYIELDED) == 0
+    assert step.ledger.count(Status.PENDING) == 2 and step.ledger.filtering
+    step = step.ledger.stamp(3)
+    assert step.effect == Effect(event="yield", yielded=range(4, 7), kept=(6,), buffered=(5,))
+    assert not step.ledger.filtering and step.ledger.count(Status.PENDING) == 3
