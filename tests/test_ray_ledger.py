@@ -86,6 +86,19 @@ def test_batch_is_partial_only_when_nothing_more_can_land() -> None:
     assert s.take(4).ordinals == (3,)
 
 
+def test_max_ahead_holds_back_leases_until_a_step_frees_room() -> None:
+    s = service()
+    a = s.take(3, max_ahead=4)
+    assert len(a.items) == 3
+    assert s.take(3, max_ahead=4).ordinals == (3,)
+    s.report(a.id, landed=[(0, "g"), (1, "g"), (2, "g")])
+    blocked = s.take(3, max_ahead=4)
+    assert blocked.items == () and blocked.throttled
+    s.trained([0, 1])
+    assert s.take(3, max_ahead=4).ordinals == (4, 5)
+    assert not s.take(1).throttled
+
+
 def test_trained_returns_the_state_after_the_step_in_one_call() -> None:
     s = service()
     lease = s.take(4)

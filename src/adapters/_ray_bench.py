@@ -50,10 +50,13 @@ class PumpRollout:
         self.latency = latency
         self.report_every = report_every
 
-    def pump(self, ledger: Any, per_call: int) -> int:
+    def pump(self, ledger: Any, per_call: int, max_ahead: int) -> int:
         done = 0
         while True:
-            lease: Lease = ray.get(ledger.take.remote(per_call))
+            lease: Lease = ray.get(ledger.take.remote(per_call, max_ahead=max_ahead))
+            if lease.throttled:
+                time.sleep(0.002)
+                continue
             if not lease.items:
                 return done
             landed: list[tuple[int, Any]] = []
@@ -89,7 +92,9 @@ def _with_ledger(
     ledger = LedgerActor.remote(source, LedgerConfig(stream_len=prompts))
     ray.get(ledger.ping.remote())
     start = time.perf_counter()
-    pumps = [w.pump.remote(ledger, per_call) for w in workers]
+    # Back pressure as in a real run: at most 4 steps' worth of groups
+    # leased or buffered, so each step's checkpoint state stays small.
+    pumps = [w.pump.remote(ledger, per_call, 4 * groups_per_step) for w in workers]
     steps = 0
     while True:
         batch = ray.get(ledger.batch.remote(groups_per_step))

@@ -260,7 +260,13 @@ def run_job(
         generations[slot] = generations.get(slot, -1) + 1
         return _spawn_worker(cfg, slot, generations[slot])
 
-    fleet = RolloutFleet(driver.ledger, spawn, cfg.workers, per_call=cfg.per_call)
+    fleet = RolloutFleet(
+        driver.ledger,
+        spawn,
+        cfg.workers,
+        per_call=cfg.per_call,
+        max_ahead=4 * cfg.groups_per_step,
+    )
     steps = 0
     try:
         while max_steps is None or steps < max_steps:

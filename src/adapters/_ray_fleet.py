@@ -168,7 +168,9 @@ class RolloutFleet:
 
     ``spawn(slot)`` starts the worker actor of a slot (again after a death).
     ``fill()`` keeps ``calls_per_worker`` leases of ``per_call`` prompts in
-    flight per worker; ``poll(timeout)`` collects finished calls, handles
+    flight per worker, and with ``max_ahead`` (at least a training step's
+    groups) at most that many prompts leased or buffered at once;
+    ``poll(timeout)`` collects finished calls, handles
     worker deaths, and returns the prompts that landed. A call that raised
     in a live worker fails what its lease still holds (``errors`` keeps the
     messages). Raises ``LedgerLostError`` when the ledger actor is gone.
@@ -182,8 +184,10 @@ class RolloutFleet:
         *,
         per_call: int = 4,
         calls_per_worker: int = 1,
+        max_ahead: int | None = None,
     ) -> None:
         self.ledger = ledger
+        self.max_ahead = max_ahead
         self._spawn = spawn
         self.per_call = per_call
         self.calls_per_worker = calls_per_worker
@@ -231,9 +235,11 @@ class RolloutFleet:
         self.exhausted = False
         for slot, worker in self.workers.items():
             for _ in range(self.calls_per_worker - busy[slot]):
-                lease: Lease = ledger_call(self.ledger.take.remote(self.per_call))
+                lease: Lease = ledger_call(
+                    self.ledger.take.remote(self.per_call, max_ahead=self.max_ahead)
+                )
                 if not lease.items:
-                    self.exhausted = True
+                    self.exhausted = not lease.throttled
                     return submitted
                 ref = worker.generate.remote(self.ledger, lease)
                 self._calls[ref] = (slot, lease.id)

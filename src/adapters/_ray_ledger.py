@@ -113,10 +113,13 @@ class SequenceSource:
 
 @attrs.frozen
 class Lease:
-    """Prompts handed to one worker: ``items`` are ``(ordinal, row)``."""
+    """Prompts handed to one worker: ``items`` are ``(ordinal, row)``.
+    An empty lease is ``throttled`` when ``max_ahead`` held it back (ask
+    again after a training step), else nothing was ready to take."""
 
     id: str
     items: tuple[tuple[int, Any], ...]
+    throttled: bool = False
 
     @property
     def ordinals(self) -> tuple[int, ...]:
@@ -195,12 +198,20 @@ class LedgerService:
 
     # -- rollout side ---------------------------------------------------------
 
-    def take(self, n: int) -> Lease:
+    def take(self, n: int, *, max_ahead: int | None = None) -> Lease:
         """Dispatch up to ``n`` prompts (retried ones first) under a new
-        lease; an empty lease when none is ready."""
-        items = self._collector.take(n)
+        lease; an empty lease when none is ready. With ``max_ahead``, at
+        most that many prompts are leased or buffered at once (back pressure
+        from the trainer)."""
         lease_id = f"{self._token}-{self._next_lease}"
         self._next_lease += 1
+        if max_ahead is not None:
+            room = max_ahead - len(self._holder) - len(self._buffer)
+            if room < n and not self._collector.exhausted:
+                n = max(0, room)
+                if n == 0:
+                    return Lease(lease_id, (), throttled=True)
+        items = self._collector.take(n)
         if items:
             held = {o for o, _ in items}
             self._leases[lease_id] = held
