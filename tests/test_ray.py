@@ -5,6 +5,8 @@ once (``frontier audit`` exit 0)."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -41,6 +43,15 @@ def cluster() -> Iterator[str]:
         yield ray.get_runtime_context().gcs_address
     finally:
         ray.shutdown()
+
+
+def test_the_ray_binding_imports_no_torch() -> None:
+    code = (
+        "import sys, frontier_adapters.ray\n"
+        "print('torch' in {m.split('.')[0] for m in sys.modules})"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
 
 
 def _ledger(n: int, **kw: Any) -> Any:

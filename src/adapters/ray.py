@@ -1,34 +1,38 @@
-"""The Ray binding of frontier_core (imports ray; torch only for the CPU
-engine worker): the ledger as the single writer behind concurrent rollout
-actors.
+"""The Ray binding of frontier_core (imports ray; torch only inside a
+``CpuEngineRollout`` worker): the ledger as the single writer behind
+concurrent rollout actors.
 
-Host the ledger, the prompt stream and the replay buffer in one actor, fan
-leases out to rollout actors, and let the fleet turn Ray's actor-died errors
-into ledger failures::
+One ``LedgerActor`` hosts the ledger, the prompt stream and the replay buffer.
+Rollout actors generate *leases* of prompts and report to it in batches; the
+driver trains and reports each step with ``trained``, which returns the
+checkpoint state after it in the same call. ``RolloutFleet`` turns Ray's
+actor-died errors into ledger failures::
 
     import ray
     from frontier_core import FailurePolicy, LedgerConfig
     from frontier_adapters.ray import LedgerActor, RolloutFleet, SequenceSource, ledger_call
 
-    ray.init(address="auto")
+    ray.init(address="HEAD:6379")
     config = LedgerConfig(stream_len=len(prompts), on_failure=FailurePolicy.RETRY)
-    ledger = LedgerActor.remote(SequenceSource(prompts), config, state=saved_state_or_None)
-    fleet = RolloutFleet(ledger, spawn=lambda slot: MyRollout.remote(...), size=8)
+    ledger = LedgerActor.remote(SequenceSource(prompts), config, state=saved)  # None at first
+    fleet = RolloutFleet(ledger, lambda slot: MyRollout.remote(), 8, max_ahead=4 * k)
     while True:
         fleet.fill(); fleet.poll(timeout=0.05)      # dead workers: leases failed, replaced
-        batch = ledger_call(ledger.batch.remote(groups_per_step))
+        batch = ledger_call(ledger.batch.remote(k))
         if batch:
-            ...train on batch, log the step...
+            ...                                     # train; log.step(step, ordinals)
             snap = ledger_call(ledger.trained.remote([o for o, _ in batch]))
-            log.dropped(snap.dropped); save(snap.state)    # one call, no torn view
+            log.dropped(snap.dropped); save(snap.state, log.records, model)
             if snap.drained: break
 
 A rollout actor has ``generate(ledger, lease)``: it generates
-``lease.items`` (``(ordinal, row)`` pairs) and reports them with
+``lease.items`` (``(ordinal, row)`` pairs) and reports with
 ``ledger.report.remote(lease.id, landed=[(ordinal, group), ...],
-failed=[...])``, in batches. ``LedgerLostError`` from ``ledger_call`` or the
-fleet means the ledger actor is gone: rebuild it from the last saved state and
-pass the new handle to ``fleet.set_ledger``.
+failed=[...])``. ``LedgerLostError`` (from ``ledger_call`` or the fleet)
+means the ledger actor is gone: reload the last checkpoint, build a new
+actor from its state and pass it to ``fleet.set_ledger``. A source that
+needs torch (``frontier_adapters.torch.SeekableSource``) is passed as a
+factory, so that it is built inside the actor.
 """
 
 from __future__ import annotations
