@@ -119,8 +119,12 @@ def test_a_lost_ledger_actor_is_reported_and_rebuilt_from_its_state(cluster: str
     ledger_call(ledger.report.remote(lease.id, [(0, "g0"), (1, "g1")], []))
     snap = ledger_call(ledger.trained.remote([0]))
     ray.kill(ledger)
+    # ray.kill is asynchronous: a call may still be served until it lands.
+    deadline = time.monotonic() + 30
     with pytest.raises(LedgerLostError):
-        ledger_call(ledger.status.remote())
+        while time.monotonic() < deadline:
+            ledger_call(ledger.status.remote())
+            time.sleep(0.05)
     rebuilt = _ledger(8, state=snap.state)
     assert [o for o, _ in ledger_call(rebuilt.batch.remote(1))] == [1]
     # 2 and 3 were generating when the state was taken: regenerated.

@@ -286,7 +286,7 @@ class RolloutFleet:
         """Kill a worker: ``ray.kill``, or a crash inside it (``os._exit``)."""
         worker = self.workers[slot]
         if crash:
-            worker.crash.remote()
+            self._orphans.append(worker.crash.remote())
         else:
             ray.kill(worker, no_restart=True)
 
