@@ -262,3 +262,17 @@ def test_the_filter_drops_covered_and_holds_buffered_ordinals() -> None:
     step = step.ledger.stamp(3)
     assert step.effect == Effect(event="yield", yielded=range(4, 7), kept=(6,), buffered=(5,))
     assert not step.ledger.filtering and step.ledger.count(Status.PENDING) == 3
+
+
+def test_a_resolved_ordinal_forgets_its_attempts() -> None:
+    """Resolved ordinals hold no attempts, so two runs that reach the same
+    state by different histories hold equal ledgers (value identity: the
+    exhaustive checker merges such states)."""
+    fresh = _ledger().stamp(3).ledger
+    direct = fresh.dispatch([1]).buffer([1]).train([1])
+    retried = fresh.dispatch([1]).fail([1]).ledger.dispatch([1]).buffer([1]).train([1])
+    assert retried.status(1) is Status.TRAINED and retried.attempts(1) == 0
+    assert retried == direct and hash(retried) == hash(direct)
+    evicted = fresh.dispatch([1]).buffer([1]).evict([1]).ledger
+    evicted = evicted.dispatch([1]).buffer([1]).train([1])
+    assert evicted == direct
