@@ -16,6 +16,7 @@ from frontier_core import Checkpoint, FailurePolicy, Ledger, LedgerConfig, Statu
 from frontier_core.testing import (
     CoverageViolation,
     Integration,
+    integration_machine,
     run_integration_test,
 )
 
@@ -88,6 +89,10 @@ def test_the_example_is_under_30_lines() -> None:
 
 def test_a_correct_integration_passes() -> None:
     run_integration_test(BareLedger, settings=FAST)
+
+
+# The same machine, collected by pytest as a unittest TestCase (zarr style).
+TestBareLedgerMachine = integration_machine(BareLedger, settings=FAST).TestCase
 
 
 # -- broken integrations: each is caught, and the failure names the program ------
