@@ -14,6 +14,7 @@ import pytest
 from frontier_core import (
     Buffer,
     Checkpoint,
+    CheckpointCorruptError,
     CheckpointMismatchError,
     Dispatch,
     Effect,
@@ -276,3 +277,36 @@ def test_a_resolved_ordinal_forgets_its_attempts() -> None:
     evicted = fresh.dispatch([1]).buffer([1]).evict([1]).ledger
     evicted = evicted.dispatch([1]).buffer([1]).train([1])
     assert evicted == direct
+
+
+# -- the checkpoint record -----------------------------------------------------
+
+
+def test_record_size_and_resolved_count_are_exact() -> None:
+    """``size`` is the number of integers in the record (what BOUNDED-SIZE
+    bounds): two per range or attempt pair, plus the cut and the length."""
+    saved = Checkpoint(
+        cut=0,
+        trained_above_cut=((1, 3),),
+        dropped_above_cut=((4, 5), (6, 9)),
+        retained=((10, 11), (12, 13), (14, 15)),
+        attempts=((16, 1), (17, 2), (18, 1), (19, 3)),
+    )
+    assert saved.size() == 2 * (1 + 2 + 3 + 4) + 2
+    assert Checkpoint(cut=7).size() == 2
+    assert saved.resolved_count == 2 + 1 + 3
+    assert Checkpoint(cut=3).resolved_count == 0
+
+
+def test_a_record_keeping_attempts_of_a_resolved_ordinal_is_refused() -> None:
+    """The ordinal at the very start of a resolved range counts as resolved."""
+    for field in ("trained_above_cut", "dropped_above_cut"):
+        for o in (5, 6):
+            bad = attrs.evolve(Checkpoint(cut=0), **{field: ((5, 7),), "attempts": ((o, 1),)})
+            with pytest.raises(CheckpointCorruptError) as info:
+                Checkpoint.from_state_dict(bad.state_dict())
+            assert str(info.value) == (
+                f"checkpoint keeps attempts for ordinal {o}, which is already resolved"
+            )
+    fine = Checkpoint(cut=0, trained_above_cut=((5, 7),), attempts=((4, 1), (7, 1)))
+    assert Checkpoint.from_state_dict(fine.state_dict()) == fine
