@@ -113,9 +113,12 @@ def _drive(collector: StreamCollector) -> None:
 
 
 def epoch_seekable_collector(ds: Dataset[Any], nw: int) -> None:
-    """The full bookkeeping: collector over the seekable source; each batch
-    taken, landed and trained through the ledger."""
-    loader = make_seekable_loader(ds, batch_size=BATCH, seed=0, num_workers=nw)
+    """The full bookkeeping: collector over the seekable source (rows
+    collated in the worker); each batch taken, landed and trained through
+    the ledger."""
+    loader = make_seekable_loader(
+        ds, batch_size=BATCH, seed=0, num_workers=nw, collate_rows=default_collate
+    )
     _drive(StreamCollector(SeekableSource(loader), LedgerConfig(stream_len=len(ds))))  # type: ignore[arg-type]
 
 
@@ -129,7 +132,7 @@ VARIANTS: dict[str, Callable[[Dataset[Any], int], None]] = {
     "NeMo-RL ring of 512 snapshots": epoch_ring,
     "seekable loader (rows stacked by consumer)": epoch_seekable,
     "seekable loader (rows stacked in worker)": epoch_seekable_stacked,
-    "seekable + collector + ledger": epoch_seekable_collector,
+    "seekable (stacked in worker) + collector + ledger": epoch_seekable_collector,
     "snapshot binding + collector + ledger": epoch_snapshot_collector,
 }
 SEEKABLE = "seekable loader (rows stacked by consumer)"
