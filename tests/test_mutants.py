@@ -8,6 +8,9 @@ bounds small enough for a few seconds a mutant.
 
 from __future__ import annotations
 
+import hashlib
+import json
+
 import attrs
 import pytest
 
@@ -16,11 +19,13 @@ from frontier_core import (
     Checkpoint,
     CheckpointCorruptError,
     CheckpointMismatchError,
+    CheckpointVersionError,
     Dispatch,
     Effect,
     Evict,
     Fail,
     FailurePolicy,
+    FingerprintMismatchError,
     IllegalTransitionError,
     Ledger,
     LedgerConfig,
@@ -310,3 +315,91 @@ def test_a_record_keeping_attempts_of_a_resolved_ordinal_is_refused() -> None:
             )
     fine = Checkpoint(cut=0, trained_above_cut=((5, 7),), attempts=((4, 1), (7, 1)))
     assert Checkpoint.from_state_dict(fine.state_dict()) == fine
+
+
+def _signed(**fields: object) -> dict[str, object]:
+    """A record with these fields, checksummed by an independent writer."""
+    body = Checkpoint(cut=3, stream_len=20, fingerprint="fp").state_dict()
+    del body["checksum"]
+    body.update(fields)
+    canonical = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
+    return {**body, "checksum": "sha256:" + hashlib.sha256(canonical.encode()).hexdigest()}
+
+
+def test_the_checksum_is_the_documented_canonical_form() -> None:
+    """Records written by one version must read back in the next: the
+    checksum is SHA-256 over compact, key-sorted, ASCII-escaped JSON."""
+    for fingerprint in ("fp", "données-v2"):
+        record = Checkpoint(cut=3, stream_len=20, fingerprint=fingerprint).state_dict()
+        assert record == _signed(fingerprint=fingerprint)
+
+
+@pytest.mark.parametrize(
+    ("fields", "error", "message"),
+    [
+        ({"format": "x"}, CheckpointVersionError,
+         "not a frontier_core checkpoint: 'format' is 'x', expected 'frontier_core.checkpoint'"),
+        ({"version": 2}, CheckpointVersionError,
+         "checkpoint schema version 2 is not supported (this library reads version 1)"),
+        ({"x": 1}, CheckpointCorruptError,
+         "checkpoint record has missing keys [] and unknown keys ['x']"),
+        ({"trained_above_cut": [[5]]}, CheckpointCorruptError,
+         "'trained_above_cut' holds [5], not a [start, stop] pair"),
+        ({"trained_above_cut": [[-1, 5]]}, CheckpointCorruptError,
+         "'trained_above_cut' must be an int >= 0, got -1"),
+        ({"dropped_above_cut": [[5, "6"]]}, CheckpointCorruptError,
+         "'dropped_above_cut' must be an int >= 0, got '6'"),
+        ({"dropped_above_cut": [[3, 4]]}, CheckpointCorruptError,
+         "'dropped_above_cut' range [3, 4] is unsorted, overlapping, or below 4"),
+        ({"retained": [[5, 5]]}, CheckpointCorruptError,
+         "'retained' holds an empty range [5, 5]"),
+        ({"retained": [[5, 6.0]]}, CheckpointCorruptError,
+         "'retained' must be an int >= 0, got 6.0"),
+        ({"attempts": {}}, CheckpointCorruptError,
+         "'attempts' must be a list of [ordinal, count] pairs"),
+        ({"attempts": [[5, 1, 2]]}, CheckpointCorruptError,
+         "'attempts' holds [5, 1, 2], not a pair"),
+        ({"attempts": [[-5, 1]]}, CheckpointCorruptError,
+         "'attempts' must be an int >= 0, got -5"),
+        ({"attempts": [[5, None]]}, CheckpointCorruptError,
+         "'attempts' must be an int >= 0, got None"),
+        ({"attempts": [[5, 1], [5, 2]]}, CheckpointCorruptError,
+         "'attempts' entry [5, 2] is unsorted, below the cut, or zero"),
+        ({"trained_above_cut": [[4, 5], [7, 8]], "dropped_above_cut": [[5, 6], [7, 8]]},
+         CheckpointCorruptError,
+         "checkpoint lists ordinal 7 in both 'trained_above_cut' and 'dropped_above_cut'"),
+        ({"trained_above_cut": [[19, 21]]}, CheckpointCorruptError,
+         "checkpoint refers to ordinal 20 beyond its own stream length 20"),
+    ],
+)  # fmt: skip
+def test_a_bad_record_is_refused_with_its_exact_reason(
+    fields: dict[str, object], error: type[Exception], message: str
+) -> None:
+    with pytest.raises(error) as info:
+        Checkpoint.from_state_dict(_signed(**fields))
+    assert type(info.value) is error and str(info.value) == message
+
+
+def test_the_record_level_refusals_say_what_they_found() -> None:
+    cases = [
+        ([], "checkpoint record must be a dict, got list"),
+        ({k: v for k, v in _signed().items() if k != "attempts"},
+         "checkpoint record has missing keys ['attempts'] and unknown keys []"),
+    ]  # fmt: skip
+    for record, message in cases:
+        with pytest.raises(CheckpointCorruptError) as info:
+            Checkpoint.from_state_dict(record)  # type: ignore[arg-type]
+        assert str(info.value) == message
+    with pytest.raises(CheckpointCorruptError) as info:
+        Checkpoint.from_state_dict({**_signed(), "fingerprint": float("nan")})
+    assert str(info.value).startswith("checkpoint record is not JSON data: Out of range float")
+    altered = {**_signed(), "cut": 4}
+    with pytest.raises(CheckpointCorruptError) as info:
+        Checkpoint.from_state_dict(altered)
+    assert str(info.value) == (
+        "checkpoint checksum mismatch: the record was altered or truncated "
+        f"(stored {altered['checksum']!r}, computed {_signed(cut=4)['checksum']!r})"
+    )
+    with pytest.raises(FingerprintMismatchError) as mismatch:
+        Checkpoint.from_state_dict(_signed(), fingerprint="other")
+    assert (mismatch.value.expected, mismatch.value.found) == ("other", "fp")
