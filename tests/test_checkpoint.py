@@ -54,13 +54,32 @@ def test_resume_then_checkpoint_is_a_fixed_point(ledger: Ledger) -> None:
     assert resumed.checkpoint() == checkpoint
 
 
+def test_record_size_follows_the_window_not_the_run() -> None:
+    """BOUNDED-SIZE on the wire: the same window after 10**3 and 2 * 10**5
+    prompts differs only in the digits of the cut."""
+
+    def window_at(offset: int) -> int:
+        ledger = Ledger.start(LedgerConfig(fingerprint="w"))
+        ledger = ledger.stamp(offset).ledger.dispatch(range(offset))
+        ledger = ledger.buffer(range(offset)).train(range(offset))
+        ledger = ledger.stamp(40).ledger.dispatch(range(offset, offset + 40))
+        ledger = ledger.buffer(range(offset, offset + 40, 3))
+        ledger = ledger.train(range(offset + 3, offset + 40, 6))
+        return len(json.dumps(ledger.checkpoint().state_dict()))
+
+    small, large = window_at(1_000), window_at(200_000)
+    assert large - small == len(str(200_000)) - len(str(1_000))
+
+
 def test_sample_record_is_json_only_and_ranged() -> None:
     record = sample_record()
     assert json.loads(json.dumps(record)) == record
     assert record["cut"] == 1
-    assert record["trained_above_cut"] == [[2, 4], [7, 10]]
-    assert record["dropped_above_cut"] == [[11, 12]]
-    assert record["retained"] == [[4, 7], [10, 11], [12, 20]]
+    # Delta-coded [gap, length] from the cut: trained {2, 3, 7, 8, 9} (above
+    # the cut, so from 2), dropped {11}, retained {4..6, 10, 12..19} (from 1).
+    assert record["trained_above_cut"] == [[0, 2], [3, 3]]
+    assert record["dropped_above_cut"] == [[9, 1]]
+    assert record["retained"] == [[3, 3], [3, 1], [1, 8]]
     assert record["checksum"].startswith("sha256:")
 
 
@@ -92,16 +111,14 @@ def test_any_altered_field_fails_the_checksum(key: str, value: object) -> None:
     [
         ("cut", -1, "'cut' must be an int >= 0"),
         ("cut", True, "'cut' must be an int >= 0"),
-        ("cut", 3, "below 4"),  # trained [2, 4) would sit at or under the cut
-        ("trained_above_cut", [[7, 10], [2, 4]], "unsorted"),
-        ("trained_above_cut", [[2, 2]], "empty range"),
-        ("trained_above_cut", [[2, 4, 5]], "not a [start, stop] pair"),
+        ("trained_above_cut", [[-1, 2]], "'trained_above_cut' must be an int >= 0"),
+        ("trained_above_cut", [[0, 0]], "n must be >= 1"),
+        ("trained_above_cut", [[2, 4, 5]], "not a [gap, n] pair"),
         ("trained_above_cut", "2-4", "must be a list"),
-        ("dropped_above_cut", [[3, 5]], "in both 'trained_above_cut' and 'dropped_above_cut'"),
-        ("retained", [[8, 9]], "in both 'trained_above_cut' and 'retained'"),
-        ("attempts", [[3, 1]], "already resolved"),
-        ("attempts", [[12, 0]], "zero"),
-        ("attempts", [[0, 1]], "below the cut"),
+        ("dropped_above_cut", [[0, 1]], "in both 'trained_above_cut' and 'dropped_above_cut'"),
+        ("retained", [[6, 1]], "in both 'trained_above_cut' and 'retained'"),
+        ("attempts", [[2, 1]], "already resolved"),
+        ("attempts", [[3, 0]], "n must be >= 1"),
         ("stream_len", 15, "beyond its own stream length 15"),
         ("stream_len", "40", "'stream_len' must be an int"),
         ("fingerprint", 7, "must be a string"),

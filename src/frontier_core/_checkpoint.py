@@ -71,6 +71,9 @@ class Checkpoint:
     retained ordinals lie at or above it and are neither trained nor dropped;
     ``attempts`` lists ``(ordinal, count)`` for unresolved ordinals at or
     above the cut with ``count >= 1``, ascending.
+
+    The record writes these delta-coded from the cut (see ``_encode``), so
+    that its size follows the number of ranges and not the run's length.
     """
 
     cut: int
@@ -111,10 +114,10 @@ class Checkpoint:
             KEY_FINGERPRINT: self.fingerprint,
             KEY_STREAM_LEN: self.stream_len,
             KEY_CUT: self.cut,
-            KEY_TRAINED: [[a, b] for a, b in self.trained_above_cut],
-            KEY_DROPPED: [[a, b] for a, b in self.dropped_above_cut],
-            KEY_RETAINED: [[a, b] for a, b in self.retained],
-            KEY_ATTEMPTS: [[o, n] for o, n in self.attempts],
+            KEY_TRAINED: _encode(self.trained_above_cut, floor=self.cut + 1, span=True),
+            KEY_DROPPED: _encode(self.dropped_above_cut, floor=self.cut + 1, span=True),
+            KEY_RETAINED: _encode(self.retained, floor=self.cut, span=True),
+            KEY_ATTEMPTS: _encode(self.attempts, floor=self.cut, span=False),
         }
         body[KEY_CHECKSUM] = _checksum(body)
         return body
@@ -172,10 +175,10 @@ class Checkpoint:
         if stream_len is not None:
             _check_int(KEY_STREAM_LEN, stream_len)
         cut = _check_int(KEY_CUT, record[KEY_CUT])
-        trained = _read_ranges(KEY_TRAINED, record[KEY_TRAINED], above=cut + 1)
-        dropped = _read_ranges(KEY_DROPPED, record[KEY_DROPPED], above=cut + 1)
-        retained = _read_ranges(KEY_RETAINED, record[KEY_RETAINED], above=cut)
-        attempts = _read_attempts(record[KEY_ATTEMPTS], above=cut)
+        trained = _decode(KEY_TRAINED, record[KEY_TRAINED], floor=cut + 1, span=True)
+        dropped = _decode(KEY_DROPPED, record[KEY_DROPPED], floor=cut + 1, span=True)
+        retained = _decode(KEY_RETAINED, record[KEY_RETAINED], floor=cut, span=True)
+        attempts = _decode(KEY_ATTEMPTS, record[KEY_ATTEMPTS], floor=cut, span=False)
         for a_name, a, b_name, b in (
             (KEY_TRAINED, trained, KEY_DROPPED, dropped),
             (KEY_TRAINED, trained, KEY_RETAINED, retained),
@@ -239,43 +242,39 @@ def _check_int(name: str, value: object) -> int:
     return value
 
 
-def _read_ranges(name: str, value: object, *, above: int) -> tuple[Range, ...]:
-    if not isinstance(value, list):
-        raise CheckpointCorruptError(f"{name!r} must be a list of [start, stop] pairs")
-    out: list[Range] = []
-    floor = above
-    for item in value:
-        if not (isinstance(item, list) and len(item) == 2):
-            raise CheckpointCorruptError(f"{name!r} holds {item!r}, not a [start, stop] pair")
-        start = _check_int(name, item[0])
-        stop = _check_int(name, item[1])
-        if start >= stop:
-            raise CheckpointCorruptError(f"{name!r} holds an empty range {item!r}")
-        if start < floor:
-            raise CheckpointCorruptError(
-                f"{name!r} range {item!r} is unsorted, overlapping, or below {above}"
-            )
-        out.append((start, stop))
-        floor = stop
-    return tuple(out)
+def _encode(pairs: tuple[tuple[int, int], ...], *, floor: int, span: bool) -> list[list[int]]:
+    """Delta-code ascending ``pairs`` as ``[gap, n]`` items.
+
+    Each item starts ``gap`` ordinals past the end of the previous one (the
+    first, past ``floor``, which is derived from the cut). A range item spans
+    ``n`` ordinals (``span``); an attempts item is one ordinal carrying count
+    ``n``. Only the cut grows with the run: a record of the same window after
+    10**4 or 10**7 prompts differs in the digits of the cut alone.
+    """
+    out: list[list[int]] = []
+    for start, second in pairs:
+        n = second - start if span else second
+        out.append([start - floor, n])
+        floor = start + (n if span else 1)
+    return out
 
 
-def _read_attempts(value: object, *, above: int) -> tuple[tuple[int, int], ...]:
+def _decode(name: str, value: object, *, floor: int, span: bool) -> tuple[tuple[int, int], ...]:
+    """Invert ``_encode``; items are ascending and disjoint by construction,
+    so the checks left are the types and the signs."""
     if not isinstance(value, list):
-        raise CheckpointCorruptError(f"{KEY_ATTEMPTS!r} must be a list of [ordinal, count] pairs")
+        raise CheckpointCorruptError(f"{name!r} must be a list of [gap, n] pairs")
     out: list[tuple[int, int]] = []
-    floor = above
     for item in value:
         if not (isinstance(item, list) and len(item) == 2):
-            raise CheckpointCorruptError(f"{KEY_ATTEMPTS!r} holds {item!r}, not a pair")
-        o = _check_int(KEY_ATTEMPTS, item[0])
-        n = _check_int(KEY_ATTEMPTS, item[1])
-        if o < floor or n < 1:
-            raise CheckpointCorruptError(
-                f"{KEY_ATTEMPTS!r} entry {item!r} is unsorted, below the cut, or zero"
-            )
-        out.append((o, n))
-        floor = o + 1
+            raise CheckpointCorruptError(f"{name!r} holds {item!r}, not a [gap, n] pair")
+        gap = _check_int(name, item[0])
+        n = _check_int(name, item[1])
+        if n < 1:
+            raise CheckpointCorruptError(f"{name!r} holds {item!r}: n must be >= 1")
+        start = floor + gap
+        out.append((start, start + n) if span else (start, n))
+        floor = start + (n if span else 1)
     return tuple(out)
 
 
