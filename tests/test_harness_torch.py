@@ -205,12 +205,9 @@ def test_a_resume_to_a_snapshot_below_the_cut_is_not_a_fresh_run() -> None:
     assert 0 not in [o for o, _ in integration.collector.take(10)]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="SnapshotSource.position raises SnapshotMissingError before the first pull: "
-    "a checkpoint of a run that has not pulled yet (step 0) is refused; found by the harness",
-)
 def test_a_snapshot_source_checkpoints_before_its_first_pull() -> None:
+    """Regression (found by the harness): a checkpoint before the first pull
+    (step 0) used to raise SnapshotMissingError."""
     integration = SnapshotIntegration()
     integration.start()
     saved = integration.collector.state_dict()

@@ -154,18 +154,6 @@ def record_bytes(ledger: Ledger) -> int:
     return len(json.dumps(ledger.checkpoint().state_dict()).encode())
 
 
-def relative_record_bytes(ledger: Ledger) -> int:
-    """The size the same record would have with every range written as
-    ``[start - cut, stop - start]`` (a proposed encoding: only the cut then
-    grows with the run, by its decimal digits)."""
-    record = ledger.checkpoint().state_dict()
-    cut = record["cut"]
-    for key in ("trained_above_cut", "dropped_above_cut", "retained"):
-        record[key] = [[a - cut, b - a] for a, b in record[key]]
-    record["attempts"] = [[o - cut, n] for o, n in record["attempts"]]
-    return len(json.dumps(record).encode())
-
-
 def bench_checkpoint(*, quick: bool, rounds: int) -> list[Row]:
     short, long = (10**3, 10**5) if quick else (10**4, 10**7)
     rows: list[Row] = []
@@ -205,17 +193,6 @@ def bench_checkpoint(*, quick: bool, rounds: int) -> list[Row]:
             met=sizes[long] < 1024 and abs(ratio - 1) <= 0.10,
         )
     )
-    rel = {n: relative_record_bytes(ledgers[n]) for n in ledgers}
-    rows.append(
-        row(
-            "checkpoint",
-            f"record after {long:,}, ranges relative to the cut (proposal)",
-            [rel[long]],
-            "bytes",
-            ratios=[rel[long] / rel[short]],
-            baseline=f"same encoding after {short:,}",
-        )
-    )
     # Cost of taking the checkpoint (record + JSON), same window, both lengths.
     costs: dict[int, list[float]] = {n: [] for n in ledgers}
     reps = 200
@@ -248,7 +225,6 @@ def bench_checkpoint(*, quick: bool, rounds: int) -> list[Row]:
                 ratios=[at[long] / at[short]],
                 baseline=f"{k:,} holes after {short:,}",
                 bytes_per_hole=at[long] / k,
-                relative_encoding_bytes=relative_record_bytes(holes(ledgers[long], k)),
                 bytes_short=at[short],
             )
         )

@@ -202,6 +202,10 @@ class SnapshotSource:
         return pull
 
     def _floor(self, cut: int) -> int:
+        if not self._ring and self._count == 0:
+            # Nothing pulled yet (a checkpoint at step 0): the loader's
+            # state now is the start of the stream.
+            self._ring[0] = copy.deepcopy(self.loader.state_dict())
         below = [k for k in self._ring if k <= cut]
         if not below:
             raise SnapshotMissingError(
