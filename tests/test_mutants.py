@@ -403,3 +403,20 @@ def test_the_record_level_refusals_say_what_they_found() -> None:
     with pytest.raises(FingerprintMismatchError) as mismatch:
         Checkpoint.from_state_dict(_signed(), fingerprint="other")
     assert (mismatch.value.expected, mismatch.value.found) == ("other", "fp")
+
+
+def test_the_highest_ordinal_of_an_empty_record_is_below_the_cut() -> None:
+    assert Checkpoint(cut=11).highest_ordinal() == 10
+    assert Checkpoint(cut=0).highest_ordinal() == -1
+    assert Checkpoint(cut=2, retained=((4, 6),), attempts=((3, 1),)).highest_ordinal() == 5
+    assert Checkpoint(cut=2, attempts=((9, 1),), dropped_above_cut=((3, 4),)).highest_ordinal() == 9
+
+
+def test_to_ranges_refuses_unsorted_input_by_ordinal() -> None:
+    from frontier_core._ranges import to_ranges
+
+    assert to_ranges([0, 1, 2, 5, 7, 8]) == ((0, 3), (5, 6), (7, 9))
+    for bad, at in (([3, 1], 1), ([0, 1, 1], 1)):
+        with pytest.raises(ValueError) as info:
+            to_ranges(bad)
+        assert str(info.value) == f"ordinals not ascending and distinct at {at}"
