@@ -6,10 +6,11 @@ and the collector need only asyncio and frontier_core."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import pytest
+from frontier_adapters import SequenceSource
 from frontier_adapters._collector import Pull, StreamCollector
 from frontier_adapters._engine import Completion, RequestOutput
 from frontier_adapters._rollout import Group, RolloutEvent, RolloutLoop
@@ -19,34 +20,9 @@ from frontier_core import FailurePolicy, LedgerConfig, Status
 N_GEN = 3
 
 
-class ListSource:
+def ListSource(n: int, batch: int = 4) -> SequenceSource:
     """A seekable in-memory stream of rows ``r0, r1, ...`` in batches."""
-
-    def __init__(self, n: int, batch: int = 4) -> None:
-        self.n, self.batch, self.pos = n, batch, 0
-
-    @property
-    def stream_len(self) -> int | None:
-        return self.n
-
-    def pull(self) -> Pull | None:
-        if self.pos >= self.n:
-            return None
-        first = self.pos
-        self.pos = min(self.n, first + self.batch)
-        return Pull(first, [f"r{o}" for o in range(first, self.pos)], None)
-
-    def position(self, cut: int) -> dict[str, Any]:
-        return {"next": cut}
-
-    def base(self, state: Mapping[str, Any], cut: int) -> int:
-        return int(state["next"])
-
-    def restore(self, state: Mapping[str, Any], cut: int) -> None:
-        self.pos = int(state["next"])
-
-    def prune(self, cut: int) -> None:
-        pass
+    return SequenceSource([f"r{o}" for o in range(n)], batch_size=batch)
 
 
 class Sink:
@@ -323,12 +299,12 @@ def test_in_flight_is_bounded_and_back_pressure_waits_for_the_trainer() -> None:
 
 
 def test_a_misaligned_source_stops_the_loop_instead_of_hanging() -> None:
-    class Bad(ListSource):
+    class Bad(SequenceSource):
         def pull(self) -> Pull | None:
             return Pull(5, ["x"], None)
 
     async def main() -> None:
-        collector = StreamCollector(Bad(3), LedgerConfig(stream_len=3))
+        collector = StreamCollector(Bad(["r0", "r1", "r2"]), LedgerConfig(stream_len=3))
         loop = RolloutLoop(
             collector, ScriptEngine(collector), Sink(), prompt_of=str,
             sampling_params=None, num_generations=1,

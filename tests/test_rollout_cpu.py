@@ -5,14 +5,13 @@ the tiny model: a real update raises the probability of rewarded samples."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping
 from typing import Any
 
 import pytest
 
 torch = pytest.importorskip("torch")
 
-from frontier_adapters._collector import Pull, StreamCollector  # noqa: E402
+from frontier_adapters import SequenceSource, StreamCollector  # noqa: E402
 from frontier_adapters._cpu_engine import (  # noqa: E402
     EOS,
     CpuEngine,
@@ -105,36 +104,9 @@ def test_concurrent_requests_interleave() -> None:
     assert asyncio.run(main()).peak_running == 5
 
 
-class Rows:
-    def __init__(self, rows: list[list[int]]) -> None:
-        self.rows, self.pos = rows, 0
-
-    @property
-    def stream_len(self) -> int | None:
-        return len(self.rows)
-
-    def pull(self) -> Pull | None:
-        if self.pos >= len(self.rows):
-            return None
-        first, self.pos = self.pos, min(len(self.rows), self.pos + 5)
-        return Pull(first, self.rows[first : self.pos], None)
-
-    def position(self, cut: int) -> dict[str, Any]:
-        return {"next": cut}
-
-    def base(self, state: Mapping[str, Any], cut: int) -> int:
-        return int(state["next"])
-
-    def restore(self, state: Mapping[str, Any], cut: int) -> None:
-        self.pos = int(state["next"])
-
-    def prune(self, cut: int) -> None:
-        pass
-
-
 def test_rollout_loop_over_the_cpu_engine_lands_every_prompt() -> None:
     prompts = make_prompts(20, vocab=16, seed=2)
-    collector = StreamCollector(Rows(prompts), LedgerConfig(stream_len=20))
+    collector = StreamCollector(SequenceSource(prompts, batch_size=5), LedgerConfig(stream_len=20))
     buffer = ReplayBuffer(max_trajectory_age_steps=1)
     e = engine()
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import Mapping
 from typing import Any
 
 import pytest
@@ -21,7 +20,7 @@ pytest.importorskip(
 if not torch.cuda.is_available():
     pytest.skip("vllm is installed but no CUDA GPU is available", allow_module_level=True)
 
-from frontier_adapters._collector import Pull, StreamCollector  # noqa: E402
+from frontier_adapters import SequenceSource, StreamCollector  # noqa: E402
 from frontier_adapters.rollout import (  # noqa: E402
     ReplayBuffer,
     RolloutEvent,
@@ -35,31 +34,8 @@ from frontier_core import LedgerConfig, Status  # noqa: E402
 MODEL = os.environ.get("FRONTIER_VLLM_MODEL", "facebook/opt-125m")
 
 
-class Texts:
-    def __init__(self, n: int) -> None:
-        self.n, self.pos = n, 0
-
-    @property
-    def stream_len(self) -> int | None:
-        return self.n
-
-    def pull(self) -> Pull | None:
-        if self.pos >= self.n:
-            return None
-        first, self.pos = self.pos, min(self.n, self.pos + 4)
-        return Pull(first, [f"Count from {o}:" for o in range(first, self.pos)], None)
-
-    def position(self, cut: int) -> dict[str, Any]:
-        return {"next": cut}
-
-    def base(self, state: Mapping[str, Any], cut: int) -> int:
-        return int(state["next"])
-
-    def restore(self, state: Mapping[str, Any], cut: int) -> None:
-        self.pos = int(state["next"])
-
-    def prune(self, cut: int) -> None:
-        pass
+def texts(n: int) -> SequenceSource:
+    return SequenceSource([f"Count from {o}:" for o in range(n)], batch_size=4)
 
 
 @pytest.fixture(scope="module")
@@ -72,7 +48,7 @@ def engine() -> Any:
 
 
 def test_groups_land_from_real_vllm(engine: VllmEngine) -> None:
-    collector = StreamCollector(Texts(6), LedgerConfig(stream_len=6))
+    collector = StreamCollector(texts(6), LedgerConfig(stream_len=6))
     buffer = ReplayBuffer(max_trajectory_age_steps=4)
     events: list[RolloutEvent] = []
 
@@ -97,7 +73,7 @@ def test_groups_land_from_real_vllm(engine: VllmEngine) -> None:
 
 
 def test_shutdown_mid_flight_aborts_real_requests(engine: VllmEngine) -> None:
-    collector = StreamCollector(Texts(4), LedgerConfig(stream_len=4))
+    collector = StreamCollector(texts(4), LedgerConfig(stream_len=4))
     buffer = ReplayBuffer(max_trajectory_age_steps=4)
 
     async def main() -> tuple[int, ...]:

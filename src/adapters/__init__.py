@@ -7,4 +7,9 @@ ledger's. Importing this package imports nothing heavy; each binding imports
 its framework when it is itself imported.
 """
 
-__all__: list[str] = []
+from ._collector import Pull as Pull
+from ._collector import StreamCollector as StreamCollector
+from ._collector import StreamSource as StreamSource
+from ._memory import SequenceSource as SequenceSource
+
+__all__ = ["Pull", "SequenceSource", "StreamCollector", "StreamSource"]

@@ -29,7 +29,6 @@ import subprocess
 import sys
 import time
 import warnings
-from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -44,6 +43,7 @@ from frontier_core import (
     fold_lineage,
     read_train_log,
 )
+from frontier_core._audit import coverage_counts
 
 from ._collector import StreamCollector
 from ._files import dataset_fingerprint, read_checkpoint, require_parts, write_checkpoint
@@ -187,18 +187,6 @@ class TortureResult:
     seconds: float
 
 
-def audit(log_path: Path, stream_len: int) -> tuple[Counter[int], Counter[int]]:
-    """Trained and dropped counts of the surviving lineage."""
-    lineage = fold_lineage(read_train_log(log_path), path=str(log_path))
-    trained: Counter[int] = Counter()
-    for ordinals in lineage.steps.values():
-        trained.update(ordinals)
-    dropped: Counter[int] = Counter()
-    for ordinals in lineage.dropped:
-        dropped.update(ordinals)
-    return trained, dropped
-
-
 def torture(
     workdir: str | os.PathLike[str],
     *,
@@ -276,7 +264,7 @@ def torture(
             break
     stream_len = rows * epochs
     log_path = workdir / LOG_NAME
-    trained, dropped = audit(log_path, stream_len)
+    trained, dropped = coverage_counts(fold_lineage(read_train_log(log_path), path=str(log_path)))
     both = trained + dropped
     skipped = tuple(o for o in range(stream_len) if both[o] == 0)
     duplicated = tuple(sorted(o for o, n in both.items() if n > 1 or o >= stream_len))
