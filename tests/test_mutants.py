@@ -420,3 +420,20 @@ def test_to_ranges_refuses_unsorted_input_by_ordinal() -> None:
         with pytest.raises(ValueError) as info:
             to_ranges(bad)
         assert str(info.value) == f"ordinals not ascending and distinct at {at}"
+
+
+def test_attempts_are_delta_coded_one_ordinal_apart() -> None:
+    saved = Checkpoint(cut=3, attempts=((5, 2), (9, 1), (10, 3)))
+    assert saved.state_dict()["attempts"] == [[2, 2], [3, 1], [0, 3]]
+    assert Checkpoint.from_state_dict(saved.state_dict()) == saved
+
+
+def test_an_overlap_past_a_skipped_range_is_found() -> None:
+    """The overlap scan advances one range at a time: here the clash is in
+    the second range of each list, after one that overlaps nothing."""
+    bad = Checkpoint(cut=2, trained_above_cut=((4, 5), (7, 8)), dropped_above_cut=((5, 6), (7, 8)))
+    with pytest.raises(CheckpointCorruptError) as info:
+        Checkpoint.from_state_dict(bad.state_dict())
+    assert str(info.value) == (
+        "checkpoint lists ordinal 7 in both 'trained_above_cut' and 'dropped_above_cut'"
+    )
