@@ -437,3 +437,49 @@ def test_an_overlap_past_a_skipped_range_is_found() -> None:
     assert str(info.value) == (
         "checkpoint lists ordinal 7 in both 'trained_above_cut' and 'dropped_above_cut'"
     )
+
+
+# -- the rest of the ledger: configuration, queries, value identity ------------
+
+
+def test_config_refuses_bad_values_by_name() -> None:
+    for kw, message in (
+        ({"max_attempts": 0}, "max_attempts must be an int >= 1, got 0"),
+        ({"max_attempts": True}, "max_attempts must be an int >= 1, got True"),
+        ({"stream_len": -1}, "stream_len must be None or an int >= 0, got -1"),
+        ({"stream_len": 2.0}, "stream_len must be None or an int >= 0, got 2.0"),
+    ):
+        with pytest.raises(ValueError) as info:
+            LedgerConfig(**kw)  # type: ignore[arg-type]
+        assert str(info.value) == message
+    assert LedgerConfig(max_attempts=1, stream_len=0).stream_len == 0
+
+
+def test_a_fresh_ledger_filters_nothing_and_counts_its_window() -> None:
+    ledger = _ledger()
+    assert (ledger.filter_horizon, ledger.filtering, ledger.in_flight()) == (0, False, 0)
+    ledger = ledger.stamp(5).ledger.dispatch([0, 1]).buffer([1]).train([1])
+    assert ledger.in_flight() == 3 + 1 + 0 and ledger.count(Status.TRAINED) == 1
+    with pytest.raises(IllegalTransitionError) as info:
+        _ledger().dispatch([0])
+    assert info.value.reason == "dispatch needs pending ordinals; 0 is not yet yielded"
+
+
+def test_ledgers_are_equal_exactly_when_their_states_are() -> None:
+    a = _ledger().stamp(3).ledger
+    b = _ledger().stamp(2).ledger.stamp(1).ledger
+    c = _ledger().stamp(3).ledger.dispatch([0])
+    assert a == b and hash(a) == hash(b) and a == a
+    assert a != c and b != c and (a == c) is False
+    assert len({a, b, c}) == 2
+    assert a != "a ledger"
+
+
+def test_intmap_truth_membership_and_construction() -> None:
+    from frontier_core._trie import IntMap
+
+    empty = IntMap()
+    one = IntMap.from_items([(7, 3)])
+    assert not empty and one and IntMap.from_items([(0, 1), (40, 2)])
+    assert 7 in one and 6 not in one and -1 not in one and "7" not in one
+    assert list(one.items()) == [(7, 3)]
