@@ -483,3 +483,32 @@ def test_intmap_truth_membership_and_construction() -> None:
     assert not empty and one and IntMap.from_items([(0, 1), (40, 2)])
     assert 7 in one and 6 not in one and -1 not in one and "7" not in one
     assert list(one.items()) == [(7, 3)]
+
+
+def test_intmap_get_many_switches_leaves_correctly() -> None:
+    """``get_many`` caches the last leaf: keys whose leaf ids collide under
+    a wrong shift (1 and 1024, 0 and 32) must still read their own leaf."""
+    from frontier_core._trie import IntMap
+
+    m = IntMap.from_items([(0, 9), (1, 5), (32, 6), (1024, 7), (1025, 8)])
+    assert m.get_many([1024, 1, 1025, 0, 32, 33]) == [7, 5, 8, 9, 6, None]
+    assert m.get_many([1, 1024, 32, 0]) == [5, 7, 6, 9]
+
+
+def test_intmap_node_count_counts_each_node_once() -> None:
+    """One leaf; a root over two leaves; two levels over two leaves."""
+    from frontier_core._trie import IntMap
+
+    assert IntMap.from_items([(0, 1)]).node_count() == 1
+    assert IntMap.from_items([(0, 1), (32, 2)]).node_count() == 3
+    assert IntMap.from_items([(0, 1), (1024, 2)]).node_count() == 5
+
+
+def test_intmap_bulk_update_groups_keys_by_child() -> None:
+    from frontier_core._trie import IntMap
+
+    keys = list(range(0, 3000, 7))
+    m = IntMap().updated([(k, k + 1) for k in keys])
+    assert list(m.items()) == [(k, k + 1) for k in keys]
+    m = m.updated([(k, None) for k in keys[::2]] + [(5000, 1)])
+    assert list(m.items()) == [(k, k + 1) for k in keys[1::2]] + [(5000, 1)]
