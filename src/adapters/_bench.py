@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import importlib.util
 import json
 import os
 import platform
@@ -36,6 +37,8 @@ SECTIONS: dict[str, tuple[str, str]] = {
     "resume": ("frontier_adapters._bench_torch", "bench_resume"),
     "memory": ("frontier_adapters._bench_core", "bench_memory"),
     "simulator": ("frontier_adapters._bench_core", "bench_simulator"),
+    # Needs the `ray` extra; skipped by default where it is not installed.
+    "ray": ("frontier_adapters._ray_bench", "bench_ray"),
 }
 
 Row = dict[str, Any]
@@ -204,6 +207,9 @@ def run(args: argparse.Namespace) -> int:
         print("frontier bench: --rounds must be >= 1", file=sys.stderr)
         return 2
     sections = args.only or list(SECTIONS)
+    if not args.only and importlib.util.find_spec("ray") is None:
+        print("frontier bench: skipping 'ray' (install the ray extra)", file=sys.stderr)
+        sections.remove("ray")
     doc = run_sections(sections, quick=args.quick, rounds=rounds)
     print(format_table(doc["rows"]))
     missed = [f"{r['section']}/{r['name']}" for r in doc["rows"] if r.get("met") is False]
