@@ -34,3 +34,10 @@ def test_rollout_example_runs_and_audits_clean(
     trained = sorted(o for ordinals in lineage.steps.values() for o in ordinals)
     dropped = sorted(o for ordinals in lineage.dropped for o in ordinals)
     assert sorted(trained + dropped) == list(range(64))
+
+
+def test_harness_example_runs_and_stays_under_30_lines() -> None:
+    pytest.importorskip("hypothesis")
+    (block,) = [b for b in re.findall(r"```python\n(.*?)```", README, re.S) if "Integration" in b]
+    assert len([line for line in block.splitlines() if line.strip()]) <= 30
+    exec(compile(block, "README.md", "exec"), {"__name__": "readme_harness"})
