@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator, Iterable, Mapping
+from collections.abc import AsyncIterator, Iterable
 from typing import Any
 
 import pytest
@@ -19,6 +19,8 @@ from frontier_core.testing import Integration, run_integration_test
 
 rollout = pytest.importorskip("frontier_adapters._rollout")
 collector_module = pytest.importorskip("frontier_adapters._collector")
+from frontier_adapters import SequenceSource  # noqa: E402
+
 engine_module = pytest.importorskip("frontier_adapters._engine")
 
 N = 9
@@ -30,36 +32,6 @@ SETTINGS = settings(
     database=None,
     suppress_health_check=list(HealthCheck),
 )
-
-
-class ListSource:
-    """A seekable in-memory stream: row ``r{o}`` at ordinal ``o``, in
-    batches of three."""
-
-    def __init__(self) -> None:
-        self.pos = 0
-
-    @property
-    def stream_len(self) -> int | None:
-        return N
-
-    def pull(self) -> Any:
-        if self.pos >= N:
-            return None
-        first, self.pos = self.pos, min(N, self.pos + 3)
-        return collector_module.Pull(first, [f"r{o}" for o in range(first, self.pos)], None)
-
-    def position(self, cut: int) -> dict[str, Any]:
-        return {"next": cut}
-
-    def base(self, state: Mapping[str, Any], cut: int) -> int:
-        return int(state["next"])
-
-    def restore(self, state: Mapping[str, Any], cut: int) -> None:
-        self.pos = int(state["next"])
-
-    def prune(self, cut: int) -> None:
-        pass
 
 
 class HeldEngine:
@@ -110,7 +82,7 @@ class RolloutIntegration(Integration):
     def start(self) -> None:
         self.aio = asyncio.new_event_loop()
         self.collector = collector_module.StreamCollector(
-            ListSource(),
+            SequenceSource([f"r{o}" for o in range(N)], batch_size=3),
             LedgerConfig(stream_len=N, on_failure=FailurePolicy.RETRY, max_attempts=2),
         )
         self.engine = HeldEngine()

@@ -7,7 +7,7 @@ the outside, through the same hooks a framework author writes."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from typing import Any
 
 import pytest
@@ -28,6 +28,8 @@ from torchdata.stateful_dataloader import StatefulDataLoader  # noqa: E402
 from frontier_core import FailurePolicy, LedgerConfig, Status  # noqa: E402
 from frontier_core.testing import CoverageViolation, Integration, run_integration_test  # noqa: E402
 
+from .test_torch_collector import Counting  # noqa: E402
+
 pytestmark = pytest.mark.filterwarnings("ignore:'set_vital' is deprecated")
 
 ROWS = 5
@@ -40,25 +42,6 @@ SETTINGS = settings(
     database=None,
     suppress_health_check=list(HealthCheck),
 )
-
-
-class Counting(torch.utils.data.IterableDataset[int]):
-    """A stream that cannot seek: row ``100 + i`` at ordinal ``i``."""
-
-    def __init__(self, n: int) -> None:
-        self.n = n
-        self.pos = 0
-
-    def __iter__(self) -> Iterator[int]:
-        while self.pos < self.n:
-            self.pos += 1
-            yield 100 + self.pos - 1
-
-    def state_dict(self) -> dict[str, Any]:
-        return {"pos": self.pos}
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.pos = state["pos"]
 
 
 class CollectorIntegration(Integration):
