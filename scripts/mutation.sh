@@ -8,7 +8,7 @@
 #   bash scripts/mutation.sh 'frontier_core._ledger*'   # one module (mutmut name globs)
 #
 # Prints mutmut's summary and the surviving mutants; each survivor must be
-# killed by tests/test_mutants.py or written up in proofs/MUTANTS.md.
+# killed by tests/core/test_mutants.py or written up in proofs/MUTANTS.md.
 # Set MUTATION_DIR to keep (and resume) a run in a fixed place.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -25,7 +25,7 @@ fi
 cd "$work"
 # mutmut puts the mutated copy (mutants/src) first on sys.path. The test
 # selection leaves out test_exhaustive's large-bound exploration (a minute a
-# mutant); tests/test_mutants.py explores the small bounds instead.
+# mutant); tests/core/test_mutants.py explores the small bounds instead.
 nice -n 10 "$mutmut" run --max-children 1 "$@" || true
 # The mutants left alive (mutmut lists those outside a partial run as "not checked").
 "$mutmut" results | grep -v ': not checked$' || echo "no surviving mutants"

@@ -1,15 +1,42 @@
-"""frontier_adapters: thin bindings of frontier_core to torch data loaders
-and to async rollout engines.
+"""frontier_adapters: bindings of frontier_core to the frameworks that
+train with it.
 
-Installed as ``frontier_adapters`` (the directory is ``src/adapters``).
+The package root holds what every binding shares and what needs no
+framework: the stamping collector (``StreamCollector``) and its source
+protocol, an in-memory source, the single-writer ledger service behind
+leases, and the errors. The bindings are subpackages, each importing its
+framework only when it is itself imported:
+
+* ``frontier_adapters.torch``: seekable and snapshot data loaders, checkpoint
+  directories;
+* ``frontier_adapters.rollout``: the asyncio rollout loop over an engine with
+  vLLM's ``AsyncLLM`` contract, and its replay buffer;
+* ``frontier_adapters.ray``: the ledger service as a Ray actor and a fleet of
+  rollout actors.
+
+``frontier_adapters.examples`` (the CPU engine, demos, torture jobs) and
+``frontier_adapters.bench`` (``frontier bench``) are not library API.
+Installed as ``frontier_adapters``; the directory is ``src/adapters``.
 Adapters hold handles and translate events; every coverage decision is the
-ledger's. Importing this package imports nothing heavy; each binding imports
-its framework when it is itself imported.
+ledger's.
 """
 
 from ._collector import Pull as Pull
 from ._collector import StreamCollector as StreamCollector
 from ._collector import StreamSource as StreamSource
-from ._memory import SequenceSource as SequenceSource
+from ._service import Lease as Lease
+from ._service import LedgerService as LedgerService
+from ._service import Reported as Reported
+from ._service import Snapshot as Snapshot
+from ._sources import SequenceSource as SequenceSource
 
-__all__ = ["Pull", "SequenceSource", "StreamCollector", "StreamSource"]
+__all__ = [
+    "Lease",
+    "LedgerService",
+    "Pull",
+    "Reported",
+    "SequenceSource",
+    "Snapshot",
+    "StreamCollector",
+    "StreamSource",
+]

@@ -159,7 +159,7 @@ class StreamCollector:
                 "the loader was not positioned at the checkpoint's cut"
             )
         step = self._ledger.stamp(len(rows))
-        yielded = step.effect.yielded
+        yielded = step.effect.stamped
         if len(yielded) != len(rows):
             raise StreamMisalignedError(
                 f"the loader yielded ordinals up to {first + len(rows) - 1}, past the "
@@ -190,19 +190,19 @@ class StreamCollector:
             elif not self.pull():
                 break
         if chosen:
-            self._ledger = self._ledger.dispatch(chosen)
+            self._ledger = self._ledger.dispatch(chosen).ledger
         return [(o, self._rows[o]) for o in chosen]
 
     # -- what happened to the ordinals ---------------------------------------
 
     def landed(self, ordinals: Iterable[int]) -> None:
         """These ordinals' groups landed in the replay buffer."""
-        self._ledger = self._ledger.buffer(ordinals)
+        self._ledger = self._ledger.buffer(ordinals).ledger
 
     def trained(self, ordinals: Iterable[int]) -> None:
         """One training step consumed these buffered groups."""
         ordinals = list(ordinals)
-        self._ledger = self._ledger.train(ordinals)
+        self._ledger = self._ledger.train(ordinals).ledger
         for o in ordinals:
             self._rows.pop(o, None)
         self.source.prune(self._ledger.cut)

@@ -25,14 +25,14 @@ from ._events import Event as Event
 from ._events import Evict as Evict
 from ._events import Fail as Fail
 from ._events import FailurePolicy as FailurePolicy
+from ._events import Stamp as Stamp
 from ._events import Status as Status
 from ._events import Train as Train
-from ._events import Yield as Yield
 from ._ledger import TRANSITIONS as TRANSITIONS
+from ._ledger import Applied as Applied
 from ._ledger import Ledger as Ledger
 from ._ledger import LedgerConfig as LedgerConfig
 from ._ledger import Resumed as Resumed
-from ._ledger import Step as Step
 from ._trainlog import Lineage as Lineage
 from ._trainlog import TrainLogError as TrainLogError
 from ._trainlog import TrainLogWriter as TrainLogWriter
@@ -63,11 +63,11 @@ __all__ = [
     "Lineage",
     "Resumed",
     "Status",
-    "Step",
+    "Applied",
     "Train",
     "TrainLogError",
     "TrainLogWriter",
-    "Yield",
+    "Stamp",
     "fold_lineage",
     "read_train_log",
 ]

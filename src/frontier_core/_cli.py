@@ -28,11 +28,11 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "check a training-data log for skipped and duplicated prompts",
     ),
     "demo": (
-        "frontier_adapters._demo",
+        "frontier_adapters.examples.demo",
         "async GRPO on a CPU engine under real SIGKILLs: the legacy/frontier audit A/B",
     ),
     "bench": (
-        "frontier_adapters._bench",
+        "frontier_adapters.bench.suite",
         "benchmarks: bookkeeping cost against the bare data loader, as ratios (table + JSON)",
     ),
 }

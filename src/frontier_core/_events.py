@@ -21,12 +21,14 @@ class Status(enum.IntEnum):
     """Where an ordinal stands in its lifecycle.
 
     ``PENDING -> OUTSTANDING -> BUFFERED -> TRAINED``, with ``DROPPED`` as the
-    terminal alternative. ``UNYIELDED`` marks an ordinal that the ledger knows
-    of before the source has (re-)yielded it: after a resume, an ordinal that
-    carries failed attempts, or one sent back by a retry before its re-yield.
+    terminal alternative. ``UNSTAMPED`` is an ordinal the source has not
+    stamped in this life of the run, so nobody holds its row: one the source
+    has not reached yet, or one the ledger already knows of (it carries failed
+    attempts from before a resume, or a retry sent it back before its
+    re-stamp). It becomes ``PENDING`` when the source stamps it.
     """
 
-    UNYIELDED = 0
+    UNSTAMPED = 0
     PENDING = 1
     OUTSTANDING = 2
     BUFFERED = 3
@@ -51,10 +53,11 @@ def _ordinal_tuple(value: Iterable[int]) -> tuple[int, ...]:
 
 
 @attrs.frozen
-class Yield:
-    """The source yielded its next ``count`` prompts (fewer at the stream's end)."""
+class Stamp:
+    """The source yielded its next ``count`` prompts and the ledger stamps them
+    with their ordinals (fewer at the stream's end)."""
 
-    name: ClassVar[str] = "yield"
+    name: ClassVar[str] = "stamp"
     count: int = attrs.field(validator=attrs.validators.instance_of(int))
 
     def __attrs_post_init__(self) -> None:
@@ -123,30 +126,31 @@ class Train(_OrdinalEvent):
     name: ClassVar[str] = "train"
 
 
-Event = Yield | Dispatch | Buffer | Fail | Evict | Train
+Event = Stamp | Dispatch | Buffer | Fail | Evict | Train
 
 
 @attrs.frozen
 class Effect:
     """What an applied event did, beyond the new state.
 
-    ``yielded``: the ordinals the source produced (``Yield`` only).
+    ``stamped``: the ordinals the source produced (``Stamp`` only).
     ``kept``: those of them that passed the resume filter and became pending.
     ``buffered``: those of them filtered because the restored replay buffer
     holds them; unlike the rest of the filtered ones they are still live (an
     eviction may send them back), so a caller that keeps rows keeps theirs.
     ``requeued``: ordinals the ``retry`` policy sent back to pending; the
     caller generates them again.
-    ``deferred``: ordinals the ``retry`` policy sent back to the source: they
-    were restored from a checkpoint and not yet re-yielded, so the source
-    will yield them again and they become pending then.
+    ``unstamped``: ordinals the ``retry`` policy sent back to ``UNSTAMPED``:
+    they were restored from a checkpoint and the source has not re-stamped
+    them yet, so the caller holds no row; they become pending when the
+    source stamps them again.
     ``dropped``: ordinals the failure policy resolved as dropped.
     """
 
     event: str
-    yielded: range = range(0)
+    stamped: range = range(0)
     kept: tuple[int, ...] = ()
     buffered: tuple[int, ...] = ()
     requeued: tuple[int, ...] = ()
-    deferred: tuple[int, ...] = ()
+    unstamped: tuple[int, ...] = ()
     dropped: tuple[int, ...] = ()

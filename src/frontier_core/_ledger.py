@@ -55,9 +55,9 @@ from ._events import (
     Evict,
     Fail,
     FailurePolicy,
+    Stamp,
     Status,
     Train,
-    Yield,
 )
 from ._ranges import expand, to_ranges
 from ._trie import IntMap
@@ -72,8 +72,8 @@ class _Outcome(enum.Enum):
 FAILURE: Final = _Outcome.FAILURE
 
 #: (event type, current status) -> next status. A pair that is absent is an
-#: illegal transition. ``Yield`` is not here: it creates ordinals rather than
-#: moving them (see ``Ledger._yield``).
+#: illegal transition. ``Stamp`` is not here: it creates ordinals rather than
+#: moving them (see ``Ledger._stamp``).
 TRANSITIONS: Final[dict[tuple[type[Event], Status], Status | _Outcome]] = {
     (Dispatch, Status.PENDING): Status.OUTSTANDING,
     (Buffer, Status.OUTSTANDING): Status.BUFFERED,
@@ -88,7 +88,7 @@ _RESOLVED: Final = frozenset({Status.TRAINED, Status.DROPPED})
 _ABSENT: Final = -1
 _ILLEGAL: Final = -2
 _FAILURE: Final = -3
-_UNYIELDED: Final = int(Status.UNYIELDED)
+_UNSTAMPED: Final = int(Status.UNSTAMPED)
 _PENDING: Final = int(Status.PENDING)
 _TRAINED: Final = int(Status.TRAINED)
 _DROPPED: Final = int(Status.DROPPED)
@@ -144,7 +144,7 @@ class LedgerConfig:
 
 
 @attrs.frozen
-class Step:
+class Applied:
     """A transition's result: the new ledger and what the event did."""
 
     ledger: Ledger
@@ -285,8 +285,8 @@ class Ledger:
         # Unresolved ordinals that carry attempts but were not restored wait
         # for the source to re-yield them.
         for o, n in attempts.items():
-            changes.append((o, _pack(Status.UNYIELDED, n)))
-        counts[Status.UNYIELDED] = len(attempts)
+            changes.append((o, _pack(Status.UNSTAMPED, n)))
+        counts[Status.UNSTAMPED] = len(attempts)
 
         covered = tuple(
             sorted(
@@ -312,13 +312,13 @@ class Ledger:
 
     def status(self, ordinal: int) -> Status | None:
         """The status of ``ordinal``; ``None`` below the cut (resolved and
-        forgotten). An ordinal the source has not reached is ``UNYIELDED``."""
+        forgotten). An ordinal the source has not reached is ``UNSTAMPED``."""
         if ordinal < self.cut:
             return None
         value = self._entries.get(ordinal)
         if value is None:
             # Every ordinal in [cut, next_ordinal) has an entry (LIVE-ENTRY).
-            return Status.UNYIELDED
+            return Status.UNSTAMPED
         return Status(value & _STATUS_MASK)
 
     def attempts(self, ordinal: int) -> int:
@@ -328,7 +328,7 @@ class Ledger:
 
     def count(self, status: Status) -> int:
         """How many ordinals at or above the cut are in ``status``. For
-        ``UNYIELDED``, only those the ledger holds an entry for."""
+        ``UNSTAMPED``, only those the ledger holds an entry for."""
         return self._counts[status]
 
     def ordinals(self, status: Status) -> Iterator[int]:
@@ -389,39 +389,42 @@ class Ledger:
 
     # -- transitions ------------------------------------------------------
 
-    def apply(self, event: Event) -> Step:
+    def apply(self, event: Event) -> Applied:
         """Apply ``event`` and return the new ledger with its effect.
 
         Raises ``IllegalTransitionError`` naming the event and the ordinals
         that made it illegal; ``self`` is unchanged either way.
         """
-        if isinstance(event, Yield):
-            return self._yield(event.count)
+        if isinstance(event, Stamp):
+            return self._stamp(event.count)
         return self._move(event)
 
-    def stamp(self, count: int) -> Step:
+    def stamp(self, count: int) -> Applied:
         """The source yielded its next ``count`` prompts: stamp them.
 
-        ``effect.yielded`` are their ordinals (fewer than ``count`` at the
+        ``effect.stamped`` are their ordinals (fewer than ``count`` at the
         end of a finite stream); ``effect.kept`` those that became pending.
         The others are covered by a checkpoint and must not be generated."""
-        return self.apply(Yield(count))
+        return self.apply(Stamp(count))
 
-    def dispatch(self, ordinals: Iterable[int]) -> Ledger:
-        return self.apply(Dispatch(ordinals)).ledger
+    def dispatch(self, ordinals: Iterable[int]) -> Applied:
+        """These pending ordinals were handed to rollout workers."""
+        return self.apply(Dispatch(ordinals))
 
-    def buffer(self, ordinals: Iterable[int]) -> Ledger:
-        return self.apply(Buffer(ordinals)).ledger
+    def buffer(self, ordinals: Iterable[int]) -> Applied:
+        """These outstanding ordinals' groups landed in the replay buffer."""
+        return self.apply(Buffer(ordinals))
 
-    def train(self, ordinals: Iterable[int]) -> Ledger:
-        return self.apply(Train(ordinals)).ledger
+    def train(self, ordinals: Iterable[int]) -> Applied:
+        """One training step consumed these buffered groups."""
+        return self.apply(Train(ordinals))
 
-    def fail(self, ordinals: Iterable[int]) -> Step:
+    def fail(self, ordinals: Iterable[int]) -> Applied:
         """Generation failed for these outstanding ordinals. ``effect``
         says which were requeued and which dropped."""
         return self.apply(Fail(ordinals))
 
-    def evict(self, ordinals: Iterable[int]) -> Step:
+    def evict(self, ordinals: Iterable[int]) -> Applied:
         """The buffer discarded these groups as stale. ``effect`` says which
         were requeued and which dropped."""
         return self.apply(Evict(ordinals))
@@ -484,7 +487,7 @@ class Ledger:
             counts=counts,
         )
 
-    def _yield(self, count: int) -> Step:
+    def _stamp(self, count: int) -> Applied:
         start = self.next_ordinal
         stop = start + count
         if self.config.stream_len is not None:
@@ -510,7 +513,7 @@ class Ledger:
                 value = entries.get(o)
                 if value is None:
                     changes.append((o, int(Status.PENDING)))
-                elif value & _STATUS_MASK == Status.UNYIELDED:
+                elif value & _STATUS_MASK == Status.UNSTAMPED:
                     changes.append((o, _pack(Status.PENDING, value >> _STATUS_BITS)))
                     unyielded_consumed += 1
                 else:
@@ -523,7 +526,7 @@ class Ledger:
             kept = kept_list
         counts = list(self._counts)
         counts[Status.PENDING] += len(kept)
-        counts[Status.UNYIELDED] -= unyielded_consumed
+        counts[Status.UNSTAMPED] -= unyielded_consumed
         ledger = self._replace(
             next_ordinal=stop,
             cut=self.cut,
@@ -531,12 +534,12 @@ class Ledger:
             noted=self._noted,
             counts=tuple(counts),
         )
-        return Step(
+        return Applied(
             ledger,
-            Effect(event=Yield.name, yielded=yielded, kept=tuple(kept), buffered=tuple(held)),
+            Effect(event=Stamp.name, stamped=yielded, kept=tuple(kept), buffered=tuple(held)),
         )
 
-    def _move(self, event: Dispatch | Buffer | Fail | Evict | Train) -> Step:
+    def _move(self, event: Dispatch | Buffer | Fail | Evict | Train) -> Applied:
         entries = self._entries
         kind = type(event)
         policy = self.config.on_failure
@@ -545,7 +548,7 @@ class Ledger:
         changes: list[tuple[int, int | None]] = []
         illegal: list[tuple[int, str]] = []
         requeued: list[int] = []
-        deferred: list[int] = []
+        unstamped: list[int] = []
         dropped: list[int] = []
         # The table for this event, keyed by packed status: the hot loop
         # below works on ints and builds no enum members.
@@ -570,8 +573,8 @@ class Ledger:
                         target = _PENDING
                         requeued.append(o)
                     else:
-                        target = _UNYIELDED
-                        deferred.append(o)
+                        target = _UNSTAMPED
+                        unstamped.append(o)
                 else:
                     target = _DROPPED
                     dropped.append(o)
@@ -615,12 +618,12 @@ class Ledger:
             noted=noted,
             counts=tuple(counts),
         )
-        return Step(
+        return Applied(
             ledger,
             Effect(
                 event=event.name,
                 requeued=tuple(requeued),
-                deferred=tuple(deferred),
+                unstamped=tuple(unstamped),
                 dropped=tuple(dropped),
             ),
         )

@@ -50,7 +50,7 @@ _MOVES: dict[str, type[Dispatch | Buffer | Fail | Evict | Train]] = {
 # op -> (required keys, optional keys), "op" itself aside.
 _SCHEMA: dict[str, tuple[frozenset[str], frozenset[str]]] = {
     "config": (frozenset(), frozenset({"stream_len", "on_failure", "max_attempts"})),
-    "yield": (frozenset({"count"}), frozenset()),
+    "stamp": (frozenset({"count"}), frozenset()),
     "checkpoint": (frozenset(), frozenset({"save_buffer"})),
     "kill": (frozenset(), frozenset()),
     "resume": (frozenset(), frozenset({"load_replay_buffer", "evicted_on_restore"})),
@@ -114,16 +114,16 @@ class Replayer:
         ledger = self.ledger
         if ledger is None:
             raise TraceError(line, f"{name} after kill: the process is dead; resume first")
-        if name == "yield":
+        if name == "stamp":
             count = _int(op["count"], "count", line)
             step = ledger.stamp(count)
-            if step.effect.yielded:
-                self._highest_yielded = max(self._highest_yielded, step.effect.yielded[-1])
+            if step.effect.stamped:
+                self._highest_yielded = max(self._highest_yielded, step.effect.stamped[-1])
             self.ledger = step.ledger
             return [
                 {
-                    "event": "yield",
-                    "ordinals": list(step.effect.yielded),
+                    "event": "stamp",
+                    "ordinals": list(step.effect.stamped),
                     "kept": list(step.effect.kept),
                 }
             ]

@@ -51,13 +51,13 @@ class FrontierBackend:
         return list(step.effect.kept)
 
     def dispatch(self, ordinals: Sequence[int]) -> None:
-        self.ledger = self.ledger.dispatch(ordinals)
+        self.ledger = self.ledger.dispatch(ordinals).ledger
 
     def buffer(self, ordinals: Sequence[int]) -> None:
-        self.ledger = self.ledger.buffer(ordinals)
+        self.ledger = self.ledger.buffer(ordinals).ledger
 
     def train(self, ordinals: Sequence[int]) -> None:
-        self.ledger = self.ledger.train(ordinals)
+        self.ledger = self.ledger.train(ordinals).ledger
 
     def fail(self, ordinals: Sequence[int]) -> tuple[list[int], list[int]]:
         step = self.ledger.fail(ordinals)

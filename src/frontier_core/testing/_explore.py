@@ -63,7 +63,7 @@ class Bounds:
 
 
 @attrs.frozen
-class Lineage:
+class Tally:
     """What the surviving run did, per ordinal: how many times it was
     resolved (trained or dropped: exactly-once means exactly one), and its
     failures (failed generations plus evictions) while unresolved.
@@ -77,18 +77,18 @@ class Lineage:
     failures: tuple[int, ...]
 
     @classmethod
-    def empty(cls, n: int) -> Lineage:
+    def empty(cls, n: int) -> Tally:
         return cls((0,) * n, (0,) * n)
 
-    def resolve(self, ordinals: tuple[int, ...]) -> Lineage:
+    def resolve(self, ordinals: tuple[int, ...]) -> Tally:
         resolved = list(self.resolved)
         failures = list(self.failures)
         for o in ordinals:
             resolved[o] += 1
             failures[o] = 0
-        return Lineage(tuple(resolved), tuple(failures))
+        return Tally(tuple(resolved), tuple(failures))
 
-    def fail(self, ordinals: tuple[int, ...]) -> Lineage:
+    def fail(self, ordinals: tuple[int, ...]) -> Tally:
         failures = list(self.failures)
         for o in ordinals:
             failures[o] += 1
@@ -109,7 +109,7 @@ class State:
     """
 
     ledger: Ledger
-    lineage: Lineage
+    lineage: Tally
 
 
 @attrs.frozen
@@ -139,7 +139,7 @@ def explore(bounds: Bounds) -> Report:
         fingerprint="explore",
     )
     first = Ledger.start(config)
-    empty = Lineage.empty(bounds.stream_len)
+    empty = Tally.empty(bounds.stream_len)
     start = State(first, empty)
     parents: dict[State, tuple[State, str] | None] = {start: None}
     #: Ledgers whose own invariants were checked: many states share one.
@@ -206,7 +206,7 @@ def _successors(
 ) -> Iterator[tuple[str, State]]:
     ledger, lineage = state.ledger, state.lineage
 
-    def moved(after: Ledger, lineage: Lineage = lineage) -> State:
+    def moved(after: Ledger, lineage: Tally = lineage) -> State:
         # CUT-MONO within a process life.
         if after.cut < ledger.cut:
             raise InvariantViolation(
@@ -233,21 +233,24 @@ def _successors(
 
     if not ledger.exhausted:
         step = ledger.stamp(bounds.batch)
-        _check_filter(ledger, step.effect.yielded, step.effect.kept, trace)
-        yield f"yield {list(step.effect.yielded)}", moved(step.ledger)
+        _check_filter(ledger, step.effect.stamped, step.effect.kept, trace)
+        yield f"yield {list(step.effect.stamped)}", moved(step.ledger)
     for o in ledger.ordinals(Status.PENDING):
-        yield f"dispatch [{o}]", moved(ledger.dispatch([o]))
+        yield f"dispatch [{o}]", moved(ledger.dispatch([o]).ledger)
     for o in ledger.ordinals(Status.OUTSTANDING):
-        yield f"buffer [{o}]", moved(ledger.buffer([o]))
+        yield f"buffer [{o}]", moved(ledger.buffer([o]).ledger)
         step = ledger.fail([o])
         yield f"fail [{o}]", failed(o, step.ledger, step.effect.dropped)
     buffered = tuple(ledger.ordinals(Status.BUFFERED))
     for o in buffered:
         step = ledger.evict([o])
         yield f"evict [{o}]", failed(o, step.ledger, step.effect.dropped)
-        yield f"train [{o}]", moved(ledger.train([o]), lineage.resolve((o,)))
+        yield f"train [{o}]", moved(ledger.train([o]).ledger, lineage.resolve((o,)))
     if len(buffered) > 1:
-        yield f"train {list(buffered)}", moved(ledger.train(buffered), lineage.resolve(buffered))
+        yield (
+            f"train {list(buffered)}",
+            moved(ledger.train(buffered).ledger, lineage.resolve(buffered)),
+        )
     for save_buffer in (True, False):
         checkpoint = ledger.checkpoint(save_buffer=save_buffer)
         for label, resumed in _resumes(checkpoint, ledger.config, cache, counters, trace):
@@ -336,7 +339,7 @@ def _check_lineage(state: State, bounds: Bounds, trace: _Trace) -> None:
             raise InvariantViolation(
                 "CUT-LOWER-BOUND", f"ordinal {o} below the cut {ledger.cut} is unresolved", trace()
             )
-        live = ledger.status(o) in (*_LIVE, Status.UNYIELDED)
+        live = ledger.status(o) in (*_LIVE, Status.UNSTAMPED)
         if live and lineage.resolved[o]:
             raise InvariantViolation("NO-DUP", f"resolved ordinal {o} is live again", trace())
 
@@ -353,7 +356,7 @@ def _check_ledger(ledger: Ledger, trace: _Trace) -> None:
             raise InvariantViolation(
                 "CUT-LOWER-BOUND", f"{status.name} entry {o} below the cut {ledger.cut}", trace()
             )
-        if status in (Status.BUFFERED, *_RESOLVED, Status.UNYIELDED) or attempts:
+        if status in (Status.BUFFERED, *_RESOLVED, Status.UNSTAMPED) or attempts:
             recorded.add(o)
     if tuple(counts) != tuple(ledger.count(s) for s in Status):
         raise InvariantViolation("STATE-COUNTS", f"counts {counts} are off", trace())
@@ -363,7 +366,7 @@ def _check_ledger(ledger: Ledger, trace: _Trace) -> None:
         if ledger.status(o) not in (*_LIVE, *_RESOLVED):
             raise InvariantViolation("LIVE-ENTRY", f"yielded ordinal {o} has no entry", trace())
     window = max(ledger.next_ordinal, ledger.filter_horizon) - ledger.cut
-    if ledger.size() > max(window, 0) + ledger.count(Status.UNYIELDED):
+    if ledger.size() > max(window, 0) + ledger.count(Status.UNSTAMPED):
         raise InvariantViolation(
             "BOUNDED-SIZE", f"{ledger.size()} entries, window {window}", trace()
         )
@@ -379,7 +382,7 @@ def _check_illegal(ledger: Ledger, bounds: Bounds, trace: _Trace) -> int:
     classes: dict[object, int] = {}
     for o in range(bounds.stream_len + 1):
         key: object = ledger.status(o) if o >= ledger.cut else "resolved"
-        if o >= ledger.next_ordinal and key == Status.UNYIELDED:
+        if o >= ledger.next_ordinal and key == Status.UNSTAMPED:
             key = ("unyielded", ledger.attempts(o) > 0)
         classes.setdefault(key, o)
     checked = 0

@@ -65,7 +65,7 @@ class Integration(abc.ABC):
         """Begin a fresh run: nothing yielded, nothing trained."""
 
     @abc.abstractmethod
-    def yield_(self, n: int) -> Iterable[int]:
+    def stamp(self, n: int) -> Iterable[int]:
         """Let the source yield about ``n`` more prompts (a batch: the
         integration picks the size, and may yield nothing at the end of the
         stream). Returns the ordinals that became pending: those the resume
@@ -241,10 +241,10 @@ class IntegrationMachine(RuleBasedStateMachine):
             note("checkpoint_0 = integration.checkpoint()")
 
     @rule(n=st.integers(1, 6))
-    def yield_(self, n: int) -> None:
+    def stamp(self, n: int) -> None:
         with self._step():
-            kept = self._fresh(self.integration.yield_(n), "yielded and kept")
-            note(f"integration.yield_({n})  # kept {kept}")
+            kept = self._fresh(self.integration.stamp(n), "yielded and kept")
+            note(f"integration.stamp({n})  # kept {kept}")
 
     @rule(n=st.integers(1, 6))
     def dispatch(self, n: int) -> None:
@@ -259,7 +259,7 @@ class IntegrationMachine(RuleBasedStateMachine):
         prompts are dispatched, and some of what is generating lands.
         (The single events have their own rules; this one reaches deep
         states in fewer steps.)"""
-        self.yield_(n)
+        self.stamp(n)
         self.dispatch(n)
         if self.outstanding:
             self.land(data)
@@ -335,7 +335,7 @@ class IntegrationMachine(RuleBasedStateMachine):
     def drain(self) -> None:
         """Run the stream to its end without failures."""
         for _ in range(2 * self.n + 8):
-            kept = self._fresh(self.integration.yield_(self.n), "yielded and kept")
+            kept = self._fresh(self.integration.stamp(self.n), "yielded and kept")
             got = self._fresh(self.integration.dispatch(self.n + 1), "dispatched")
             self.outstanding.update(got)
             if self.outstanding:

@@ -1,0 +1,212 @@
+"""Throughput of one ledger actor with 8 rollout actors reporting.
+
+Three runs per round on the same Ray cluster, interleaved:
+
+* ``capacity``: the rollout actors generate in zero time, so every prompt
+  costs only its ledger traffic (a lease from ``take``, batched ``report``
+  calls, and its share of the driver's ``batch`` and ``trained`` calls, each
+  ``trained`` building the full checkpoint state): the prompts per second one
+  ledger actor sustains.
+* ``generation``: the same actors sleep ``latency`` seconds per prompt and
+  return fake trajectories to the driver, with no ledger at all: the
+  generation rate.
+* ``with ledger``: the same generation, through the ledger actor. Its ratio
+  to ``generation`` near 1 says the actor is not the bottleneck.
+
+Rows have the shape of ``frontier bench`` rows (section ``ray``); the entry
+point for the suite is ``bench_ray(quick=..., rounds=...)``. Wall time: the
+actors and Ray's IPC are what is measured. Needs the ``ray`` extra; starts a
+local 2-CPU cluster unless Ray is already initialised.
+
+    python -m frontier_adapters.bench.ray_ledger [--quick] [--rounds 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import ray
+
+from frontier_core import LedgerConfig
+
+from .._service import Lease
+from .._sources import SequenceSource
+from ..examples.ray_workers import _trajectory
+from ..ray._fleet import LedgerActor
+
+WORKERS = 8
+
+
+class PumpRollout:
+    """A rollout actor that pulls its own leases until the stream is
+    exhausted: ``latency`` seconds per prompt, reports every
+    ``report_every`` prompts."""
+
+    def __init__(self, latency: float, report_every: int) -> None:
+        self.latency = latency
+        self.report_every = report_every
+
+    def pump(self, ledger: Any, per_call: int, max_ahead: int) -> int:
+        done = 0
+        while True:
+            lease: Lease = ray.get(ledger.take.remote(per_call, max_ahead=max_ahead))
+            if lease.throttled:
+                time.sleep(0.002)
+                continue
+            if not lease.items:
+                return done
+            landed: list[tuple[int, Any]] = []
+            for o, row in lease.items:
+                if self.latency:
+                    time.sleep(self.latency)
+                landed.append((o, _trajectory(o, row, 8)))
+                if len(landed) >= self.report_every:
+                    ray.get(ledger.report.remote(lease.id, landed, []))
+                    done += len(landed)
+                    landed = []
+            if landed:
+                ray.get(ledger.report.remote(lease.id, landed, []))
+                done += len(landed)
+
+    def generate_only(self, count: int) -> list[Any]:
+        out = []
+        for o in range(count):
+            if self.latency:
+                time.sleep(self.latency)
+            out.append(_trajectory(o, o, 8))
+        return out
+
+    def ready(self) -> bool:
+        return True
+
+
+def _with_ledger(
+    workers: Sequence[Any], prompts: int, per_call: int, groups_per_step: int
+) -> tuple[float, int]:
+    """Seconds to train ``prompts`` through a fresh ledger actor; steps."""
+    source = SequenceSource(list(range(prompts)), batch_size=64)
+    ledger = LedgerActor.remote(source, LedgerConfig(stream_len=prompts))
+    ray.get(ledger.ping.remote())
+    start = time.perf_counter()
+    # Back pressure as in a real run: at most 4 steps' worth of groups
+    # leased or buffered, so each step's checkpoint state stays small.
+    pumps = [w.pump.remote(ledger, per_call, 4 * groups_per_step) for w in workers]
+    steps = 0
+    while True:
+        batch = ray.get(ledger.batch.remote(groups_per_step))
+        if batch:
+            snap = ray.get(ledger.trained.remote([o for o, _ in batch]))
+            steps += 1
+            if snap.drained:
+                break
+        else:
+            time.sleep(0.001)
+    seconds = time.perf_counter() - start
+    assert sum(ray.get(pumps)) == prompts
+    ray.kill(ledger)
+    return seconds, steps
+
+
+def _without_ledger(workers: Sequence[Any], prompts: int) -> float:
+    start = time.perf_counter()
+    share = -(-prompts // len(workers))
+    ray.get([w.generate_only.remote(share) for w in workers])
+    return time.perf_counter() - start
+
+
+def _row(name: str, values: Sequence[float], unit: str, **extra: Any) -> dict[str, Any]:
+    return {
+        "section": "ray",
+        "name": name,
+        "unit": unit,
+        "rounds": list(values),
+        "median": statistics.median(values),
+        "min": min(values),
+        "max": max(values),
+        **extra,
+    }
+
+
+def bench_ray(
+    *,
+    quick: bool = False,
+    rounds: int = 3,
+    latency: float = 0.02,
+    per_call: int = 16,
+    report_every: int = 8,
+    groups_per_step: int = 32,
+) -> list[dict[str, Any]]:
+    """Prompts per second through one ledger actor with ``WORKERS`` rollout
+    actors reporting (see the module docstring); ``frontier bench`` rows."""
+    started = not ray.is_initialized()
+    if started:
+        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    capacity_n = 512 if quick else 8192
+    gen_n = 256 if quick else 2048
+    try:
+        pump: Any = ray.remote(num_cpus=0)(PumpRollout)
+        free = [pump.remote(0.0, report_every) for _ in range(WORKERS)]
+        slow = [pump.remote(latency, report_every) for _ in range(WORKERS)]
+        ray.get([w.ready.remote() for w in free + slow])
+        capacity: list[float] = []
+        generation: list[float] = []
+        through: list[float] = []
+        steps = 0
+        for _ in range(rounds):
+            seconds, steps = _with_ledger(free, capacity_n, per_call, groups_per_step)
+            capacity.append(capacity_n / seconds)
+            generation.append(gen_n / _without_ledger(slow, gen_n))
+            seconds, _ = _with_ledger(slow, gen_n, per_call, groups_per_step)
+            through.append(gen_n / seconds)
+        for w in free + slow:
+            ray.kill(w)
+    finally:
+        if started:
+            ray.shutdown()
+    ratios = [t / g for t, g in zip(through, generation, strict=True)]
+    detail = {
+        "workers": WORKERS,
+        "per_call": per_call,
+        "report_every": report_every,
+        "groups_per_step": groups_per_step,
+    }
+    return [
+        _row("ledger actor capacity", capacity, "prompts/s", steps=steps, **detail),
+        _row(f"generation {latency * 1000:g} ms/prompt", generation, "prompts/s", **detail),
+        _row(
+            "generation via ledger",
+            through,
+            "prompts/s",
+            baseline=f"generation {latency * 1000:g} ms/prompt",
+            ratios=ratios,
+            ratio={"median": statistics.median(ratios), "min": min(ratios), "max": max(ratios)},
+            **detail,
+        ),
+    ]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m frontier_adapters.bench.ray_ledger")
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--latency", type=float, default=0.02, help="seconds per prompt")
+    args = parser.parse_args(argv)
+    rows = bench_ray(quick=args.quick, rounds=args.rounds, latency=args.latency)
+    for r in rows:
+        ratio = f"  ratio {r['ratio']['median']:.3f}" if "ratio" in r else ""
+        print(
+            f"{r['name']:<28} {r['median']:>9.0f} {r['unit']} "
+            f"({r['min']:.0f}..{r['max']:.0f}){ratio}"
+        )
+    print(json.dumps(rows), file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

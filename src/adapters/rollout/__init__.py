@@ -1,0 +1,59 @@
+"""The rollout binding of frontier_core: an asyncio loop over an engine with
+vLLM's ``AsyncLLM`` contract, and the replay buffer it fills. Imports neither
+torch nor vllm; vllm is imported only by ``VllmEngine`` and
+``vllm_sampling_params``. A CPU engine and a toy GRPO trainer to run it
+without a GPU are in ``frontier_adapters.examples``.
+
+Bind a vLLM rollout loop::
+
+    from frontier_adapters.rollout import RolloutLoop, VllmEngine, vllm_sampling_params
+
+    engine = VllmEngine.from_engine_args(model="Qwen/Qwen2.5-0.5B-Instruct", seed=0)
+    params = vllm_sampling_params(n=8, max_tokens=512, stop_token_ids=[eos])
+    async with RolloutLoop(collector, engine, buffer, prompt_of=to_prompt,
+                           sampling_params=params, max_in_flight=64, timeout=600,
+                           version=lambda: step, on_dropped=log.dropped) as rollout:
+        while not collector.drained:
+            await rollout.until(lambda: len(buffer) >= groups_per_step or rollout.idle)
+            ...   # evict stale -> collector.evicted; train -> collector.trained; checkpoint
+
+``collector`` is a ``frontier_adapters.StreamCollector``; the loop
+reports dispatch (inside ``collector.take``), landing and failure, and never
+decides coverage itself.
+"""
+
+from __future__ import annotations
+
+from ._buffer import ReplayBuffer as ReplayBuffer
+from ._engine import AsyncEngine as AsyncEngine
+from ._engine import Completion as Completion
+from ._engine import CompletionLike as CompletionLike
+from ._engine import RequestOutput as RequestOutput
+from ._engine import RequestOutputLike as RequestOutputLike
+from ._loop import Collector as Collector
+from ._loop import Group as Group
+from ._loop import GroupSink as GroupSink
+from ._loop import RolloutError as RolloutError
+from ._loop import RolloutEvent as RolloutEvent
+from ._loop import RolloutLoop as RolloutLoop
+from ._loop import default_request_id as default_request_id
+from ._vllm import VllmEngine as VllmEngine
+from ._vllm import vllm_sampling_params as vllm_sampling_params
+
+__all__ = [
+    "AsyncEngine",
+    "Collector",
+    "Completion",
+    "CompletionLike",
+    "Group",
+    "GroupSink",
+    "ReplayBuffer",
+    "RequestOutput",
+    "RequestOutputLike",
+    "RolloutError",
+    "RolloutEvent",
+    "RolloutLoop",
+    "VllmEngine",
+    "default_request_id",
+    "vllm_sampling_params",
+]

@@ -1,0 +1,458 @@
+"""The rollout loop's event order against a scripted engine: success,
+failure, timeout, engine-side abort, shutdown mid-flight, and a checkpoint
+taken between a group landing and its worker exiting. No torch: the loop
+and the collector need only asyncio and frontier_core."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import pytest
+from frontier_adapters import SequenceSource
+from frontier_adapters._collector import Pull, StreamCollector
+from frontier_adapters.rollout._engine import Completion, RequestOutput
+from frontier_adapters.rollout._loop import Group, RolloutEvent, RolloutLoop
+
+from frontier_core import FailurePolicy, LedgerConfig, Status
+
+N_GEN = 3
+
+
+def ListSource(n: int, batch: int = 4) -> SequenceSource:
+    """A seekable in-memory stream of rows ``r0, r1, ...`` in batches."""
+    return SequenceSource([f"r{o}" for o in range(n)], batch_size=batch)
+
+
+class Sink:
+    def __init__(self) -> None:
+        self.groups: dict[int, Group] = {}
+
+    def add(self, group: Group) -> None:
+        assert group.ordinal not in self.groups
+        self.groups[group.ordinal] = group
+
+    def __len__(self) -> int:
+        return len(self.groups)
+
+
+def final(rid: str, reason: str = "stop", n: int = N_GEN) -> RequestOutput:
+    return RequestOutput(rid, tuple(Completion(i, (5, i), reason) for i in range(n)), finished=True)
+
+
+class ScriptEngine:
+    """Behaviour per request id (default ``ok``); records what it saw.
+
+    ``ok`` one final output; ``raise`` an exception; ``hang`` never answers;
+    ``gate`` the final output, then waits for ``gate`` before ending;
+    ``gate_raise`` the same, then raises; ``abort`` a final output whose
+    samples were aborted; ``short`` fewer samples than asked; ``stray`` an
+    output for another request id."""
+
+    def __init__(self, collector: StreamCollector, script: dict[str, str] | None = None) -> None:
+        self.collector = collector
+        self.script = script or {}
+        self.submitted: list[str] = []
+        self.status_at_submit: dict[str, Status | None] = {}
+        self.aborted: list[str] = []
+        self.cancelled: list[str] = []
+        self.gate = asyncio.Event()
+
+    async def abort(self, request_id: str) -> None:
+        self.aborted.append(request_id)
+
+    async def generate(
+        self, prompt: Any, sampling_params: Any, request_id: str
+    ) -> AsyncIterator[RequestOutput]:
+        ordinal = int(prompt[1:])  # test-side only: the loop never does this
+        self.submitted.append(request_id)
+        self.status_at_submit[request_id] = self.collector.ledger.status(ordinal)
+        how = self.script.get(request_id, "ok")
+        try:
+            await asyncio.sleep(0)
+            if how == "raise":
+                raise RuntimeError("worker died")
+            if how == "hang":
+                await asyncio.sleep(3600)
+            if how == "abort":
+                yield final(request_id, "abort")
+                return
+            if how == "short":
+                yield final(request_id, n=N_GEN - 1)
+                return
+            if how == "stray":
+                yield final("o999-a0")
+                return
+            yield final(request_id, "length" if how == "length" else "stop")
+            if how.startswith("gate"):
+                await self.gate.wait()
+                if how == "gate_raise":
+                    raise RuntimeError("worker crashed on its way out")
+        except (asyncio.CancelledError, GeneratorExit):
+            self.cancelled.append(request_id)
+            raise
+
+
+def make(
+    n: int = 4,
+    script: dict[str, str] | None = None,
+    *,
+    policy: FailurePolicy = FailurePolicy.RETRY,
+    max_attempts: int = 2,
+    **kw: Any,
+) -> tuple[StreamCollector, ScriptEngine, Sink, RolloutLoop, list[RolloutEvent], list[int]]:
+    collector = StreamCollector(
+        ListSource(n), LedgerConfig(stream_len=n, on_failure=policy, max_attempts=max_attempts)
+    )
+    engine = ScriptEngine(collector, script)
+    sink = Sink()
+    events: list[RolloutEvent] = []
+    dropped: list[int] = []
+    kw.setdefault("max_in_flight", 8)
+    kw.setdefault("sampling_params", None)
+    kw.setdefault("num_generations", N_GEN)
+    loop = RolloutLoop(
+        collector,
+        engine,
+        sink,
+        prompt_of=str,
+        on_event=events.append,
+        on_dropped=dropped.extend,
+        **kw,
+    )
+    return collector, engine, sink, loop, events, dropped
+
+
+def kinds(events: list[RolloutEvent], ordinal: int) -> list[str]:
+    return [e.kind for e in events if e.ordinal == ordinal]
+
+
+def arun(coro: Any) -> Any:
+    return asyncio.run(asyncio.wait_for(coro, 10))
+
+
+def test_success_reports_dispatch_before_submission_and_lands_every_group() -> None:
+    async def main() -> None:
+        collector, engine, sink, loop, events, _ = make(4)
+        async with loop:
+            await loop.until(lambda: loop.idle)
+        assert sorted(sink.groups) == [0, 1, 2, 3]
+        for o in range(4):
+            assert kinds(events, o) == ["dispatch", "submit", "land", "exit"]
+            assert collector.ledger.status(o) is Status.BUFFERED
+            # The engine saw the ordinal already outstanding: dispatch first.
+            assert engine.status_at_submit[f"o{o}-a0"] is Status.OUTSTANDING
+        g = sink.groups[2]
+        assert g.row == "r2" and g.request_id == "o2-a0" and g.attempt == 0
+        assert g.completions == ((5, 0), (5, 1), (5, 2))
+        assert engine.aborted == [] and engine.cancelled == []
+
+    arun(main())
+
+
+def test_failure_requeues_then_the_retry_lands_under_a_new_request_id() -> None:
+    async def main() -> None:
+        collector, engine, sink, loop, events, dropped = make(2, {"o1-a0": "raise"})
+        async with loop:
+            await loop.until(lambda: loop.idle)
+        assert kinds(events, 1) == [
+            "dispatch", "submit", "fail", "requeue", "abort", "exit",
+            "dispatch", "submit", "land", "exit",
+        ]  # fmt: skip
+        assert engine.submitted.count("o1-a1") == 1
+        assert sorted(sink.groups) == [0, 1] and sink.groups[1].attempt == 1
+        assert collector.ledger.attempts(1) == 1 and dropped == []
+
+    arun(main())
+
+
+def test_failure_past_max_attempts_is_dropped_on_record() -> None:
+    async def main() -> None:
+        script = {"o0-a0": "raise", "o0-a1": "raise"}
+        collector, _, sink, loop, events, dropped = make(2, script, max_attempts=2)
+        async with loop:
+            await loop.until(lambda: loop.idle)
+        assert [e.kind for e in events if e.ordinal == 0].count("fail") == 2
+        assert "drop" in kinds(events, 0) and dropped == [0]
+        assert 0 not in sink.groups and collector.ledger.status(0) is None  # resolved
+        assert collector.ledger.cut == 1  # 1 is buffered, not trained
+
+    arun(main())
+
+
+def test_drop_policy_drops_on_the_first_failure() -> None:
+    async def main() -> None:
+        _, _, _, loop, events, dropped = make(1, {"o0-a0": "raise"}, policy=FailurePolicy.DROP)
+        async with loop:
+            await loop.until(lambda: loop.idle)
+        assert kinds(events, 0) == ["dispatch", "submit", "fail", "drop", "abort", "exit"]
+        assert dropped == [0]
+
+    arun(main())
+
+
+def test_timeout_fails_the_request_and_aborts_it_in_the_engine() -> None:
+    async def main() -> None:
+        script = {"o0-a0": "hang"}
+        collector, engine, sink, loop, events, _ = make(1, script, timeout=0.05)
+        async with loop:
+            await loop.until(lambda: loop.idle)
+        fail = [e for e in events if e.kind == "fail"]
+        assert [(e.ordinal, e.detail) for e in fail] == [(0, "timeout")]
+        assert "o0-a0" in engine.cancelled and "o0-a0" in engine.aborted
+        assert sorted(sink.groups) == [0] and sink.groups[0].request_id == "o0-a1"
+        assert collector.ledger.attempts(0) == 1
+
+    arun(main())
+
+
+@pytest.mark.parametrize("how", ["abort", "short", "stray"])
+def test_unusable_final_outputs_are_failures_not_landings(how: str) -> None:
+    async def main() -> None:
+        collector, _, sink, loop, events, _ = make(1, {"o0-a0": how})
+        async with loop:
+            await loop.until(lambda: loop.idle)
+        assert kinds(events, 0)[:3] == ["dispatch", "submit", "fail"]
+        # The retry landed under the ordinal the loop submitted, whatever
+        # request id the stray output claimed.
+        assert list(sink.groups) == [0] and sink.groups[0].attempt == 1
+        assert 999 not in sink.groups and collector.ledger.status(0) is Status.BUFFERED
+
+    arun(main())
+
+
+def test_shutdown_mid_flight_aborts_requests_and_leaves_them_outstanding() -> None:
+    async def main() -> None:
+        script = {f"o{o}-a0": "hang" for o in (1, 2)}
+        collector, engine, sink, loop, events, dropped = make(4, script)
+        loop.start()
+        await loop.until(lambda: len(sink) == 2)
+        left = await loop.aclose()
+        assert left == (1, 2)
+        assert sorted(engine.cancelled) == ["o1-a0", "o2-a0"]
+        assert {"o1-a0", "o2-a0"} <= set(engine.aborted)
+        assert not any(e.kind in ("fail", "drop", "requeue") for e in events)
+        assert [e.detail for e in events if e.kind == "exit" and e.ordinal == 1] == ["cancelled"]
+        assert loop.in_flight == 0 and dropped == []
+        # Still outstanding in the ledger: the checkpoint holds the cut at 1
+        # and a resume regenerates exactly 1 and 2.
+        for o in (1, 2):
+            assert collector.ledger.status(o) is Status.OUTSTANDING
+            assert collector.ledger.attempts(o) == 0
+        state = collector.checkpoint_state()
+        assert state["ledger"]["cut"] == 0
+        fresh = StreamCollector(ListSource(4), collector.config)
+        fresh.resume(state, load_replay_buffer=True)
+        assert [o for o, _ in fresh.take(4)] == [1, 2]
+
+    arun(main())
+
+
+def test_checkpoint_between_landing_and_worker_exit_sees_the_group_buffered() -> None:
+    """NeMo-RL's window: the group is in the buffer but its worker has not
+    exited. The checkpoint must retain it (not list it in flight), and a
+    crash of the worker on its way out must not fail it."""
+
+    async def main() -> None:
+        collector, engine, sink, loop, events, _ = make(1, {"o0-a0": "gate_raise"})
+        async with loop:
+            await loop.until(lambda: len(sink) == 1)
+            assert loop.in_flight == 1 and loop.outstanding == ()
+            assert kinds(events, 0) == ["dispatch", "submit", "land"]
+            state = collector.checkpoint_state(save_buffer=True)
+            engine.gate.set()
+            await loop.until(lambda: loop.in_flight == 0)
+        assert kinds(events, 0) == ["dispatch", "submit", "land", "exit"]
+        assert events[-1].detail == "RuntimeError: worker crashed on its way out"
+        assert collector.ledger.status(0) is Status.BUFFERED
+        assert collector.ledger.attempts(0) == 0
+        assert state["ledger"]["retained"] == [[0, 1]]
+        # Resume with the buffer: 0 is covered, nothing to regenerate.
+        restored = StreamCollector(ListSource(1), collector.config)
+        assert restored.resume(state, load_replay_buffer=True).covered == (0,)
+        assert restored.take(1) == []
+        # Resume without it: 0 is regenerated, once.
+        regen = StreamCollector(ListSource(1), collector.config)
+        regen.resume(state, load_replay_buffer=False)
+        assert [o for o, _ in regen.take(2)] == [0]
+
+    arun(main())
+
+
+def test_in_flight_is_bounded_and_back_pressure_waits_for_the_trainer() -> None:
+    async def main() -> None:
+        script = {f"o{o}-a0": "gate" for o in range(6)}
+        _, engine, sink, loop, _, _ = make(6, script, max_in_flight=3, max_ahead=4)
+        async with loop:
+            await loop.until(lambda: len(sink) == 3)
+            assert len(engine.submitted) == 3 and loop.room() == 0
+            engine.gate.set()
+            await loop.until(lambda: len(sink) == 4 and loop.in_flight == 0)
+            assert len(engine.submitted) == 4  # max_ahead: 4 generating or buffered
+            sink.groups.clear()  # the trainer consumed them
+            loop.wake()
+            await loop.until(lambda: len(sink) == 2 and loop.idle)
+        assert len(engine.submitted) == 6
+
+    arun(main())
+
+
+def test_a_misaligned_source_stops_the_loop_instead_of_hanging() -> None:
+    class Bad(SequenceSource):
+        def pull(self) -> Pull | None:
+            return Pull(5, ["x"], None)
+
+    async def main() -> None:
+        collector = StreamCollector(Bad(["r0", "r1", "r2"]), LedgerConfig(stream_len=3))
+        loop = RolloutLoop(
+            collector, ScriptEngine(collector), Sink(), prompt_of=str,
+            sampling_params=None, num_generations=1,
+        )  # fmt: skip
+        with pytest.raises(Exception, match="ledger expects 0"):
+            async with loop:
+                await loop.until(lambda: loop.idle)
+
+    arun(main())
+
+
+def test_sampling_params_callable_gets_ordinal_and_attempt() -> None:
+    seen: list[tuple[int, int]] = []
+
+    def params(o: int, attempt: int) -> Callable[[], None]:
+        seen.append((o, attempt))
+        return lambda: None
+
+    async def main() -> None:
+        _, _, _, loop, _, _ = make(2, {"o1-a0": "raise"}, sampling_params=params)
+        async with loop:
+            await loop.until(lambda: loop.idle)
+
+    with pytest.raises(ValueError, match="num_generations"):
+        make(1, num_generations=0)
+    arun(main())
+    assert sorted(seen) == [(0, 0), (1, 0), (1, 1)]
+
+
+def test_vllm_engine_passes_the_asyncllm_calls_through() -> None:
+    """``VllmEngine`` over a stand-in with AsyncLLM's signatures (the real
+    engine is exercised in test_rollout_vllm.py where a GPU is present)."""
+    from frontier_adapters.rollout._vllm import VllmEngine
+
+    calls: list[tuple[str, Any]] = []
+
+    class FakeAsyncLLM:
+        async def generate(
+            self, prompt: Any, sampling_params: Any, request_id: str, *, priority: int = 0
+        ) -> AsyncIterator[RequestOutput]:
+            calls.append(("generate", (prompt, sampling_params, request_id)))
+            yield final(request_id)
+
+        async def abort(self, request_id: str, internal: bool = False) -> None:
+            calls.append(("abort", request_id))
+
+        def shutdown(self, timeout: float | None = None) -> None:
+            calls.append(("shutdown", timeout))
+
+    async def main() -> Sink:
+        collector = StreamCollector(ListSource(2), LedgerConfig(stream_len=2))
+        sink = Sink()
+        engine = VllmEngine(FakeAsyncLLM())
+        async with RolloutLoop(
+            collector, engine, sink, prompt_of=str, sampling_params="SP", num_generations=N_GEN
+        ) as loop:
+            await loop.until(lambda: loop.idle)
+        await engine.abort("x")
+        engine.shutdown()
+        return sink
+
+    sink = asyncio.run(main())
+    assert sorted(sink.groups) == [0, 1]
+    assert ("generate", ("r0", "SP", "o0-a0")) in calls
+    assert calls[-2:] == [("abort", "x"), ("shutdown", None)]
+
+
+def test_a_sink_that_refuses_a_group_fails_the_request_cleanly() -> None:
+    class Picky(Sink):
+        refused = False
+
+        def add(self, group: Group) -> None:
+            if not self.refused:
+                self.refused = True
+                raise ValueError("buffer full")
+            super().add(group)
+
+    async def main() -> None:
+        config = LedgerConfig(stream_len=1, on_failure=FailurePolicy.RETRY)
+        collector = StreamCollector(ListSource(1), config)
+        sink = Picky()
+        events: list[RolloutEvent] = []
+        async with RolloutLoop(
+            collector, ScriptEngine(collector), sink, prompt_of=str,
+            sampling_params=None, num_generations=N_GEN, on_event=events.append,
+        ) as loop:  # fmt: skip
+            await loop.until(lambda: loop.idle)
+        assert [e.detail for e in events if e.kind == "fail"] == ["ValueError: buffer full"]
+        assert list(sink.groups) == [0] and collector.ledger.status(0) is Status.BUFFERED
+
+    arun(main())
+
+
+def test_a_wiring_error_in_a_worker_stops_the_loop_instead_of_vanishing() -> None:
+    from frontier_core import IllegalTransitionError
+
+    async def main() -> None:
+        collector = StreamCollector(ListSource(2), LedgerConfig(stream_len=2))
+        sink = Sink()
+        loop = RolloutLoop(
+            collector, ScriptEngine(collector), sink, prompt_of=str,
+            sampling_params=None, num_generations=N_GEN,
+        )  # fmt: skip
+        # Someone else reports ordinal 0 landed behind the loop's back.
+        real_take = collector.take
+
+        def take(n: int) -> list[tuple[int, Any]]:
+            items = real_take(n)
+            collector.landed([o for o, _ in items if o == 0])
+            return items
+
+        collector.take = take  # type: ignore[method-assign]
+        with pytest.raises(IllegalTransitionError):
+            async with loop:
+                await loop.until(lambda: loop.idle)
+
+    arun(main())
+
+
+def test_a_dead_engine_stops_the_loop_and_burns_no_attempt() -> None:
+    class EngineDead(RuntimeError):
+        pass
+
+    class Dying(ScriptEngine):
+        fatal_errors = (EngineDead,)
+
+        async def generate(
+            self, prompt: Any, sampling_params: Any, request_id: str
+        ) -> AsyncIterator[RequestOutput]:
+            await asyncio.sleep(0)
+            raise EngineDead("EngineCore died")
+            yield  # pragma: no cover
+
+    async def main() -> None:
+        config = LedgerConfig(stream_len=3, on_failure=FailurePolicy.DROP)
+        collector = StreamCollector(ListSource(3), config)
+        events: list[RolloutEvent] = []
+        dropped: list[int] = []
+        loop = RolloutLoop(
+            collector, Dying(collector), Sink(), prompt_of=str, sampling_params=None,
+            num_generations=N_GEN, on_event=events.append, on_dropped=dropped.extend,
+        )  # fmt: skip
+        with pytest.raises(EngineDead):
+            async with loop:
+                await loop.until(lambda: loop.idle)
+        assert not any(e.kind in ("fail", "drop") for e in events) and dropped == []
+        for o in range(3):  # outstanding: the restart regenerates them
+            assert collector.ledger.status(o) is Status.OUTSTANDING
+            assert collector.ledger.attempts(o) == 0
+
+    arun(main())
