@@ -1,4 +1,4 @@
-"""The coverage ledger: every state transition of the library lives here.
+"""The coverage ledger: every state transition of the library is applied here.
 
 Theory of operation
 -------------------
@@ -10,9 +10,16 @@ monotonic across epochs. From then on an ordinal moves through
 
 and a failure (``fail`` while outstanding, ``evict`` while buffered) sends it
 either to DROPPED or, under the ``retry`` policy and below ``max_attempts``,
-back to be generated again. TRAINED and DROPPED are *resolved*.
+back to be generated again. TRAINED and DROPPED are *resolved*. Before its
+stamp an ordinal is UNSTAMPED: the source has not stamped it in this life of
+the run, so nobody holds its row. Most UNSTAMPED ordinals are just ahead of
+the source and have no entry; the ledger keeps one only for an ordinal that
+carries failed attempts (restored from a checkpoint, or sent back by a retry
+after a resume and before the source re-stamped it), and the stamp makes it
+PENDING with its attempts. ``_transitions`` holds every move and the rules
+that pick its target.
 
-The *cut* is the lowest ordinal that is not resolved, yielded or not. All
+The *cut* is the lowest ordinal that is not resolved, stamped or not. All
 ordinals below it are resolved and forgotten; the ledger keeps an entry only
 for ordinals at or above the cut, so its size is that of the in-flight window
 plus what was resolved out of order above it, never that of the run. A
@@ -21,16 +28,20 @@ is restored is decided at resume time, not at save time.
 
 A checkpoint records the cut and, above it, the trained, dropped and retained
 (buffered) ordinals plus the attempts of the unresolved ones. A resume
-rewinds the source to the cut exactly and filters the re-yielded stream:
-an ordinal that is resolved, or retained in the restored buffer, is dropped
-at yield; every other ordinal becomes pending again. Nothing below the cut is
-re-yielded, nothing at or above it is lost, so across any number of crashes
-each ordinal is trained once or dropped on purpose.
+rewinds the source to the cut, or below it (``rewind_to``, for a source that
+can only restart from an earlier position), and filters the re-yielded
+stream: an ordinal below the cut, resolved, or retained in the restored
+buffer is filtered at its stamp; every other one becomes pending again. So
+nothing below the cut is generated again, nothing at or above it is lost,
+and across any number of crashes each ordinal is trained once or dropped on
+purpose.
 
 Rules of the house
 ------------------
 * Everything that changes state is in ``Ledger.apply`` and ``Ledger.resume``;
-  the moves an ordinal can make are the table ``TRANSITIONS``.
+  the moves an ordinal can make, and the rules that pick their targets, are
+  in ``_transitions`` (the table ``TRANSITIONS`` and the functions beside
+  it). The hot loops here precompute integer tables from them.
 * Values are immutable. A transition validates the whole event before it
   builds anything, so an illegal event raises ``IllegalTransitionError`` and
   the ledger it was applied to is untouched (it could not be otherwise).
@@ -39,7 +50,6 @@ Rules of the house
 
 from __future__ import annotations
 
-import enum
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Final
 
@@ -59,43 +69,33 @@ from ._events import (
     Status,
     Train,
 )
-from ._ranges import expand, to_ranges
+from ._ranges import to_ranges
+from ._transitions import (
+    FAILURE,
+    LIVE,
+    NOTING,
+    RESOLVED,
+    STAMPABLE,
+    Move,
+    failure_outcome,
+    recorded,
+    resume_outcome,
+    stamp_outcome,
+)
+from ._transitions import TRANSITIONS as TRANSITIONS
 from ._trie import IntMap
 
-
-class _Outcome(enum.Enum):
-    """A move whose target the failure policy picks."""
-
-    FAILURE = "failure"
-
-
-FAILURE: Final = _Outcome.FAILURE
-
-#: (event type, current status) -> next status. A pair that is absent is an
-#: illegal transition. ``Stamp`` is not here: it creates ordinals rather than
-#: moving them (see ``Ledger._stamp``).
-TRANSITIONS: Final[dict[tuple[type[Event], Status], Status | _Outcome]] = {
-    (Dispatch, Status.PENDING): Status.OUTSTANDING,
-    (Buffer, Status.OUTSTANDING): Status.BUFFERED,
-    (Fail, Status.OUTSTANDING): FAILURE,
-    (Evict, Status.BUFFERED): FAILURE,
-    (Train, Status.BUFFERED): Status.TRAINED,
-}
-
-_RESOLVED: Final = frozenset({Status.TRAINED, Status.DROPPED})
-
-# The same table with plain ints, for the hot loop of ``Ledger._move``.
-_ABSENT: Final = -1
-_ILLEGAL: Final = -2
-_FAILURE: Final = -3
+# The rules of ``_transitions`` as plain ints, for the hot loops of
+# ``Ledger._move`` and ``Ledger._stamp``: computed once from the table and the
+# functions, so that the loops build no enum members and copy no rule.
+_ABSENT: Final = -1  # no entry: below the cut, or not yet stamped
+_ILLEGAL: Final = -2  # no move of this event from this status
+_FAILURE: Final = -3  # the target is ``failure_outcome``'s
+_FILTERED: Final = -4  # a stamp filters the ordinal out
 _UNSTAMPED: Final = int(Status.UNSTAMPED)
-_PENDING: Final = int(Status.PENDING)
-_TRAINED: Final = int(Status.TRAINED)
-_DROPPED: Final = int(Status.DROPPED)
-_MOVES_BY_EVENT: Final[dict[type[Event], dict[int, int]]] = {}
-#: Events after which the ordinals they name are recorded by a checkpoint
-#: (buffered, or failed: dropped or carrying an attempt).
-_NOTING: Final = frozenset({Buffer, Fail, Evict})
+_RESOLVED_INTS: Final = frozenset(int(s) for s in RESOLVED)
+#: event type -> {source status: target status, or _FAILURE}.
+_MOVES_BY_EVENT: Final[dict[type[Move], dict[int, int]]] = {}
 for (_event, _source), _target in TRANSITIONS.items():
     _MOVES_BY_EVENT.setdefault(_event, {})[int(_source)] = (
         _FAILURE if _target is FAILURE else int(_target)
@@ -106,7 +106,18 @@ _WANTED: Final = {
     kind: " or ".join(sorted({s.name.lower() for (k, s) in TRANSITIONS if k is kind}))
     for kind in _MOVES_BY_EVENT
 }
-_LIVE: Final = (Status.PENDING, Status.OUTSTANDING, Status.BUFFERED)
+#: status before a stamp (_ABSENT: below the cut) -> status after, or _FILTERED.
+_ON_STAMP: Final = {
+    _ABSENT if status is None else int(status): _FILTERED if target is None else int(target)
+    for status in (None, *STAMPABLE)
+    for target in (stamp_outcome(status),)
+}
+#: The status a stamp gives an ordinal with no entry at or above the cut.
+_NEW: Final = _ON_STAMP[_UNSTAMPED]
+#: Filtered at a stamp, yet live: the caller keeps their rows (``Effect.buffered``).
+_HELD: Final = frozenset(
+    s for s, t in _ON_STAMP.items() if t == _FILTERED and s >= 0 and Status(s) in LIVE
+)
 
 # Trie values pack the status (3 bits) with the failed-attempt count above it.
 _STATUS_BITS: Final = 3
@@ -134,13 +145,21 @@ class LedgerConfig:
     ``stream_len`` is the number of ordinals the source will ever yield
     (epochs times dataset length), or ``None`` for an unbounded stream.
     ``fingerprint`` identifies the stream (dataset and order); a checkpoint
-    written under another fingerprint is refused at resume.
+    written under another fingerprint is refused at resume. ``max_window``
+    bounds the span from the cut to the source's position (the in-flight
+    window plus what resolved out of order above the cut): a stamp that would
+    pass it is refused, and so is a record that spans more, at resume and
+    before anything is expanded, so that the work of a resume follows the
+    record's size and never a number written in it (a forged record of a few
+    hundred bytes cannot ask for 10**12 ordinals). Raise it if a real run
+    needs more than about a million prompts in flight.
     """
 
     on_failure: FailurePolicy = attrs.field(default=FailurePolicy.DROP, converter=FailurePolicy)
     max_attempts: int = attrs.field(default=3, validator=_positive)
     stream_len: int | None = attrs.field(default=None, validator=_stream_len)
     fingerprint: str = attrs.field(default="", validator=attrs.validators.instance_of(str))
+    max_window: int = attrs.field(default=1 << 20, validator=_positive)
 
 
 @attrs.frozen
@@ -167,7 +186,10 @@ class Ledger:
 
     Build one with ``Ledger.start(config)`` or ``Ledger.resume(...)``; every
     other instance comes from a transition. Two ledgers compare equal when
-    they hold the same state.
+    they hold the same state: the same configuration, source position, cut
+    and entries, so that every transition, checkpoint and resume treats them
+    alike (``filter_horizon``, a bound no transition reads, is not part of
+    it).
     """
 
     config: LedgerConfig
@@ -175,8 +197,10 @@ class Ledger:
     next_ordinal: int
     #: The lowest ordinal that is neither trained nor dropped.
     cut: int
-    #: One past the highest ordinal the resume filter may drop; the filter is
-    #: active while ``next_ordinal`` is below it.
+    #: One past the highest ordinal the resume filter may drop (the resume
+    #: sets it; nothing else changes it); the filter is active while
+    #: ``next_ordinal`` is below it. A bound for ``filtering``, not state: what
+    #: a stamp filters is decided by the entries alone (FILTER-COVERED).
     filter_horizon: int
     _entries: IntMap = attrs.field(repr=False, alias="entries")
     #: The ordinals a checkpoint records (buffered, trained, dropped, or
@@ -212,13 +236,15 @@ class Ledger:
         config: LedgerConfig,
         checkpoint: Checkpoint,
         *,
-        load_replay_buffer: bool = True,
+        load_replay_buffer: bool,
         evicted_on_restore: Iterable[int] = (),
         rewind_to: int | None = None,
     ) -> Resumed:
         """The ledger after a restart from ``checkpoint``.
 
-        ``load_replay_buffer`` says whether the saved buffer was restored;
+        ``load_replay_buffer`` (required: a resume must know) says whether
+        the saved buffer was restored; a retained group reported restored
+        but absent would hold the cut forever;
         ``evicted_on_restore`` lists retained ordinals that the restored
         buffer discarded (its age filter): they are generated again, and the
         eviction is not counted as a failed attempt, since the trajectory did
@@ -248,6 +274,17 @@ class Ledger:
             raise FingerprintMismatchError(
                 expected=config.fingerprint, found=checkpoint.fingerprint
             )
+        if type(load_replay_buffer) is not bool:
+            raise TypeError(
+                f"load_replay_buffer must be a bool, got {type(load_replay_buffer).__name__}"
+            )
+        span = checkpoint.highest_ordinal() + 1 - checkpoint.cut
+        if span > config.max_window:
+            raise CheckpointMismatchError(
+                f"checkpoint spans {span} ordinals above its cut {checkpoint.cut}, more than "
+                f"max_window={config.max_window}: refused before expanding it (raise "
+                "LedgerConfig.max_window if a real run had that many in flight)"
+            )
         if config.stream_len is not None and (
             checkpoint.cut > config.stream_len or checkpoint.highest_ordinal() >= config.stream_len
         ):
@@ -272,29 +309,27 @@ class Ledger:
 
         attempts = dict(checkpoint.attempts)
         changes: list[tuple[int, int | None]] = []
+        noted: list[tuple[int, int | None]] = []
         counts = [0] * len(Status)
-        for o in checkpoint.trained():
-            changes.append((o, int(Status.TRAINED)))
-        counts[Status.TRAINED] = len(changes)
-        for o in checkpoint.dropped():
-            changes.append((o, int(Status.DROPPED)))
-        counts[Status.DROPPED] = len(changes) - counts[Status.TRAINED]
-        for o in restored:
-            changes.append((o, _pack(Status.BUFFERED, attempts.pop(o, 0))))
-        counts[Status.BUFFERED] = len(restored)
-        # Unresolved ordinals that carry attempts but were not restored wait
-        # for the source to re-yield them.
-        for o, n in attempts.items():
-            changes.append((o, _pack(Status.UNSTAMPED, n)))
-        counts[Status.UNSTAMPED] = len(attempts)
-
-        covered = tuple(
-            sorted(
-                set(expand(checkpoint.trained_above_cut))
-                | set(expand(checkpoint.dropped_above_cut))
-                | restored
-            )
-        )
+        covered: list[int] = []
+        # What the record says of each ordinal it names (None: only its
+        # attempts; a record keeps none for resolved ordinals).
+        said: dict[int, Status | None] = dict.fromkeys(attempts)
+        said.update(dict.fromkeys(checkpoint.trained(), Status.TRAINED))
+        said.update(dict.fromkeys(checkpoint.dropped(), Status.DROPPED))
+        said.update(dict.fromkeys(retained, Status.BUFFERED))
+        for o, what in said.items():
+            n = attempts.get(o, 0)
+            status = resume_outcome(what, restored=o in restored, attempts=n)
+            if status is None:
+                continue  # nothing to hold: the source stamps it as new
+            changes.append((o, _pack(status, n)))
+            counts[status] += 1
+            if recorded(status, n):
+                noted.append((o, 1))
+            if stamp_outcome(status) is None:
+                covered.append(o)
+        covered.sort()
         horizon = covered[-1] + 1 if covered else checkpoint.cut
         ledger = cls(
             config=config,
@@ -302,11 +337,10 @@ class Ledger:
             cut=checkpoint.cut,
             filter_horizon=horizon,
             entries=IntMap().updated(changes),
-            # Everything a resume creates is something a checkpoint records.
-            noted=IntMap().updated([(o, 1) for o, _ in changes]),
+            noted=IntMap().updated(noted),
             counts=tuple(counts),
         )
-        return Resumed(ledger=ledger, rewind_to=rewind_to, covered=covered)
+        return Resumed(ledger=ledger, rewind_to=rewind_to, covered=tuple(covered))
 
     # -- queries ----------------------------------------------------------
 
@@ -340,7 +374,7 @@ class Ledger:
 
     def in_flight(self) -> int:
         """Pending, outstanding and buffered ordinals: the live window."""
-        return sum(self._counts[s] for s in _LIVE)
+        return sum(self._counts[s] for s in LIVE)
 
     @property
     def filtering(self) -> bool:
@@ -368,11 +402,17 @@ class Ledger:
 
     def _key(self) -> tuple[object, ...]:
         if self._identity is None:
+            # ``filter_horizon`` is left out on purpose. No transition reads
+            # it (a stamp filters by the entries; the checkpoint does not
+            # record it; a resume computes a new one from the record), so two
+            # ledgers that differ only in it have the same future under every
+            # event: they are one state. It only bounds the ``filtering``
+            # query (FILTER-CLEARS); the exhaustive checker, which checks that
+            # bound, keeps it beside the ledger in its own state.
             key = (
                 self.config,
                 self.next_ordinal,
                 self.cut,
-                self.filter_horizon,
                 tuple(self._entries.items()),
             )
             object.__setattr__(self, "_identity", key)
@@ -492,41 +532,55 @@ class Ledger:
         stop = start + count
         if self.config.stream_len is not None:
             stop = max(start, min(stop, self.config.stream_len))
-        yielded = range(start, stop)
+        if stop - self.cut > self.config.max_window:
+            raise IllegalTransitionError(
+                Stamp.name,
+                (),
+                f"stamping to {stop} would span {stop - self.cut} ordinals above the cut "
+                f"{self.cut}, more than max_window={self.config.max_window}",
+            )
+        stamped = range(start, stop)
         entries = self._entries
+        counts = list(self._counts)
         top = entries.max_key()
         if start >= self.cut and (top is None or top < start):
             # Fast path: the ledger knows nothing at or above the source's
-            # position, so every yielded ordinal is new and kept.
-            kept: Sequence[int] = yielded
-            changes: list[tuple[int, int | None]] = [(o, int(Status.PENDING)) for o in yielded]
-            unyielded_consumed = 0
+            # position, so every stamped ordinal is new (UNSTAMPED, no entry).
+            kept: Sequence[int] = stamped
+            changes: list[tuple[int, int | None]] = [(o, _NEW) for o in stamped]
+            counts[_NEW] += len(stamped)
             held: list[int] = []
         else:
             kept_list: list[int] = []
             changes = []
-            unyielded_consumed = 0
             held = []
-            for o in yielded:
-                if o < self.cut:
-                    continue  # resolved; the cut passed it while it was unyielded
+            cut = self.cut
+            for o in stamped:
                 value = entries.get(o)
-                if value is None:
-                    changes.append((o, int(Status.PENDING)))
-                elif value & _STATUS_MASK == Status.UNSTAMPED:
-                    changes.append((o, _pack(Status.PENDING, value >> _STATUS_BITS)))
-                    unyielded_consumed += 1
+                if value is not None:
+                    current = value & _STATUS_MASK
+                elif o < cut:
+                    # No entry lies below the cut (CUT-LOWER-BOUND): resolved,
+                    # the cut passed it while it was unstamped.
+                    current = _ABSENT
                 else:
-                    # Trained, dropped, or retained in the restored buffer:
-                    # covered, so filtered out (FILTER-COVERED).
-                    if value & _STATUS_MASK == Status.BUFFERED:
+                    current = _UNSTAMPED
+                target = _ON_STAMP[current]
+                if target == _FILTERED:
+                    # Covered, so filtered out (FILTER-COVERED); a buffered
+                    # one is still live.
+                    if current in _HELD:
                         held.append(o)
                     continue
+                if value is None:
+                    changes.append((o, target))
+                else:
+                    # A carried UNSTAMPED entry keeps its attempts.
+                    changes.append((o, target | (value & ~_STATUS_MASK)))
+                    counts[current] -= 1
+                counts[target] += 1
                 kept_list.append(o)
             kept = kept_list
-        counts = list(self._counts)
-        counts[Status.PENDING] += len(kept)
-        counts[Status.UNSTAMPED] -= unyielded_consumed
         ledger = self._replace(
             next_ordinal=stop,
             cut=self.cut,
@@ -536,10 +590,10 @@ class Ledger:
         )
         return Applied(
             ledger,
-            Effect(event=Stamp.name, stamped=yielded, kept=tuple(kept), buffered=tuple(held)),
+            Effect(event=Stamp.name, stamped=stamped, kept=tuple(kept), buffered=tuple(held)),
         )
 
-    def _move(self, event: Dispatch | Buffer | Fail | Evict | Train) -> Applied:
+    def _move(self, event: Move) -> Applied:
         entries = self._entries
         kind = type(event)
         policy = self.config.on_failure
@@ -550,6 +604,12 @@ class Ledger:
         requeued: list[int] = []
         unstamped: list[int] = []
         dropped: list[int] = []
+        # Where ``failure_outcome`` sends an ordinal, the list that reports it.
+        reported = {
+            int(Status.PENDING): requeued,
+            int(Status.UNSTAMPED): unstamped,
+            int(Status.DROPPED): dropped,
+        }
         # The table for this event, keyed by packed status: the hot loop
         # below works on ints and builds no enum members.
         moves = _MOVES_BY_EVENT[kind]
@@ -564,24 +624,16 @@ class Ledger:
             assert value is not None
             attempts = value >> _STATUS_BITS
             if target == _FAILURE:
-                attempts += 1
-                if policy is FailurePolicy.RETRY and attempts < max_attempts:
-                    # Back to pending if the source already yielded it; an
-                    # ordinal restored from a checkpoint but not yet re-yielded
-                    # waits for the source instead (its row is not here).
-                    if o < next_ordinal:
-                        target = _PENDING
-                        requeued.append(o)
-                    else:
-                        target = _UNSTAMPED
-                        unstamped.append(o)
-                else:
-                    target = _DROPPED
-                    dropped.append(o)
-            # Resolved ordinals forget their attempts: nobody asks again.
-            changes.append(
-                (o, target if target >= _TRAINED else target | (attempts << _STATUS_BITS))
-            )
+                # An ordinal below the source's position was stamped in this
+                # life; one at or above it was restored and not re-stamped.
+                status, attempts = failure_outcome(
+                    policy, max_attempts, attempts, stamped=o < next_ordinal
+                )
+                target = int(status)
+                reported[target].append(o)
+            elif target in _RESOLVED_INTS:
+                attempts = 0  # resolved ordinals keep no attempts
+            changes.append((o, target | (attempts << _STATUS_BITS)))
             counts[current] -= 1
             counts[target] += 1
         if illegal:
@@ -593,17 +645,17 @@ class Ledger:
             )
         cut = self.cut
         noted = self._noted
-        if kind in _NOTING:
-            # Landed, failed or evicted: from now on a checkpoint records it.
+        if kind in NOTING:
+            # From now on a checkpoint records these ordinals.
             noted = noted.updated([(o, 1) for o, _ in changes])
         # Advance the cut over the resolved prefix and forget it (CUT-MONO,
         # BOUNDED-SIZE), in the same trie update as the moves themselves.
         # Only an event that resolves the cut itself can move it.
         new = dict(changes)
         value = new[cut] if cut in new else entries.get(cut)
-        if value is not None and value & _STATUS_MASK in _RESOLVED:
+        if value is not None and value & _STATUS_MASK in _RESOLVED_INTS:
             forget: list[tuple[int, int | None]] = []
-            while value is not None and value & _STATUS_MASK in _RESOLVED:
+            while value is not None and value & _STATUS_MASK in _RESOLVED_INTS:
                 counts[value & _STATUS_MASK] -= 1
                 new[cut] = None
                 forget.append((cut, None))
@@ -634,5 +686,5 @@ class Ledger:
         if ordinal < self.cut:
             return "resolved below the cut"
         if ordinal >= self.next_ordinal:
-            return "not yet yielded"
+            return "not yet stamped"
         raise AssertionError(f"ordinal {ordinal} in the live window has no entry")  # LIVE-ENTRY

@@ -16,6 +16,14 @@ from frontier_core.testing import Bounds, InvariantViolation, explore
 STREAM_LEN = int(os.environ.get("FRONTIER_EXPLORE_LEN", "5"))
 
 
+@pytest.mark.mutation
+@pytest.mark.parametrize("policy", list(FailurePolicy))
+def test_small_scope_exploration_keeps_every_invariant(policy: FailurePolicy) -> None:
+    """The mutation run's workhorse: the same checker at bounds small enough
+    for a few seconds a mutant."""
+    explore(Bounds(stream_len=3, batch=2, on_failure=policy, max_attempts=2))
+
+
 @pytest.mark.parametrize("policy", list(FailurePolicy))
 def test_every_reachable_state_keeps_every_invariant(policy: FailurePolicy) -> None:
     bounds = Bounds(stream_len=STREAM_LEN, batch=2, on_failure=policy, max_attempts=2)

@@ -55,7 +55,7 @@ class BareLedger(Integration):
 
     def resume(self, saved):  # fmt: skip
         record = Checkpoint.from_state_dict(json.loads(saved))
-        self.ledger = Ledger.resume(CONFIG, record).ledger
+        self.ledger = Ledger.resume(CONFIG, record, load_replay_buffer=True).ledger
         return self.ledger.ordinals(Status.BUFFERED)
 
 
@@ -107,7 +107,9 @@ class LiveCursor(BareLedger):
 
     def resume(self, saved: object) -> Iterable[int]:
         assert isinstance(saved, int)
-        self.ledger = Ledger.resume(CONFIG, Checkpoint(cut=saved, stream_len=10)).ledger
+        self.ledger = Ledger.resume(
+            CONFIG, Checkpoint(cut=saved, stream_len=10), load_replay_buffer=True
+        ).ledger
         return ()
 
 
@@ -118,7 +120,7 @@ class ForgetsTheBuffer(BareLedger):
     def resume(self, saved: object) -> Iterable[int]:
         assert isinstance(saved, str)
         record = Checkpoint.from_state_dict(json.loads(saved))
-        self.ledger = Ledger.resume(CONFIG, record).ledger
+        self.ledger = Ledger.resume(CONFIG, record, load_replay_buffer=True).ledger
         return ()
 
 

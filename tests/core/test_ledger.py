@@ -1,13 +1,23 @@
-"""Named scenarios: the seed's regression cases and the edges of each rule."""
+"""The ledger: the seed's regression cases, the edges of each rule, and the
+exact refusals, effects and counts that pin the mutants of ``_ledger.py``
+(scripts/mutation.sh; the equivalent ones are in proofs/MUTANTS.md)."""
 
 from __future__ import annotations
 
+import json
+
+import attrs
 import pytest
 
 from frontier_core import (
     TRANSITIONS,
+    Buffer,
+    Checkpoint,
     CheckpointMismatchError,
     Dispatch,
+    Effect,
+    Evict,
+    Fail,
     FailurePolicy,
     FingerprintMismatchError,
     FrontierError,
@@ -16,15 +26,18 @@ from frontier_core import (
     LedgerConfig,
     Stamp,
     Status,
+    Train,
 )
 
 from ._model import roundtrip
+
+pytestmark = pytest.mark.mutation
 
 
 def run(ledger: Ledger, *, stamp: int = 0, dispatch=(), buffer=(), train=()) -> Ledger:
     if stamp:
         ledger = ledger.stamp(stamp).ledger
-    return ledger.dispatch(dispatch).ledger.buffer(buffer).ledger.train(train)
+    return ledger.dispatch(dispatch).ledger.buffer(buffer).ledger.train(train).ledger
 
 
 def seed_16() -> Ledger:
@@ -34,7 +47,7 @@ def seed_16() -> Ledger:
     for _ in range(3):
         ledger = ledger.stamp(4).ledger
     ledger = ledger.dispatch(range(12)).ledger.buffer([0, 1, 2, 3, 4, 6, 7, 10]).ledger
-    return ledger.train([0, 1, 2, 3, 4])
+    return ledger.train([0, 1, 2, 3, 4]).ledger
 
 
 def test_seed_16_prompt_scenario_frontier_regenerates_exactly_the_lost_four() -> None:
@@ -42,7 +55,7 @@ def test_seed_16_prompt_scenario_frontier_regenerates_exactly_the_lost_four() ->
     checkpoint = roundtrip(ledger.checkpoint())
     assert checkpoint.cut == 5
     assert list(checkpoint.retained_ordinals()) == [6, 7, 10]
-    resumed = Ledger.resume(ledger.config, checkpoint)
+    resumed = Ledger.resume(ledger.config, checkpoint, load_replay_buffer=True)
     assert resumed.rewind_to == 5
     assert resumed.covered == (6, 7, 10)
     step = resumed.ledger.stamp(100)
@@ -77,7 +90,7 @@ def test_seed_24_prompt_interleaving_cut_is_8_not_21() -> None:
     assert checkpoint.cut == 8
     assert list(checkpoint.trained()) == [16, 17, 18, 19, 20]
     assert list(checkpoint.dropped()) == []  # 3..7 lie below the cut, resolved
-    resumed = Ledger.resume(config, checkpoint)
+    resumed = Ledger.resume(config, checkpoint, load_replay_buffer=True)
     kept = resumed.ledger.stamp(24).effect.kept
     assert kept == (*range(8, 16), 21, 22, 23)
 
@@ -101,7 +114,7 @@ def test_pending_remainder_of_a_gap_fill_survives_a_checkpoint() -> None:
     ledger = Ledger.start(LedgerConfig(stream_len=64)).stamp(32).ledger
     ledger = run(ledger, dispatch=[0, 1], buffer=[0, 1], train=[0, 1])
     assert list(ledger.ordinals(Status.PENDING)) == list(range(2, 32))
-    resumed = Ledger.resume(ledger.config, roundtrip(ledger.checkpoint()))
+    resumed = Ledger.resume(ledger.config, roundtrip(ledger.checkpoint()), load_replay_buffer=True)
     assert resumed.rewind_to == 2
     assert resumed.ledger.stamp(30).effect.kept == tuple(range(2, 32))
 
@@ -121,7 +134,7 @@ def test_transitions_table_lists_every_legal_move() -> None:
     [
         ("dispatch", 0, "0 is outstanding"),
         ("train", 1, "1 is pending"),
-        ("buffer", 99, "99 is not yet yielded"),
+        ("buffer", 99, "99 is not yet stamped"),
         ("fail", 2, "2 is pending"),
         ("evict", 0, "0 is outstanding"),
     ],
@@ -161,7 +174,7 @@ def test_malformed_events_cannot_be_constructed(bad: list[object]) -> None:
 
 
 @pytest.mark.parametrize("count", [-1, True])
-def test_malformed_yield_cannot_be_constructed(count: object) -> None:
+def test_malformed_stamp_cannot_be_constructed(count: object) -> None:
     with pytest.raises((IllegalTransitionError, TypeError)):
         Stamp(count)  # type: ignore[arg-type]
 
@@ -208,7 +221,7 @@ def test_attempts_survive_a_crash() -> None:
     ledger = ledger.fail([2]).ledger
     checkpoint = roundtrip(ledger.checkpoint())
     assert checkpoint.attempts == ((2, 1),)
-    resumed = Ledger.resume(config, checkpoint).ledger
+    resumed = Ledger.resume(config, checkpoint, load_replay_buffer=True).ledger
     assert resumed.status(2) == Status.UNSTAMPED and resumed.attempts(2) == 1
     resumed = resumed.stamp(4).ledger
     assert resumed.attempts(2) == 1
@@ -219,7 +232,7 @@ def test_attempts_survive_a_crash() -> None:
 def test_evicting_a_restored_group_before_its_reyield_waits_for_the_source() -> None:
     config = LedgerConfig(on_failure=FailurePolicy.RETRY, stream_len=4)
     ledger = Ledger.start(config).stamp(4).ledger.dispatch(range(4)).ledger.buffer([3]).ledger
-    resumed = Ledger.resume(config, roundtrip(ledger.checkpoint())).ledger
+    resumed = Ledger.resume(config, roundtrip(ledger.checkpoint()), load_replay_buffer=True).ledger
     assert resumed.status(3) == Status.BUFFERED
     step = resumed.evict([3])
     assert step.effect.requeued == () and step.effect.unstamped == (3,)
@@ -231,7 +244,7 @@ def test_evicted_on_restore_is_regenerated_without_counting_an_attempt() -> None
     config = LedgerConfig(on_failure=FailurePolicy.RETRY, stream_len=4)
     ledger = Ledger.start(config).stamp(4).ledger.dispatch(range(4)).ledger.buffer([1, 3]).ledger
     checkpoint = roundtrip(ledger.checkpoint())
-    resumed = Ledger.resume(config, checkpoint, evicted_on_restore=[3])
+    resumed = Ledger.resume(config, checkpoint, evicted_on_restore=[3], load_replay_buffer=True)
     assert resumed.covered == (1,)
     assert resumed.ledger.attempts(3) == 0
     assert resumed.ledger.stamp(4).effect.kept == (0, 2, 3)
@@ -242,11 +255,11 @@ def test_resume_refuses_inconsistent_options() -> None:
     ledger = Ledger.start(config).stamp(4).ledger.dispatch(range(4)).ledger.buffer([1]).ledger
     checkpoint = ledger.checkpoint()
     with pytest.raises(IllegalTransitionError, match="did not retain"):
-        Ledger.resume(config, checkpoint, evicted_on_restore=[2])
+        Ledger.resume(config, checkpoint, evicted_on_restore=[2], load_replay_buffer=True)
     with pytest.raises(IllegalTransitionError, match="not restored"):
         Ledger.resume(config, checkpoint, load_replay_buffer=False, evicted_on_restore=[1])
     with pytest.raises(IllegalTransitionError, match="rewind_to"):
-        Ledger.resume(config, checkpoint, rewind_to=1)
+        Ledger.resume(config, checkpoint, rewind_to=1, load_replay_buffer=True)
 
 
 def test_resume_refuses_another_stream() -> None:
@@ -254,19 +267,28 @@ def test_resume_refuses_another_stream() -> None:
     ledger = run(ledger, dispatch=range(8), buffer=range(8), train=[0, 1, 2, 5, 6])
     checkpoint = ledger.checkpoint()
     with pytest.raises(FingerprintMismatchError) as info:
-        Ledger.resume(LedgerConfig(stream_len=8, fingerprint="b"), checkpoint)
+        Ledger.resume(
+            LedgerConfig(stream_len=8, fingerprint="b"), checkpoint, load_replay_buffer=True
+        )
     assert info.value.expected == "b" and info.value.found == "a"
     with pytest.raises(CheckpointMismatchError, match="beyond this stream's length 5"):
-        Ledger.resume(LedgerConfig(stream_len=5, fingerprint="a"), checkpoint)
+        Ledger.resume(
+            LedgerConfig(stream_len=5, fingerprint="a"), checkpoint, load_replay_buffer=True
+        )
     # A longer stream (more epochs) is fine.
-    assert Ledger.resume(LedgerConfig(stream_len=80, fingerprint="a"), checkpoint).rewind_to == 3
+    assert (
+        Ledger.resume(
+            LedgerConfig(stream_len=80, fingerprint="a"), checkpoint, load_replay_buffer=True
+        ).rewind_to
+        == 3
+    )
 
 
 def test_rewind_below_the_cut_filters_the_resolved_prefix() -> None:
     """A loader restored from a snapshot taken before an earlier pull."""
     ledger = run(Ledger.start(), stamp=8, dispatch=range(8), buffer=range(8), train=[0, 1, 2, 4])
     checkpoint = ledger.checkpoint()
-    resumed = Ledger.resume(ledger.config, checkpoint, rewind_to=0)
+    resumed = Ledger.resume(ledger.config, checkpoint, rewind_to=0, load_replay_buffer=True)
     assert resumed.rewind_to == 0 and resumed.ledger.filtering
     step = resumed.ledger.stamp(10)
     assert list(step.effect.stamped) == list(range(10))
@@ -275,7 +297,7 @@ def test_rewind_below_the_cut_filters_the_resolved_prefix() -> None:
     assert unrestored.ledger.stamp(10).effect.kept == (3, 5, 6, 7, 8, 9)
 
 
-def test_the_cut_can_pass_the_source_position_and_yield_still_filters() -> None:
+def test_the_cut_can_pass_the_source_position_and_stamp_still_filters() -> None:
     """Resumed at 5 with {6, 7} trained above the cut: training 5 moves the
     cut to 8 while the source is at 6; re-yielding 6 and 7 must not revive
     them."""
@@ -296,7 +318,7 @@ def test_unbounded_stream_never_drains() -> None:
     assert ledger.size() == 0
 
 
-def test_finite_stream_yields_fewer_at_its_end() -> None:
+def test_finite_stream_stamps_fewer_at_its_end() -> None:
     step = Ledger.start(LedgerConfig(stream_len=5)).stamp(3).ledger.stamp(3)
     assert list(step.effect.stamped) == [3, 4]
     assert step.ledger.exhausted
@@ -314,3 +336,355 @@ def test_healthy_long_run_checkpoints_as_a_handful_of_integers() -> None:
         sizes.append(len(str(ledger.checkpoint().state_dict())))
     assert ledger.cut == 6400 and ledger.size() == 0
     assert max(sizes) - min(sizes) <= 4  # only the digits of the cut grow
+
+
+# -- resume: every refusal names the event, the ordinals and the reason -------
+
+CONFIG = LedgerConfig(stream_len=10, on_failure=FailurePolicy.RETRY, max_attempts=3)
+
+
+def _refusal(checkpoint: Checkpoint, **kw: object) -> IllegalTransitionError:
+    with pytest.raises(IllegalTransitionError) as info:
+        Ledger.resume(CONFIG, checkpoint, **{"load_replay_buffer": True, **kw})  # type: ignore[arg-type]
+    return info.value
+
+
+def test_resume_refuses_a_rewind_above_the_cut_by_name() -> None:
+    error = _refusal(Checkpoint(cut=4, stream_len=10), rewind_to=5)
+    assert (error.event, error.ordinals) == ("resume", ())
+    assert error.reason == (
+        "rewind_to must be an int in [0, cut=4], got 5: "
+        "a source restarted above the cut would skip unresolved prompts"
+    )
+    for bad in (-1, 4.0, True, "3"):
+        assert _refusal(Checkpoint(cut=4, stream_len=10), rewind_to=bad).event == "resume"
+    for good in (0, 4):
+        assert (
+            Ledger.resume(
+                CONFIG, Checkpoint(cut=4, stream_len=10), rewind_to=good, load_replay_buffer=True
+            ).rewind_to
+            == good
+        )
+
+
+def test_resume_refuses_evictions_from_an_unrestored_buffer_by_name() -> None:
+    saved = Checkpoint(cut=2, retained=((3, 5),), stream_len=10)
+    error = _refusal(saved, load_replay_buffer=False, evicted_on_restore=[4, 3])
+    assert (error.event, error.ordinals) == ("resume", (3, 4))
+    assert error.reason == "evicted_on_restore given but the buffer was not restored"
+
+
+def test_resume_refuses_evictions_of_unretained_ordinals_by_name() -> None:
+    saved = Checkpoint(cut=2, retained=((3, 5),), stream_len=10)
+    error = _refusal(saved, evicted_on_restore=[3, 6, 2])
+    assert (error.event, error.ordinals) == ("resume", (2, 6))
+    assert error.reason == "evicted_on_restore names ordinals the checkpoint did not retain"
+
+
+def test_resume_refuses_ordinals_at_the_stream_length_exactly() -> None:
+    """The last ordinal of a stream of 10 is 9: a record naming 10 belongs
+    to a longer stream (the boundary the ``>=`` decides)."""
+    for saved in (
+        Checkpoint(cut=2, trained_above_cut=((10, 11),), stream_len=11),
+        Checkpoint(cut=11, stream_len=11),
+    ):
+        with pytest.raises(CheckpointMismatchError) as info:
+            Ledger.resume(CONFIG, saved, load_replay_buffer=True)
+        assert str(info.value) == (
+            f"checkpoint refers to ordinals up to {saved.highest_ordinal()} "
+            f"(cut {saved.cut}), beyond this stream's length 10"
+        )
+    for fits in (
+        Checkpoint(cut=2, trained_above_cut=((9, 10),), stream_len=10),
+        Checkpoint(cut=10, stream_len=10),
+    ):
+        assert Ledger.resume(CONFIG, fits, load_replay_buffer=True).ledger.cut == fits.cut
+
+
+def test_a_resumed_ledger_holds_exactly_what_the_record_says() -> None:
+    saved = Checkpoint(
+        cut=2,
+        trained_above_cut=((3, 5),),
+        dropped_above_cut=((6, 7),),
+        retained=((7, 9),),
+        attempts=((2, 1), (8, 2), (9, 1)),
+        stream_len=12,
+    )
+    config = attrs.evolve(CONFIG, stream_len=12)
+    resumed = Ledger.resume(config, saved, evicted_on_restore=[7], load_replay_buffer=True)
+    ledger = resumed.ledger
+    assert resumed.rewind_to == ledger.next_ordinal == 2
+    assert resumed.covered == (3, 4, 6, 8)
+    assert ledger.filter_horizon == 9 and ledger.filtering
+    statuses = {o: ledger.status(o) for o in range(2, 12)}
+    assert statuses == {
+        2: Status.UNSTAMPED,
+        3: Status.TRAINED,
+        4: Status.TRAINED,
+        5: Status.UNSTAMPED,
+        6: Status.DROPPED,
+        7: Status.UNSTAMPED,
+        8: Status.BUFFERED,
+        9: Status.UNSTAMPED,
+        10: Status.UNSTAMPED,
+        11: Status.UNSTAMPED,
+    }
+    assert [ledger.attempts(o) for o in range(2, 12)] == [1, 0, 0, 0, 0, 0, 2, 1, 0, 0]
+    expected = {
+        Status.UNSTAMPED: 2,  # 2 and 9 carry attempts; 7 was evicted on restore with none
+        Status.PENDING: 0,
+        Status.OUTSTANDING: 0,
+        Status.BUFFERED: 1,
+        Status.TRAINED: 2,
+        Status.DROPPED: 1,
+    }
+    assert {s: ledger.count(s) for s in Status} == expected
+    # Nothing covered: the filter horizon is the cut and the filter is off.
+    plain = Ledger.resume(config, Checkpoint(cut=5, stream_len=12), load_replay_buffer=True).ledger
+    assert (plain.filter_horizon, plain.filtering, plain.size()) == (5, False, 0)
+    # The buffer not restored: retained ordinals are regenerated, attempts kept.
+    unrestored = Ledger.resume(config, saved, load_replay_buffer=False)
+    assert unrestored.covered == (3, 4, 6)
+    assert unrestored.ledger.status(8) is Status.UNSTAMPED
+    assert unrestored.ledger.attempts(8) == 2
+    # And the checkpoint it writes is the record it came from.
+    assert Ledger.resume(config, saved, load_replay_buffer=True).ledger.checkpoint() == saved
+
+
+# -- moves: the refusal message, the effect, the cut ---------------------------
+
+
+def _ledger(**kw: object) -> Ledger:
+    return Ledger.start(attrs.evolve(CONFIG, **kw))
+
+
+def test_an_illegal_move_names_what_it_needs_and_what_it_found() -> None:
+    ledger = _ledger().stamp(4).ledger.dispatch([0, 1]).ledger.buffer([1]).ledger
+    ledger = ledger.train([1]).ledger.dispatch([2]).ledger
+    cases = {
+        Dispatch: (
+            [2, 5],
+            "dispatch needs pending ordinals; 2 is outstanding, 5 is not yet stamped",
+        ),
+        Buffer: ([3], "buffer needs outstanding ordinals; 3 is pending"),
+        Fail: ([3], "fail needs outstanding ordinals; 3 is pending"),
+        Evict: ([0], "evict needs buffered ordinals; 0 is outstanding"),
+        Train: ([1], "train needs buffered ordinals; 1 is trained"),
+    }
+    for event, (ordinals, reason) in cases.items():
+        with pytest.raises(IllegalTransitionError) as info:
+            ledger.apply(event(ordinals))
+        assert (info.value.event, info.value.reason) == (event.name, reason)
+        assert info.value.ordinals == tuple(ordinals)
+    # Below the cut, and the detail stops at ten ordinals.
+    done = _ledger().stamp(10).ledger
+    done = done.dispatch(range(10)).ledger.buffer(range(10)).ledger.train([0]).ledger
+    with pytest.raises(IllegalTransitionError) as info:
+        done.dispatch([0])
+    assert info.value.reason == "dispatch needs pending ordinals; 0 is resolved below the cut"
+    with pytest.raises(IllegalTransitionError) as info:
+        done.dispatch(range(1, 10))
+    assert info.value.reason.count(" is buffered") == 9
+    with pytest.raises(IllegalTransitionError) as info:
+        _ledger(stream_len=20).stamp(20).ledger.dispatch([]).ledger.buffer(range(12))
+    assert info.value.reason.count(" is pending") == 10
+    assert len(info.value.ordinals) == 12
+
+
+def test_failure_effects_and_attempts_are_exact() -> None:
+    ledger = _ledger(max_attempts=2).stamp(3).ledger.dispatch([0, 1, 2]).ledger
+    step = ledger.fail([2, 0])
+    assert step.effect == Effect(event="fail", requeued=(2, 0))
+    assert [step.ledger.attempts(o) for o in range(3)] == [1, 0, 1]
+    step = step.ledger.dispatch([0]).ledger.fail([0])
+    assert step.effect == Effect(event="fail", dropped=(0,))
+    assert step.ledger.status(0) is None and step.ledger.cut == 1  # dropped, passed
+    assert step.ledger.count(Status.DROPPED) == 0  # forgotten below the cut
+    evict = step.ledger.buffer([1]).ledger.evict([1])
+    assert evict.effect == Effect(event="evict", requeued=(1,))
+    assert evict.ledger.attempts(1) == 1 and evict.ledger.status(1) is Status.PENDING
+    # Under drop, the first failure drops, and the attempt is not kept.
+    dropped = _ledger(on_failure=FailurePolicy.DROP).stamp(2).ledger.dispatch([1]).ledger.fail([1])
+    assert dropped.effect == Effect(event="fail", dropped=(1,))
+    assert dropped.ledger.status(1) is Status.DROPPED and dropped.ledger.attempts(1) == 0
+    assert dropped.ledger.count(Status.DROPPED) == 1 and dropped.ledger.cut == 0
+
+
+def test_a_restored_ordinal_that_fails_before_its_restamp_waits_unstamped() -> None:
+    saved = Checkpoint(cut=0, retained=((0, 2),), attempts=((1, 1),), stream_len=10)
+    ledger = Ledger.resume(CONFIG, saved, load_replay_buffer=True).ledger
+    step = ledger.evict([1, 0])
+    assert step.effect == Effect(event="evict", unstamped=(1, 0))
+    assert [step.ledger.status(o) for o in (0, 1)] == [Status.UNSTAMPED] * 2
+    assert [step.ledger.attempts(o) for o in (0, 1)] == [1, 2]
+    assert step.ledger.count(Status.UNSTAMPED) == 2
+    again = step.ledger.stamp(1)
+    assert again.effect.kept == (0,) and again.ledger.count(Status.UNSTAMPED) == 1
+    assert again.ledger.attempts(0) == 1
+
+
+def test_the_cut_passes_exactly_the_resolved_prefix() -> None:
+    ledger = _ledger().stamp(6).ledger.dispatch(range(6)).ledger.buffer(range(6)).ledger
+    ledger = ledger.train([1, 2, 4]).ledger
+    assert ledger.cut == 0 and ledger.count(Status.TRAINED) == 3
+    ledger = ledger.train([0]).ledger
+    assert ledger.cut == 3 and ledger.count(Status.TRAINED) == 1 and ledger.size() == 3
+    assert ledger.checkpoint() == Checkpoint(
+        cut=3, trained_above_cut=((4, 5),), retained=((3, 4), (5, 6)), stream_len=10
+    )
+    ledger = ledger.train([3, 5]).ledger
+    assert ledger.cut == 6 and ledger.size() == 0 and ledger.count(Status.TRAINED) == 0
+
+
+# -- stamp: the clamp at the stream's end and the filter -----------------------
+
+
+def test_stamp_clamps_to_the_stream_and_never_moves_back() -> None:
+    step = _ledger(stream_len=5).stamp(3)
+    assert step.effect == Effect(event="stamp", stamped=range(3), kept=(0, 1, 2))
+    step = step.ledger.stamp(4)
+    assert step.effect.stamped == range(3, 5) and step.ledger.next_ordinal == 5
+    step = step.ledger.stamp(2)
+    assert step.effect.stamped == range(5, 5) and step.ledger.next_ordinal == 5
+    assert step.ledger.exhausted and step.ledger.count(Status.PENDING) == 5
+    unbounded = Ledger.start().stamp(0).ledger.stamp(7)
+    assert unbounded.effect.kept == tuple(range(7)) and unbounded.ledger.next_ordinal == 7
+
+
+def test_the_filter_drops_covered_and_holds_buffered_ordinals() -> None:
+    saved = Checkpoint(
+        cut=1,
+        trained_above_cut=((2, 3),),
+        dropped_above_cut=((4, 5),),
+        retained=((5, 6),),
+        attempts=((3, 2),),
+        stream_len=10,
+    )
+    resumed = Ledger.resume(CONFIG, saved, rewind_to=0, load_replay_buffer=True).ledger
+    step = resumed.stamp(4)
+    assert step.effect == Effect(event="stamp", stamped=range(4), kept=(1, 3), buffered=())
+    assert step.ledger.attempts(3) == 2 and step.ledger.count(Status.UNSTAMPED) == 0
+    assert step.ledger.count(Status.PENDING) == 2 and step.ledger.filtering
+    step = step.ledger.stamp(3)
+    assert step.effect == Effect(event="stamp", stamped=range(4, 7), kept=(6,), buffered=(5,))
+    assert not step.ledger.filtering and step.ledger.count(Status.PENDING) == 3
+
+
+def test_a_resolved_ordinal_forgets_its_attempts() -> None:
+    """Resolved ordinals hold no attempts, so two runs that reach the same
+    state by different histories hold equal ledgers (value identity: the
+    exhaustive checker merges such states)."""
+    fresh = _ledger().stamp(3).ledger
+    direct = fresh.dispatch([1]).ledger.buffer([1]).ledger.train([1]).ledger
+    retried = (
+        fresh.dispatch([1])
+        .ledger.fail([1])
+        .ledger.dispatch([1])
+        .ledger.buffer([1])
+        .ledger.train([1])
+        .ledger
+    )
+    assert retried.status(1) is Status.TRAINED and retried.attempts(1) == 0
+    assert retried == direct and hash(retried) == hash(direct)
+    evicted = fresh.dispatch([1]).ledger.buffer([1]).ledger.evict([1]).ledger
+    evicted = evicted.dispatch([1]).ledger.buffer([1]).ledger.train([1]).ledger
+    assert evicted == direct
+
+
+# -- the rest of the ledger: configuration, queries, value identity ------------
+
+
+def test_config_refuses_bad_values_by_name() -> None:
+    for kw, message in (
+        ({"max_attempts": 0}, "max_attempts must be an int >= 1, got 0"),
+        ({"max_attempts": True}, "max_attempts must be an int >= 1, got True"),
+        ({"stream_len": -1}, "stream_len must be None or an int >= 0, got -1"),
+        ({"stream_len": 2.0}, "stream_len must be None or an int >= 0, got 2.0"),
+    ):
+        with pytest.raises(ValueError) as info:
+            LedgerConfig(**kw)  # type: ignore[arg-type]
+        assert str(info.value) == message
+    assert LedgerConfig(max_attempts=1, stream_len=0).stream_len == 0
+
+
+def test_a_fresh_ledger_filters_nothing_and_counts_its_window() -> None:
+    ledger = _ledger()
+    assert (ledger.filter_horizon, ledger.filtering, ledger.in_flight()) == (0, False, 0)
+    ledger = ledger.stamp(5).ledger.dispatch([0, 1]).ledger.buffer([1]).ledger.train([1]).ledger
+    assert ledger.in_flight() == 3 + 1 + 0 and ledger.count(Status.TRAINED) == 1
+    with pytest.raises(IllegalTransitionError) as info:
+        _ledger().dispatch([0])
+    assert info.value.reason == "dispatch needs pending ordinals; 0 is not yet stamped"
+
+
+def test_ledgers_are_equal_exactly_when_their_states_are() -> None:
+    a = _ledger().stamp(3).ledger
+    b = _ledger().stamp(2).ledger.stamp(1).ledger
+    c = _ledger().stamp(3).ledger.dispatch([0]).ledger
+    assert a == b and hash(a) == hash(b) and a == a
+    assert a != c and b != c and (a == c) is False
+    assert len({a, b, c}) == 2
+    assert a != "a ledger"
+    # Distinct states hash apart (the exhaustive checker keys dicts by them).
+    distinct = [_ledger().stamp(n).ledger for n in range(8)]
+    assert len({hash(ledger) for ledger in distinct}) == len(distinct)
+
+
+def test_ledgers_that_differ_only_in_the_filter_horizon_are_equal() -> None:
+    """No transition reads the horizon, so it is not part of the state: here
+    one resume covered 3 (evicted since, under retry, with one attempt) and
+    the other never did, and every event treats them alike."""
+    wider = Ledger.resume(
+        CONFIG, Checkpoint(cut=0, retained=((1, 2), (3, 4)), stream_len=10), load_replay_buffer=True
+    )
+    wider_ledger = wider.ledger.evict([3]).ledger
+    narrower = Ledger.resume(
+        CONFIG,
+        Checkpoint(cut=0, retained=((1, 2),), attempts=((3, 1),), stream_len=10),
+        load_replay_buffer=True,
+    ).ledger
+    assert (wider_ledger.filter_horizon, narrower.filter_horizon) == (4, 2)
+    assert wider_ledger == narrower and hash(wider_ledger) == hash(narrower)
+    a, b = wider_ledger.stamp(3), narrower.stamp(3)
+    assert a.effect == b.effect and a.ledger == b.ledger
+    assert a.ledger.filtering and not b.ledger.filtering
+
+
+# -- max_window: a resume's work follows the record's size --------------------------
+
+
+def test_a_tiny_record_asking_for_a_trillion_ordinals_is_refused_before_expanding() -> None:
+    """A forged record of a few hundred bytes (checksum recomputed) with one
+    range of 10**12 trained ordinals: refused by the span, at once, instead
+    of a hang and a MemoryError."""
+    forged = Checkpoint(cut=0, trained_above_cut=((1, 10**12),), fingerprint="fp")
+    record = json.dumps(forged.state_dict())
+    assert len(record) < 400
+    saved = Checkpoint.from_state_dict(json.loads(record))
+    with pytest.raises(CheckpointMismatchError, match="max_window=1048576"):
+        Ledger.resume(LedgerConfig(fingerprint="fp"), saved, load_replay_buffer=True)
+    roomy = LedgerConfig(fingerprint="fp", max_window=4)
+    with pytest.raises(CheckpointMismatchError, match="spans 10"):
+        Ledger.resume(
+            roomy,
+            Checkpoint(cut=0, trained_above_cut=((1, 10),), fingerprint="fp"),
+            load_replay_buffer=True,
+        )
+    fits = Checkpoint(cut=0, trained_above_cut=((1, 4),), fingerprint="fp")  # spans 4 exactly
+    assert Ledger.resume(roomy, fits, load_replay_buffer=True).covered == (1, 2, 3)
+
+
+def test_a_stamp_past_max_window_is_refused_and_changes_nothing() -> None:
+    ledger = Ledger.start(LedgerConfig(max_window=5)).stamp(4).ledger
+    with pytest.raises(IllegalTransitionError, match="more than max_window=5"):
+        ledger.stamp(2)
+    assert ledger.next_ordinal == 4
+    ledger = ledger.stamp(1).ledger.dispatch([0]).ledger.buffer([0]).ledger.train([0]).ledger
+    assert ledger.stamp(1).effect.kept == (5,)  # the cut moved: the window slid
+
+
+def test_resume_requires_saying_whether_the_buffer_came_back() -> None:
+    with pytest.raises(TypeError):
+        Ledger.resume(LedgerConfig(), Checkpoint(cut=0))  # type: ignore[call-arg]
+    with pytest.raises(TypeError, match="must be a bool"):
+        Ledger.resume(LedgerConfig(), Checkpoint(cut=0), load_replay_buffer=1)  # type: ignore[arg-type]

@@ -1,10 +1,14 @@
 """Random interleavings of every event, crashes and resumes, against the
-naive model; every invariant after every step, exactly-once at the end."""
+naive model; every invariant after every step, exactly-once at the end.
+
+Each step ``note()``s the call it made, so a failing example prints a
+program that replays it against the public API.
+"""
 
 from __future__ import annotations
 
 import pytest
-from hypothesis import HealthCheck, settings
+from hypothesis import HealthCheck, note, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import (
     Bundle,
@@ -16,7 +20,9 @@ from hypothesis.stateful import (
 )
 
 from frontier_core import (
+    Applied,
     Buffer,
+    Checkpoint,
     Dispatch,
     Evict,
     Fail,
@@ -48,6 +54,20 @@ class LedgerMachine(RuleBasedStateMachine):
         super().__init__()
         self.ledger: Ledger
         self.model: Model
+        self.saved = 0
+
+    def _save(self, checkpoint: Checkpoint, save_buffer: bool) -> tuple[object, ...]:
+        """A bundle value: the checkpoint, the model's, and its name in the notes."""
+        name = f"checkpoint_{self.saved}"
+        self.saved += 1
+        note(f"{name} = ledger.checkpoint(save_buffer={save_buffer})")
+        return (checkpoint, self.model.snapshot(save_buffer), name)
+
+    def _apply(self, method: str, ordinals: list[int], comment: str = "") -> Applied:
+        step: Applied = getattr(self.ledger, method)(ordinals)
+        note(f"ledger = ledger.{method}({ordinals}).ledger{comment}")
+        self.ledger = step.ledger
+        return step
 
     @initialize(
         target=checkpoints,
@@ -61,8 +81,13 @@ class LedgerMachine(RuleBasedStateMachine):
         )
         self.ledger = Ledger.start(config)
         self.model = Model(config)
+        note(
+            f"config = LedgerConfig(on_failure=FailurePolicy.{policy.name}, "
+            f"max_attempts={max_attempts}, stream_len={stream_len}, fingerprint='fp')"
+        )
+        note("ledger = Ledger.start(config)")
         # A run that dies before its first checkpoint restarts from nothing.
-        return (roundtrip(self.ledger.checkpoint()), self.model.snapshot(True))
+        return self._save(roundtrip(self.ledger.checkpoint()), True)
 
     def _pick(self, data: st.DataObject, status: Status) -> list[int]:
         ordinals = list(self.ledger.ordinals(status))
@@ -74,14 +99,18 @@ class LedgerMachine(RuleBasedStateMachine):
     @rule(count=st.integers(0, 6))
     def stamp(self, count: int) -> None:
         step = self.ledger.stamp(count)
-        yielded, kept = self.model.stamp(count)
-        assert list(step.effect.stamped) == yielded
-        # FILTER-COVERED: kept are exactly the yielded ordinals not covered.
+        note(
+            f"ledger = ledger.stamp({count}).ledger  # stamped {list(step.effect.stamped)}, "
+            f"kept {list(step.effect.kept)}"
+        )
+        stamped, kept = self.model.stamp(count)
+        assert list(step.effect.stamped) == stamped
+        # FILTER-COVERED: kept are exactly the stamped ordinals not covered.
         assert list(step.effect.kept) == kept
         assert list(step.effect.buffered) == self.model.last_buffered
-        # FILTER-CLEARS: once past the horizon, everything yielded is kept.
+        # FILTER-CLEARS: once past the horizon, everything stamped is kept.
         if not self.ledger.filtering:
-            assert list(step.effect.kept) == yielded
+            assert list(step.effect.kept) == stamped
         self.ledger = step.ledger
 
     @rule(n=st.integers(1, 5))
@@ -89,45 +118,47 @@ class LedgerMachine(RuleBasedStateMachine):
         """Take the n lowest pending prompts for a target; the rest stay pending."""
         pending = list(self.ledger.ordinals(Status.PENDING))
         taken, rest = pending[:n], pending[n:]
-        self.ledger = self.ledger.dispatch(taken).ledger
+        self._apply("dispatch", taken, "  # gap fill")
         self.model.move(taken, Status.PENDING, Status.OUTSTANDING)
         assert list(self.ledger.ordinals(Status.PENDING)) == rest
 
     @rule(data=st.data())
     def dispatch(self, data: st.DataObject) -> None:
         chosen = self._pick(data, Status.PENDING)
-        self.ledger = self.ledger.dispatch(chosen).ledger
+        self._apply("dispatch", chosen)
         self.model.move(chosen, Status.PENDING, Status.OUTSTANDING)
 
     @rule(data=st.data())
     def buffer(self, data: st.DataObject) -> None:
         chosen = self._pick(data, Status.OUTSTANDING)
-        self.ledger = self.ledger.buffer(chosen).ledger
+        self._apply("buffer", chosen)
         self.model.move(chosen, Status.OUTSTANDING, Status.BUFFERED)
 
     @rule(data=st.data())
     def fail(self, data: st.DataObject) -> None:
         chosen = self._pick(data, Status.OUTSTANDING)
-        step = self.ledger.fail(chosen)
-        expected = self.model.failure(chosen, Status.OUTSTANDING)
+        self._failure("fail", chosen, Status.OUTSTANDING)
+
+    def _failure(self, method: str, chosen: list[int], source: Status) -> None:
+        step = self._apply(method, chosen)
         effect = step.effect
+        note(
+            f"# requeued {list(effect.requeued)}, unstamped {list(effect.unstamped)}, "
+            f"dropped {list(effect.dropped)}"
+        )
+        expected = self.model.failure(chosen, source)
         assert (list(effect.requeued), list(effect.unstamped), list(effect.dropped)) == expected
-        self.ledger = step.ledger
 
     @rule(data=st.data())
     def evict(self, data: st.DataObject) -> None:
         chosen = self._pick(data, Status.BUFFERED)
-        step = self.ledger.evict(chosen)
-        expected = self.model.failure(chosen, Status.BUFFERED)
-        effect = step.effect
-        assert (list(effect.requeued), list(effect.unstamped), list(effect.dropped)) == expected
-        self.ledger = step.ledger
+        self._failure("evict", chosen, Status.BUFFERED)
 
     @precondition(lambda self: self.ledger.count(Status.BUFFERED) > 0)
     @rule(data=st.data())
     def train(self, data: st.DataObject) -> None:
         chosen = self._pick(data, Status.BUFFERED)
-        self.ledger = self.ledger.train(chosen).ledger
+        self._apply("train", chosen)
         self.model.train(chosen)
 
     @rule(data=st.data())
@@ -135,10 +166,10 @@ class LedgerMachine(RuleBasedStateMachine):
         """A training step as a real loop takes it: whatever landed, some
         of what is still generating lands too, and a step trains a subset."""
         landing = self._pick(data, Status.OUTSTANDING)
-        self.ledger = self.ledger.buffer(landing).ledger
+        self._apply("buffer", landing)
         self.model.move(landing, Status.OUTSTANDING, Status.BUFFERED)
         chosen = self._pick(data, Status.BUFFERED)
-        self.ledger = self.ledger.train(chosen).ledger
+        self._apply("train", chosen)
         self.model.train(chosen)
 
     @rule(
@@ -157,6 +188,10 @@ class LedgerMachine(RuleBasedStateMachine):
         good = list(self.ledger.ordinals(source))[:2]
         before = self.ledger
         snapshot = list(before.checkpoint().state_dict().items())
+        note(
+            "with pytest.raises(IllegalTransitionError):  # changes nothing\n"
+            f"    ledger.apply({event.__name__}({[*good, bad]}))"
+        )
         with pytest.raises(IllegalTransitionError) as info:
             before.apply(event([*good, bad]))
         assert info.value.event == event.name
@@ -168,14 +203,14 @@ class LedgerMachine(RuleBasedStateMachine):
     def checkpoint(self, save_buffer: bool) -> object:
         saved = roundtrip(self.ledger.checkpoint(save_buffer=save_buffer))
         assert saved.cut == self.ledger.cut
-        return (saved, self.model.snapshot(save_buffer))
+        return self._save(saved, save_buffer)
 
     @rule(saved=checkpoints, load_buffer=st.booleans(), data=st.data())
     def kill_and_resume(self, saved: tuple, load_buffer: bool, data: st.DataObject) -> None:
         """Crash, then restart from a checkpoint (the latest, or an older one
         when a newer record was lost); a kill right after a resume is the
         same rule drawn twice."""
-        checkpoint, model_saved = saved
+        checkpoint, model_saved, name = saved
         assert isinstance(model_saved, ModelCheckpoint)
         retained = sorted(checkpoint.retained_ordinals())
         evicted: list[int] = []
@@ -186,6 +221,11 @@ class LedgerMachine(RuleBasedStateMachine):
             checkpoint,
             load_replay_buffer=load_buffer,
             evicted_on_restore=evicted,
+        )
+        note(
+            f"ledger = Ledger.resume(config, {name}, load_replay_buffer={load_buffer}, "
+            f"evicted_on_restore={evicted}).ledger  # killed; rewind_to {resumed.rewind_to}, "
+            f"covered {list(resumed.covered)}"
         )
         covered = self.model.restore(model_saved, load_buffer, set(evicted))
         # RESUME-EXACT: the source restarts at the cut; covered is what the
@@ -201,6 +241,7 @@ class LedgerMachine(RuleBasedStateMachine):
 
     def teardown(self) -> None:
         if hasattr(self, "ledger"):
+            note("# then drain: stamp, dispatch, buffer and train everything until drained")
             drain(self.ledger, self.model)
             # NO-SKIP and NO-DUP over the whole lineage.
             check_exactly_once(self.model)

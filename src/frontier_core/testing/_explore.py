@@ -11,8 +11,13 @@ and checks that every ordinal was trained exactly once or dropped.
 
 Moves over one ordinal at a time reach every state that moves over sets do
 (a set move is a sequence of single moves), so single moves plus one
-whole-buffer training step and whole-batch yields suffice for the state
+whole-buffer training step and whole-batch stamps suffice for the state
 space; the checker says how many states and transitions it explored.
+
+A state is the ledger's value, the lineage, and the resume filter's horizon
+while the filter is active: the ledger's equality leaves the horizon out (no
+transition reads it), but FILTER-CLEARS and BOUNDED-SIZE are claims about
+it, so two ledgers that differ in an active horizon are explored apart.
 """
 
 from __future__ import annotations
@@ -26,17 +31,15 @@ import attrs
 
 from .._checkpoint import Checkpoint
 from .._errors import IllegalTransitionError
-from .._events import Buffer, Dispatch, Evict, Fail, FailurePolicy, Status, Train
+from .._events import FailurePolicy, Status
 from .._ledger import Ledger, LedgerConfig
+from .._transitions import TRANSITIONS, Move
 
 _LIVE = (Status.PENDING, Status.OUTSTANDING, Status.BUFFERED)
 _RESOLVED = (Status.TRAINED, Status.DROPPED)
-_SOURCES: dict[type[Dispatch | Buffer | Fail | Evict | Train], Status] = {
-    Dispatch: Status.PENDING,
-    Buffer: Status.OUTSTANDING,
-    Fail: Status.OUTSTANDING,
-    Evict: Status.BUFFERED,
-    Train: Status.BUFFERED,
+#: The statuses each moving event is legal from, read off the table.
+_SOURCES: dict[type[Move], frozenset[Status]] = {
+    kind: frozenset(s for k, s in TRANSITIONS if k is kind) for kind, _ in TRANSITIONS
 }
 
 
@@ -97,7 +100,9 @@ class Tally:
 
 @attrs.frozen
 class State:
-    """A point of the exploration: the live ledger and the lineage.
+    """A point of the exploration: the live ledger, the lineage, and the
+    ledger's filter horizon while its filter is active (``None`` once the
+    source has passed it: then no check reads it).
 
     There is no "last checkpoint" here, and no kill counter: the state after
     a crash depends only on the checkpoint it restarts from (and the resume
@@ -110,6 +115,11 @@ class State:
 
     ledger: Ledger
     lineage: Tally
+    horizon: int | None
+
+    @classmethod
+    def of(cls, ledger: Ledger, lineage: Tally) -> State:
+        return cls(ledger, lineage, ledger.filter_horizon if ledger.filtering else None)
 
 
 @attrs.frozen
@@ -140,10 +150,11 @@ def explore(bounds: Bounds) -> Report:
     )
     first = Ledger.start(config)
     empty = Tally.empty(bounds.stream_len)
-    start = State(first, empty)
+    start = State.of(first, empty)
     parents: dict[State, tuple[State, str] | None] = {start: None}
-    #: Ledgers whose own invariants were checked: many states share one.
-    ledgers: set[Ledger] = set()
+    #: Ledgers (with their active horizons) whose own invariants were
+    #: checked: many states share one.
+    ledgers: set[tuple[Ledger, int | None]] = set()
     resumes: dict[Checkpoint, list[tuple[str, Ledger]]] = {}
     queue = deque([start])
     counters = {"transitions": 0, "drained": 0, "illegal": 0, "checkpoints": 0}
@@ -163,8 +174,8 @@ def explore(bounds: Bounds) -> Report:
     def visit(state: State) -> None:
         trace = trace_of(state)
         _check_lineage(state, bounds, trace)
-        if state.ledger not in ledgers:
-            ledgers.add(state.ledger)
+        if (state.ledger, state.horizon) not in ledgers:
+            ledgers.add((state.ledger, state.horizon))
             _check_ledger(state.ledger, trace)
             counters["illegal"] += _check_illegal(state.ledger, bounds, trace)
         if state.ledger.drained:
@@ -212,7 +223,7 @@ def _successors(
             raise InvariantViolation(
                 "CUT-MONO", f"cut fell from {ledger.cut} to {after.cut}", trace()
             )
-        return State(after, lineage)
+        return State.of(after, lineage)
 
     def failed(o: int, after: Ledger, dropped: tuple[int, ...]) -> State:
         lin = lineage.fail((o,))
@@ -234,7 +245,7 @@ def _successors(
     if not ledger.exhausted:
         step = ledger.stamp(bounds.batch)
         _check_filter(ledger, step.effect.stamped, step.effect.kept, trace)
-        yield f"yield {list(step.effect.stamped)}", moved(step.ledger)
+        yield f"stamp {list(step.effect.stamped)}", moved(step.ledger)
     for o in ledger.ordinals(Status.PENDING):
         yield f"dispatch [{o}]", moved(ledger.dispatch([o]).ledger)
     for o in ledger.ordinals(Status.OUTSTANDING):
@@ -254,7 +265,10 @@ def _successors(
     for save_buffer in (True, False):
         checkpoint = ledger.checkpoint(save_buffer=save_buffer)
         for label, resumed in _resumes(checkpoint, ledger.config, cache, counters, trace):
-            yield f"checkpoint save_buffer={save_buffer}; kill; {label}", State(resumed, lineage)
+            yield (
+                f"checkpoint save_buffer={save_buffer}; kill; {label}",
+                State.of(resumed, lineage),
+            )
 
 
 def _resumes(
@@ -300,17 +314,17 @@ def _resumes(
     return out
 
 
-def _check_filter(ledger: Ledger, yielded: range, kept: tuple[int, ...], trace: _Trace) -> None:
+def _check_filter(ledger: Ledger, stamped: range, kept: tuple[int, ...], trace: _Trace) -> None:
     expected = tuple(
         o
-        for o in yielded
+        for o in stamped
         if o >= ledger.cut and ledger.status(o) not in (*_RESOLVED, Status.BUFFERED)
     )
     if kept != expected:
         raise InvariantViolation("FILTER-COVERED", f"kept {kept}, expected {expected}", trace())
-    if not ledger.filtering and kept != tuple(yielded):
+    if not ledger.filtering and kept != tuple(stamped):
         raise InvariantViolation(
-            "FILTER-CLEARS", f"filter inactive but kept {kept} of {list(yielded)}", trace()
+            "FILTER-CLEARS", f"filter inactive but kept {kept} of {list(stamped)}", trace()
         )
 
 
@@ -364,7 +378,7 @@ def _check_ledger(ledger: Ledger, trace: _Trace) -> None:
         raise InvariantViolation("NOTED-INDEX", "the checkpoint index is off", trace())
     for o in range(ledger.cut, ledger.next_ordinal):
         if ledger.status(o) not in (*_LIVE, *_RESOLVED):
-            raise InvariantViolation("LIVE-ENTRY", f"yielded ordinal {o} has no entry", trace())
+            raise InvariantViolation("LIVE-ENTRY", f"stamped ordinal {o} has no entry", trace())
     window = max(ledger.next_ordinal, ledger.filter_horizon) - ledger.cut
     if ledger.size() > max(window, 0) + ledger.count(Status.UNSTAMPED):
         raise InvariantViolation(
@@ -376,19 +390,19 @@ def _check_illegal(ledger: Ledger, bounds: Bounds, trace: _Trace) -> int:
     """ILLEGAL-NOCHANGE for every class of illegal single-ordinal event here.
 
     Whether an event is legal, and what the error says, depends only on the
-    ordinal's class (its status, or below the cut, or not yet yielded), so
+    ordinal's class (its status, or below the cut, or not yet stamped), so
     one ordinal of each class stands for all of them."""
     before = tuple(ledger._entries.items())
     classes: dict[object, int] = {}
     for o in range(bounds.stream_len + 1):
         key: object = ledger.status(o) if o >= ledger.cut else "resolved"
         if o >= ledger.next_ordinal and key == Status.UNSTAMPED:
-            key = ("unyielded", ledger.attempts(o) > 0)
+            key = ("not yet stamped", ledger.attempts(o) > 0)
         classes.setdefault(key, o)
     checked = 0
-    for event, source in _SOURCES.items():
+    for event, sources in _SOURCES.items():
         for o in classes.values():
-            if ledger.status(o) == source:
+            if ledger.status(o) in sources:
                 continue
             try:
                 ledger.apply(event([o]))
