@@ -7,8 +7,14 @@ checkpoint state (the ledger record plus the stream position at the cut) in
 one call, so the two can never be read out of step.
 
 Rules of the house: every coverage decision is the ledger's. The collector
-keeps exactly the rows of ``Effect.kept``, re-offers exactly
-``Effect.requeued`` and forgets exactly what is trained or dropped. After a
+keeps exactly the rows of ``Effect.kept`` (and of ``Effect.buffered``, which
+an eviction may send back), re-offers exactly ``Effect.requeued`` and forgets
+exactly what is trained or dropped. ``Effect.unstamped`` ordinals have no row
+here by definition: the source brings them back when it re-yields them. A
+requeued ordinal whose row the collector does not hold is never skipped
+silently (nobody could generate it, and it would hold the cut forever): the
+failure or eviction is refused with ``IllegalTransitionError`` and nothing
+changes. After a
 snapshot resume the source restarts below the cut; the ledger is resumed with
 ``rewind_to`` set to the snapshot's base and filters those rows itself. The
 collector only checks that every batch sits where the ledger says the source
@@ -17,9 +23,11 @@ is, and raises ``StreamMisalignedError`` otherwise.
 
 from __future__ import annotations
 
+import functools
+import threading
 from collections import deque
-from collections.abc import Iterable, Mapping
-from typing import Any, Final, Protocol
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, Concatenate, Final, ParamSpec, Protocol, TypeVar
 
 from frontier_core import (
     Checkpoint,
@@ -27,13 +35,45 @@ from frontier_core import (
     CheckpointMismatchError,
     CheckpointVersionError,
     Effect,
+    IllegalTransitionError,
     Ledger,
     LedgerConfig,
     Resumed,
     Status,
 )
 
-from ._errors import StreamMisalignedError
+from ._errors import ConcurrentUseError, StreamMisalignedError
+
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
+
+
+def _exclusive(
+    method: Callable[Concatenate[StreamCollector, _P], _R],
+) -> Callable[Concatenate[StreamCollector, _P], _R]:
+    """Refuse a call that overlaps a call from another thread.
+
+    The collector is a mutable façade with no lock of its own; two threads
+    inside it at once could hand the same row out twice or lose one. The
+    guard is a re-entrant lock taken without blocking: a nested call from
+    the same thread passes, an overlapping call from another thread raises
+    ``ConcurrentUseError`` instead of corrupting the state."""
+
+    @functools.wraps(method)
+    def guarded(self: StreamCollector, /, *args: _P.args, **kwargs: _P.kwargs) -> _R:
+        if not self._entry.acquire(blocking=False):
+            raise ConcurrentUseError(
+                f"StreamCollector.{method.__name__} called from thread "
+                f"{threading.current_thread().name!r} while another thread is inside the "
+                "collector: it is not thread-safe; use one thread or serialise calls with a lock"
+            )
+        try:
+            return method(self, *args, **kwargs)
+        finally:
+            self._entry.release()
+
+    return guarded
+
 
 FORMAT: Final = "frontier_adapters.collector"
 VERSION: Final = 1
@@ -84,11 +124,17 @@ class StreamSource(Protocol):
 class StreamCollector:
     """Pulls, stamps, slices and checkpoints a prompt stream (mutable façade
     over an immutable ledger). torchdata ``Stateful``: ``state_dict`` and
-    ``load_state_dict`` are JSON-typed and save/restore with the defaults;
-    ``resume`` takes the buffer-restore options.
+    ``load_state_dict`` are JSON-typed (``load_state_dict`` restores as if the
+    replay buffer was not restored); ``resume`` says what was restored.
+
+    Not thread-safe: use it from one thread (the asyncio rollout loop does),
+    or serialise every call with a lock of your own. A call that overlaps a
+    call from another thread raises ``ConcurrentUseError`` rather than
+    corrupting the state.
     """
 
     def __init__(self, source: StreamSource, config: LedgerConfig | None = None) -> None:
+        self._entry = threading.RLock()
         if config is None:
             config = LedgerConfig(stream_len=source.stream_len)
         if config.stream_len != source.stream_len and source.stream_len is not None:
@@ -126,12 +172,21 @@ class StreamCollector:
         """Every ordinal of a finite stream is trained or dropped."""
         return self._ledger.drained
 
+    @_exclusive
     def row(self, ordinal: int) -> Any:
         """The row of a live ordinal the collector holds."""
         return self._rows[ordinal]
 
+    @_exclusive
+    def attempts(self, ordinal: int) -> int:
+        """The ledger's count of failed attempts (failures and stale
+        evictions) of an unresolved ``ordinal``; checkpointed, so it carries
+        on across a resume. 0 for one that never failed."""
+        return self._ledger.attempts(ordinal)
+
     # -- the stream ---------------------------------------------------------
 
+    @_exclusive
     def pull(self) -> bool:
         """Pull one batch and stamp it; ``False`` at the end of the stream.
 
@@ -177,6 +232,7 @@ class StreamCollector:
                 self._rows[o] = row
         return True
 
+    @_exclusive
     def take(self, n: int) -> list[tuple[int, Any]]:
         """Up to ``n`` pending ``(ordinal, row)`` items, retried ordinals
         first, pulling batches as needed; the rest of a batch stays pending.
@@ -195,10 +251,12 @@ class StreamCollector:
 
     # -- what happened to the ordinals ---------------------------------------
 
+    @_exclusive
     def landed(self, ordinals: Iterable[int]) -> None:
         """These ordinals' groups landed in the replay buffer."""
         self._ledger = self._ledger.buffer(ordinals).ledger
 
+    @_exclusive
     def trained(self, ordinals: Iterable[int]) -> None:
         """One training step consumed these buffered groups."""
         ordinals = list(ordinals)
@@ -207,23 +265,39 @@ class StreamCollector:
             self._rows.pop(o, None)
         self.source.prune(self._ledger.cut)
 
+    @_exclusive
     def failed(self, ordinals: Iterable[int]) -> Effect:
         """Generation failed for these outstanding ordinals; the effect says
-        which the ledger requeued (taken again first) and which it dropped."""
+        which the ledger requeued (taken again first, their rows are held),
+        which wait for the source to re-yield them (``unstamped``) and which
+        it dropped. Raises ``IllegalTransitionError``, changing nothing, for
+        an illegal failure or a requeued ordinal whose row is not held."""
         step = self._ledger.fail(ordinals)
         return self._settle(step.ledger, step.effect)
 
+    @_exclusive
     def evicted(self, ordinals: Iterable[int]) -> Effect:
-        """The buffer discarded these groups; see ``failed``."""
+        """The buffer discarded these groups; see ``failed``. A restored
+        group evicted before the source re-yielded its prompt is
+        ``unstamped``: it is taken again once the stream reaches it."""
         step = self._ledger.evict(ordinals)
         return self._settle(step.ledger, step.effect)
 
     def _settle(self, ledger: Ledger, effect: Effect) -> Effect:
+        missing = [o for o in effect.requeued if o not in self._rows]
+        if missing:
+            # Validate before committing anything, as the ledger does: the
+            # ordinals stay where they were (unresolved, holding the cut).
+            raise IllegalTransitionError(
+                effect.event,
+                missing,
+                "the ledger requeued them to be generated again, but the collector "
+                "holds no row for them (they were stamped, so their rows should be "
+                "here: the collector's rows and its ledger are out of step); "
+                "refused rather than skip them, nothing was applied",
+            )
         self._ledger = ledger
-        for o in effect.requeued:
-            # An ordinal the source has not re-yielded yet comes back with it.
-            if o in self._rows:
-                self._retry.append(o)
+        self._retry.extend(effect.requeued)
         for o in effect.dropped:
             self._rows.pop(o, None)
         self.source.prune(ledger.cut)
@@ -231,6 +305,7 @@ class StreamCollector:
 
     # -- checkpoints ----------------------------------------------------------
 
+    @_exclusive
     def checkpoint_state(self, *, save_buffer: bool = True) -> dict[str, Any]:
         """The ledger record and the stream position at its cut, JSON types
         only, from one moment. ``save_buffer`` as in ``Ledger.checkpoint``."""
@@ -242,24 +317,42 @@ class StreamCollector:
             KEY_STREAM: self.source.position(checkpoint.cut),
         }
 
+    @_exclusive
     def state_dict(self) -> dict[str, Any]:
         return self.checkpoint_state()
 
+    @_exclusive
     def load_state_dict(self, state_dict: Mapping[str, Any]) -> None:
-        self.resume(state_dict)
+        """torchdata ``Stateful``: restore ``state_dict`` as a resume whose
+        replay buffer was not restored (the buffer is not part of this
+        state): buffered groups are generated again, nothing is lost and
+        nothing waits for groups that will never come back. Call
+        ``resume(state, load_replay_buffer=True)`` when you restore it."""
+        self.resume(state_dict, load_replay_buffer=False)
 
+    @_exclusive
     def resume(
         self,
         state: Mapping[str, Any],
         *,
-        load_replay_buffer: bool = True,
+        load_replay_buffer: bool,
         evicted_on_restore: Iterable[int] = (),
     ) -> Resumed:
         """Restart from ``state``: resume the ledger (options as in
         ``Ledger.resume``) and rewind the source to the saved position.
-        Everything the collector held is discarded. Raises the core's
+        Everything the collector held is discarded.
+
+        ``load_replay_buffer`` is required: say whether the groups the state
+        retained are back in your buffer. With ``True`` they are covered and
+        never generated again, so a buffer that was in fact not restored
+        would hold the cut forever (a run that never drains); with
+        ``False`` they are generated again. Raises the core's
         ``CheckpointError`` subclasses for a bad, foreign or mismatched state,
         and leaves the collector unchanged then."""
+        if not isinstance(load_replay_buffer, bool):
+            raise TypeError(
+                f"load_replay_buffer must be a bool, got {type(load_replay_buffer).__name__}"
+            )
         if not isinstance(state, Mapping):
             raise CheckpointCorruptError(
                 f"collector state must be a dict, got {type(state).__name__}"
@@ -274,10 +367,14 @@ class StreamCollector:
                 f"collector state has keys {sorted(state)}, expected {sorted(_KEYS)}"
             )
         checkpoint = Checkpoint.from_state_dict(state[KEY_LEDGER])
-        if checkpoint.stream_len != self.config.stream_len:
+        saved, now = checkpoint.stream_len, self.config.stream_len
+        # A longer stream (more epochs) continues the saved one: an
+        # ordinal's row does not depend on the stream's length. A shorter
+        # one would leave saved ordinals beyond its end.
+        if now is not None and (saved is None or now < saved):
             raise CheckpointMismatchError(
-                f"checkpoint was written for a stream of {checkpoint.stream_len} ordinals, "
-                f"this one has {self.config.stream_len}"
+                f"checkpoint was written for a stream of {saved} ordinals, this one has "
+                f"{now}: a resume may lengthen the stream, never shorten it"
             )
         base = self.source.base(state[KEY_STREAM], checkpoint.cut)
         resumed = Ledger.resume(

@@ -19,6 +19,13 @@ class StreamMisalignedError(FrontierError, RuntimeError):
     or duplicate prompts."""
 
 
+class ConcurrentUseError(FrontierError, RuntimeError):
+    """A ``StreamCollector`` was entered from a second thread while a call
+    from another thread was still inside it. The collector is not
+    thread-safe: use it from one thread, or serialise every call with your
+    own lock (calls that never overlap are fine from any thread)."""
+
+
 class SnapshotMissingError(CheckpointError):
     """The snapshot binding holds no loader snapshot at or below the cut, so
     the stream position cannot be saved (or restored) without loss."""

@@ -60,29 +60,49 @@ _BODY_KEYS: Final = frozenset(
 )
 
 
+def _pairs(value: Any) -> tuple[tuple[int, int], ...]:
+    """Normalise a sequence of pairs to a tuple of tuples (validation follows)."""
+    if isinstance(value, str | bytes) or not hasattr(value, "__iter__"):
+        raise CheckpointCorruptError(f"expected a sequence of pairs, got {type(value).__name__}")
+    out = []
+    for item in value:
+        if isinstance(item, str | bytes) or not hasattr(item, "__len__") or len(item) != 2:
+            raise CheckpointCorruptError(f"expected a pair, got {item!r:.80}")
+        out.append((item[0], item[1]))
+    return tuple(out)
+
+
 @attrs.frozen
 class Checkpoint:
     """The ledger's durable state at a checkpoint.
 
-    Invariants (checked when a record is read; ``Ledger.checkpoint`` builds
-    only values that satisfy them): every range is half-open, non-empty,
-    ascending and disjoint from its neighbours; trained and dropped ordinals
-    lie strictly above ``cut`` (the cut itself is unresolved by definition);
-    retained ordinals lie at or above it and are neither trained nor dropped;
+    Invariants, checked whenever a ``Checkpoint`` is built (by
+    ``Ledger.checkpoint``, by ``from_state_dict`` or by hand), so that no
+    value that breaks them exists: the cut, ordinals and counts are ints
+    (not bools) >= 0; every range is half-open, non-empty, ascending and
+    disjoint from its neighbours; trained and dropped ordinals lie strictly
+    above ``cut`` (the cut itself is unresolved by definition); retained
+    ordinals lie at or above it and are neither trained nor dropped;
     ``attempts`` lists ``(ordinal, count)`` for unresolved ordinals at or
-    above the cut with ``count >= 1``, ascending.
+    above the cut with ``count >= 1``, ascending; with a ``stream_len``,
+    nothing lies beyond it. A violation raises ``CheckpointCorruptError``
+    naming it. The checks cost O(ranges + attempts), never the number of
+    ordinals the ranges span.
 
     The record writes these delta-coded from the cut (see ``_encode``), so
     that its size follows the number of ranges and not the run's length.
     """
 
     cut: int
-    trained_above_cut: tuple[Range, ...] = ()
-    dropped_above_cut: tuple[Range, ...] = ()
-    retained: tuple[Range, ...] = ()
-    attempts: tuple[tuple[int, int], ...] = ()
+    trained_above_cut: tuple[Range, ...] = attrs.field(default=(), converter=_pairs)
+    dropped_above_cut: tuple[Range, ...] = attrs.field(default=(), converter=_pairs)
+    retained: tuple[Range, ...] = attrs.field(default=(), converter=_pairs)
+    attempts: tuple[tuple[int, int], ...] = attrs.field(default=(), converter=_pairs)
     fingerprint: str = ""
     stream_len: int | None = None
+
+    def __attrs_post_init__(self) -> None:
+        _validate(self)
 
     def trained(self) -> Iterator[int]:
         return expand(self.trained_above_cut)
@@ -159,8 +179,11 @@ class Checkpoint:
         body = {k: record[k] for k in _BODY_KEYS}
         try:
             expected_sum = _checksum(body)
-        except (TypeError, ValueError) as exc:
-            raise CheckpointCorruptError(f"checkpoint record is not JSON data: {exc}") from exc
+        except (TypeError, ValueError, RecursionError) as exc:
+            # Nesting too deep, an int past the digit limit, a non-JSON value.
+            raise CheckpointCorruptError(
+                f"checkpoint record is not JSON data: {str(exc)[:200]}"
+            ) from None
         if record[KEY_CHECKSUM] != expected_sum:
             raise CheckpointCorruptError(
                 "checkpoint checksum mismatch: the record was altered or "
@@ -179,22 +202,7 @@ class Checkpoint:
         dropped = _decode(KEY_DROPPED, record[KEY_DROPPED], floor=cut + 1, span=True)
         retained = _decode(KEY_RETAINED, record[KEY_RETAINED], floor=cut, span=True)
         attempts = _decode(KEY_ATTEMPTS, record[KEY_ATTEMPTS], floor=cut, span=False)
-        for a_name, a, b_name, b in (
-            (KEY_TRAINED, trained, KEY_DROPPED, dropped),
-            (KEY_TRAINED, trained, KEY_RETAINED, retained),
-            (KEY_DROPPED, dropped, KEY_RETAINED, retained),
-        ):
-            clash = _first_overlap(a, b)
-            if clash is not None:
-                raise CheckpointCorruptError(
-                    f"checkpoint lists ordinal {clash} in both {a_name!r} and {b_name!r}"
-                )
-        for o, _ in attempts:
-            if _contains(trained, o) or _contains(dropped, o):
-                raise CheckpointCorruptError(
-                    f"checkpoint keeps attempts for ordinal {o}, which is already resolved"
-                )
-        checkpoint = cls(
+        return cls(
             cut=cut,
             trained_above_cut=trained,
             dropped_above_cut=dropped,
@@ -203,14 +211,6 @@ class Checkpoint:
             fingerprint=found,
             stream_len=stream_len,
         )
-        if stream_len is not None and (
-            cut > stream_len or checkpoint.highest_ordinal() >= stream_len
-        ):
-            raise CheckpointCorruptError(
-                f"checkpoint refers to ordinal {max(checkpoint.highest_ordinal(), cut)} "
-                f"beyond its own stream length {stream_len}"
-            )
-        return checkpoint
 
     def highest_ordinal(self) -> int:
         """The highest ordinal the record refers to (``cut - 1`` if none)."""
@@ -236,9 +236,63 @@ def _checksum(body: Mapping[str, Any]) -> str:
     return "sha256:" + hashlib.sha256(canonical.encode("ascii")).hexdigest()
 
 
+def _validate(c: Checkpoint) -> None:
+    _check_int(KEY_CUT, c.cut)
+    if not isinstance(c.fingerprint, str):
+        raise CheckpointCorruptError(f"{KEY_FINGERPRINT!r} must be a string")
+    if c.stream_len is not None:
+        _check_int(KEY_STREAM_LEN, c.stream_len)
+    for name, ranges, floor in (
+        (KEY_TRAINED, c.trained_above_cut, c.cut + 1),
+        (KEY_DROPPED, c.dropped_above_cut, c.cut + 1),
+        (KEY_RETAINED, c.retained, c.cut),
+    ):
+        for start, stop in ranges:
+            _check_int(name, start)
+            _check_int(name, stop)
+            if start < floor:
+                raise CheckpointCorruptError(
+                    f"{name!r} holds [{start}, {stop}): ordinals must be >= {floor}"
+                )
+            if stop <= start:
+                raise CheckpointCorruptError(f"{name!r} holds [{start}, {stop}): empty or reversed")
+            floor = stop + 1 if name != KEY_RETAINED else stop
+        # Retained ranges may touch (one buffered group after another);
+        # resolved ranges are maximal, so touching ones would have merged.
+    floor = c.cut
+    for o, n in c.attempts:
+        _check_int(KEY_ATTEMPTS, o)
+        _check_int(KEY_ATTEMPTS, n)
+        if o < floor or n < 1:
+            raise CheckpointCorruptError(
+                f"{KEY_ATTEMPTS!r} holds ({o}, {n}): ordinals ascending from the cut, counts >= 1"
+            )
+        floor = o + 1
+    for a_name, a, b_name, b in (
+        (KEY_TRAINED, c.trained_above_cut, KEY_DROPPED, c.dropped_above_cut),
+        (KEY_TRAINED, c.trained_above_cut, KEY_RETAINED, c.retained),
+        (KEY_DROPPED, c.dropped_above_cut, KEY_RETAINED, c.retained),
+    ):
+        clash = _first_overlap(a, b)
+        if clash is not None:
+            raise CheckpointCorruptError(
+                f"checkpoint lists ordinal {clash} in both {a_name!r} and {b_name!r}"
+            )
+    for o, _ in c.attempts:
+        if _contains(c.trained_above_cut, o) or _contains(c.dropped_above_cut, o):
+            raise CheckpointCorruptError(
+                f"checkpoint keeps attempts for ordinal {o}, which is already resolved"
+            )
+    if c.stream_len is not None and (c.cut > c.stream_len or c.highest_ordinal() >= c.stream_len):
+        raise CheckpointCorruptError(
+            f"checkpoint refers to ordinal {max(c.highest_ordinal(), c.cut)} "
+            f"beyond its own stream length {c.stream_len}"
+        )
+
+
 def _check_int(name: str, value: object) -> int:
     if type(value) is not int or value < 0:
-        raise CheckpointCorruptError(f"{name!r} must be an int >= 0, got {value!r}")
+        raise CheckpointCorruptError(f"{name!r} must be an int >= 0, got {value!r:.80}")
     return value
 
 

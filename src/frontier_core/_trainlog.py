@@ -16,8 +16,15 @@ written without markers is read as "the last execution of each step wins",
 which is exact when the steps are deterministic and drops are absent.
 
 Each record is written with a single ``write`` on a descriptor opened with
-``O_APPEND``, so a SIGKILL cannot leave half a line behind on a local file
-system; a torn last line (a power cut, a full disk) is reported, not guessed.
+``O_APPEND``. That does not make it atomic: a SIGKILL, a power cut or a full
+disk can leave the first part of a large record (megabytes of ordinals) as
+the file's last line, without its newline. Only the last line can tear, and
+the record it held was never covered by a checkpoint (the checkpoint that
+would count it is written after it), so it belongs to a dead branch: the
+reader discards exactly that fragment and reports its size
+(``Lineage.torn_tail_bytes``), and a writer reopened for a resume truncates
+it before appending its marker, so the marker never lands on the fragment.
+A malformed line anywhere else is an error naming it.
 """
 
 from __future__ import annotations
@@ -67,7 +74,27 @@ class ResumeRecord:
     line: int
 
 
-Record = StepRecord | DropRecord | ResumeRecord
+@attrs.frozen
+class TornTail:
+    """The fragment of a record cut short at the end of the log (no
+    newline): discarded, and reported."""
+
+    size: int
+    line: int
+
+
+Record = StepRecord | DropRecord | ResumeRecord | TornTail
+
+
+def _check_count(what: str, value: object) -> int:
+    if type(value) is not int or value < 0:
+        raise ValueError(f"{what} must be an int >= 0, got {value!r:.80}")
+    return value
+
+
+def _check_ordinals(ordinals: Iterable[int]) -> list[int]:
+    out = sorted(_check_count("an ordinal", o) for o in ordinals)
+    return out
 
 
 class TrainLogWriter:
@@ -79,21 +106,33 @@ class TrainLogWriter:
     """
 
     def __init__(self, path: str | os.PathLike[str], *, resume_records: int | None = None) -> None:
-        self.path = Path(path)
-        self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-        self.records = 0
         if resume_records is not None:
-            if resume_records < 0:
-                raise ValueError(f"resume_records must be >= 0, got {resume_records}")
-            self._write({KEY_RESUME: resume_records})
-            self.records = resume_records
+            _check_count("resume_records", resume_records)
+        self.path = Path(path)
+        self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
+        self.records = 0
+        #: Bytes of a torn last record removed when the log was reopened.
+        self.torn_tail_bytes = 0
+        try:
+            self.torn_tail_bytes = _truncate_torn_tail(self._fd)
+            if resume_records is not None:
+                self._write({KEY_RESUME: resume_records})
+                self.records = resume_records
+        except BaseException:
+            self.close()
+            raise
 
     def step(self, step: int, ordinals: Iterable[int]) -> None:
-        self._write({KEY_STEP: step, KEY_ORDINALS: sorted(ordinals)})
+        """Record training step ``step`` over ``ordinals``. Raises
+        ``ValueError`` (and writes nothing) for a step or an ordinal that is
+        not an int >= 0: the reader would refuse it forever."""
+        _check_count("step", step)
+        self._write({KEY_STEP: step, KEY_ORDINALS: _check_ordinals(ordinals)})
         self.records += 1
 
     def dropped(self, ordinals: Iterable[int]) -> None:
-        ordinals = sorted(ordinals)
+        """Record drops; validated as ``step`` validates ordinals."""
+        ordinals = _check_ordinals(ordinals)
         if ordinals:
             self._write({KEY_DROPPED: ordinals})
             self.records += 1
@@ -120,31 +159,57 @@ class TrainLogWriter:
         self.close()
 
 
+def _truncate_torn_tail(fd: int) -> int:
+    """Cut a last line without its newline off the file; return its size."""
+    end = os.lseek(fd, 0, os.SEEK_END)
+    pos = end
+    while pos > 0:
+        step = min(pos, 1 << 16)
+        chunk = os.pread(fd, step, pos - step)
+        cut = chunk.rfind(b"\n")
+        if cut >= 0:
+            pos = pos - step + cut + 1
+            break
+        pos -= step
+    if pos < end:
+        os.ftruncate(fd, pos)
+        os.fsync(fd)
+    return end - pos
+
+
 def read_train_log(path: str | os.PathLike[str]) -> Iterator[Record]:
     """Parse a training log, raising ``TrainLogError`` at the first bad line.
 
-    A last line without its newline is a torn write and is an error too.
+    Lines must be UTF-8 JSON objects (no byte-order mark). A last line
+    without its newline is a torn write: it is yielded as a ``TornTail``,
+    not parsed (see the module's docstring).
     """
     name = str(path)
     with open(path, "rb") as f:
         data = f.read()
     lines = data.split(b"\n")
-    if lines[-1] == b"":
-        lines.pop()
-    elif lines[-1].strip():
-        # No final newline: the last record may be cut short.
-        raise TrainLogError(name, len(lines), "truncated: the last line has no newline")
+    torn = lines.pop()
     for number, raw in enumerate(lines, start=1):
         if not raw.strip():
             continue
         yield parse_record(name, number, raw)
+    if torn:
+        yield TornTail(len(torn), len(lines) + 1)
 
 
 def parse_record(name: str, number: int, raw: bytes | str) -> Record:
     try:
-        obj = json.loads(raw)
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise TrainLogError(name, number, f"not JSON: {exc}") from None
+        text = raw.decode("utf-8") if isinstance(raw, bytes) else raw
+    except UnicodeDecodeError as exc:
+        raise TrainLogError(name, number, f"not UTF-8: {exc}") from None
+    if text.startswith("\ufeff"):
+        raise TrainLogError(name, number, "starts with a byte-order mark: write plain UTF-8")
+    try:
+        obj = json.loads(text)
+    except RecursionError:
+        raise TrainLogError(name, number, "not JSON: nested too deeply") from None
+    except ValueError as exc:  # JSONDecodeError, and ints past the digit limit
+        raise TrainLogError(name, number, f"not JSON: {str(exc)[:200]}") from None
     if not isinstance(obj, dict):
         raise TrainLogError(name, number, "a record must be a JSON object")
     keys = set(obj)
@@ -173,7 +238,7 @@ def _ordinals(name: str, number: int, value: object, key: str) -> tuple[int, ...
         raise TrainLogError(name, number, f"{key!r} must be a list of ordinals")
     for o in value:
         if type(o) is not int or o < 0:
-            raise TrainLogError(name, number, f"{key!r} holds {o!r}, not an int ordinal >= 0")
+            raise TrainLogError(name, number, f"{key!r} holds {o!r:.40}, not an int ordinal >= 0")
     return tuple(value)
 
 
@@ -188,6 +253,8 @@ class Lineage:
     #: Executions thrown away: by a resume marker, or superseded by a later
     #: execution of the same step.
     discarded_steps: int
+    #: Bytes of a torn last record the reader discarded (0: none).
+    torn_tail_bytes: int = 0
 
 
 def fold_lineage(records: Iterable[Record], *, path: str = "<log>") -> Lineage:
@@ -198,8 +265,11 @@ def fold_lineage(records: Iterable[Record], *, path: str = "<log>") -> Lineage:
     """
     kept: list[StepRecord | DropRecord] = []
     discarded = 0
+    torn = 0
     for record in records:
-        if isinstance(record, ResumeRecord):
+        if isinstance(record, TornTail):
+            torn = record.size
+        elif isinstance(record, ResumeRecord):
             if record.records > len(kept):
                 raise TrainLogError(
                     path,
@@ -220,4 +290,6 @@ def fold_lineage(records: Iterable[Record], *, path: str = "<log>") -> Lineage:
             steps[record.step] = record.ordinals
         else:
             dropped.append(record.ordinals)
-    return Lineage(steps=steps, dropped=tuple(dropped), discarded_steps=discarded)
+    return Lineage(
+        steps=steps, dropped=tuple(dropped), discarded_steps=discarded, torn_tail_bytes=torn
+    )

@@ -1,8 +1,11 @@
-"""The checkpoint record: round trips, and every way a bad record is refused."""
+"""The checkpoint record: round trips, every way a bad record is refused,
+and the exact reasons, sizes and codes that pin the mutants of
+``_checkpoint.py`` (scripts/mutation.sh)."""
 
 from __future__ import annotations
 
 import copy
+import hashlib
 import json
 from typing import Any
 
@@ -22,6 +25,8 @@ from frontier_core import (
 
 from ._strategies import ledgers
 
+pytestmark = pytest.mark.mutation
+
 
 def sample_record() -> dict[str, Any]:
     config = LedgerConfig(stream_len=40, fingerprint="ds")
@@ -39,8 +44,10 @@ def test_record_survives_json_and_reads_back_equal(ledger: Ledger, save_buffer: 
     record = json.loads(json.dumps(checkpoint.state_dict()))
     assert Checkpoint.from_state_dict(record, fingerprint=ledger.config.fingerprint) == checkpoint
     # Resuming from the read-back record yields the same ledger as from the value.
-    a = Ledger.resume(ledger.config, checkpoint).ledger
-    b = Ledger.resume(ledger.config, Checkpoint.from_state_dict(record)).ledger
+    a = Ledger.resume(ledger.config, checkpoint, load_replay_buffer=True).ledger
+    b = Ledger.resume(
+        ledger.config, Checkpoint.from_state_dict(record), load_replay_buffer=True
+    ).ledger
     assert a == b
 
 
@@ -50,7 +57,7 @@ def test_resume_then_checkpoint_is_a_fixed_point(ledger: Ledger) -> None:
     """A kill right after a resume loses nothing: the state it would save
     equals the one it resumed from."""
     checkpoint = ledger.checkpoint()
-    resumed = Ledger.resume(ledger.config, checkpoint).ledger
+    resumed = Ledger.resume(ledger.config, checkpoint, load_replay_buffer=True).ledger
     assert resumed.checkpoint() == checkpoint
 
 
@@ -180,3 +187,211 @@ def test_random_corruption_never_reads_back_silently(data: st.DataObject) -> Non
         return  # e.g. whitespace changed: the same record
     with pytest.raises(CheckpointError):
         Checkpoint.from_state_dict(record)
+
+
+# -- the checkpoint record -----------------------------------------------------
+
+
+def test_record_size_and_resolved_count_are_exact() -> None:
+    """``size`` is the number of integers in the record (what BOUNDED-SIZE
+    bounds): two per range or attempt pair, plus the cut and the length."""
+    saved = Checkpoint(
+        cut=0,
+        trained_above_cut=((1, 3),),
+        dropped_above_cut=((4, 5), (6, 9)),
+        retained=((10, 11), (12, 13), (14, 15)),
+        attempts=((16, 1), (17, 2), (18, 1), (19, 3)),
+    )
+    assert saved.size() == 2 * (1 + 2 + 3 + 4) + 2
+    assert Checkpoint(cut=7).size() == 2
+    assert saved.resolved_count == 2 + 1 + 3
+    assert Checkpoint(cut=3).resolved_count == 0
+
+
+def test_a_record_keeping_attempts_of_a_resolved_ordinal_is_refused() -> None:
+    """The ordinal at the very start of a resolved range counts as resolved."""
+    for field in ("trained_above_cut", "dropped_above_cut"):
+        for o in (5, 6):
+            with pytest.raises(CheckpointCorruptError) as info:
+                Checkpoint(cut=0, **{field: ((5, 7),), "attempts": ((o, 1),)})  # type: ignore[arg-type]
+            assert str(info.value) == (
+                f"checkpoint keeps attempts for ordinal {o}, which is already resolved"
+            )
+    fine = Checkpoint(cut=0, trained_above_cut=((5, 7),), attempts=((4, 1), (7, 1)))
+    assert Checkpoint.from_state_dict(fine.state_dict()) == fine
+
+
+def _signed(**fields: object) -> dict[str, object]:
+    """A record with these fields, checksummed by an independent writer."""
+    body = Checkpoint(cut=3, stream_len=20, fingerprint="fp").state_dict()
+    del body["checksum"]
+    body.update(fields)
+    canonical = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
+    return {**body, "checksum": "sha256:" + hashlib.sha256(canonical.encode()).hexdigest()}
+
+
+def test_the_checksum_is_the_documented_canonical_form() -> None:
+    """Records written by one version must read back in the next: the
+    checksum is SHA-256 over compact, key-sorted, ASCII-escaped JSON."""
+    for fingerprint in ("fp", "données-v2"):
+        record = Checkpoint(cut=3, stream_len=20, fingerprint=fingerprint).state_dict()
+        assert record == _signed(fingerprint=fingerprint)
+
+
+@pytest.mark.parametrize(
+    ("fields", "error", "message"),
+    [
+        ({"format": "x"}, CheckpointVersionError,
+         "not a frontier_core checkpoint: 'format' is 'x', expected 'frontier_core.checkpoint'"),
+        ({"version": 2}, CheckpointVersionError,
+         "checkpoint schema version 2 is not supported (this library reads version 1)"),
+        ({"x": 1}, CheckpointCorruptError,
+         "checkpoint record has missing keys [] and unknown keys ['x']"),
+        ({"trained_above_cut": [[5]]}, CheckpointCorruptError,
+         "'trained_above_cut' holds [5], not a [gap, n] pair"),
+        ({"trained_above_cut": [[-1, 5]]}, CheckpointCorruptError,
+         "'trained_above_cut' must be an int >= 0, got -1"),
+        ({"dropped_above_cut": [[5, "6"]]}, CheckpointCorruptError,
+         "'dropped_above_cut' must be an int >= 0, got '6'"),
+        ({"dropped_above_cut": [[3, 0]]}, CheckpointCorruptError,
+         "'dropped_above_cut' holds [3, 0]: n must be >= 1"),
+        ({"retained": [[0, 0]]}, CheckpointCorruptError,
+         "'retained' holds [0, 0]: n must be >= 1"),
+        ({"retained": [[5, 6.0]]}, CheckpointCorruptError,
+         "'retained' must be an int >= 0, got 6.0"),
+        ({"attempts": {}}, CheckpointCorruptError,
+         "'attempts' must be a list of [gap, n] pairs"),
+        ({"attempts": [[5, 1, 2]]}, CheckpointCorruptError,
+         "'attempts' holds [5, 1, 2], not a [gap, n] pair"),
+        ({"attempts": [[-5, 1]]}, CheckpointCorruptError,
+         "'attempts' must be an int >= 0, got -5"),
+        ({"attempts": [[5, None]]}, CheckpointCorruptError,
+         "'attempts' must be an int >= 0, got None"),
+        ({"attempts": [[5, 0]]}, CheckpointCorruptError,
+         "'attempts' holds [5, 0]: n must be >= 1"),
+        ({"trained_above_cut": [[0, 2]], "dropped_above_cut": [[1, 1]]},
+         CheckpointCorruptError,
+         "checkpoint lists ordinal 5 in both 'trained_above_cut' and 'dropped_above_cut'"),
+        ({"trained_above_cut": [[15, 2]]}, CheckpointCorruptError,
+         "checkpoint refers to ordinal 20 beyond its own stream length 20"),
+    ],
+)  # fmt: skip
+def test_a_bad_record_is_refused_with_its_exact_reason(
+    fields: dict[str, object], error: type[Exception], message: str
+) -> None:
+    with pytest.raises(error) as info:
+        Checkpoint.from_state_dict(_signed(**fields))
+    assert type(info.value) is error and str(info.value) == message
+
+
+def test_the_record_level_refusals_say_what_they_found() -> None:
+    cases = [
+        ([], "checkpoint record must be a dict, got list"),
+        ({k: v for k, v in _signed().items() if k != "attempts"},
+         "checkpoint record has missing keys ['attempts'] and unknown keys []"),
+    ]  # fmt: skip
+    for record, message in cases:
+        with pytest.raises(CheckpointCorruptError) as info:
+            Checkpoint.from_state_dict(record)  # type: ignore[arg-type]
+        assert str(info.value) == message
+    with pytest.raises(CheckpointCorruptError) as info:
+        Checkpoint.from_state_dict({**_signed(), "fingerprint": float("nan")})
+    assert str(info.value).startswith("checkpoint record is not JSON data: Out of range float")
+    altered = {**_signed(), "cut": 4}
+    with pytest.raises(CheckpointCorruptError) as info:
+        Checkpoint.from_state_dict(altered)
+    assert str(info.value) == (
+        "checkpoint checksum mismatch: the record was altered or truncated "
+        f"(stored {altered['checksum']!r}, computed {_signed(cut=4)['checksum']!r})"
+    )
+    with pytest.raises(FingerprintMismatchError) as mismatch:
+        Checkpoint.from_state_dict(_signed(), fingerprint="other")
+    assert (mismatch.value.expected, mismatch.value.found) == ("other", "fp")
+
+
+def test_the_highest_ordinal_of_an_empty_record_is_below_the_cut() -> None:
+    assert Checkpoint(cut=11).highest_ordinal() == 10
+    assert Checkpoint(cut=0).highest_ordinal() == -1
+    assert Checkpoint(cut=2, retained=((4, 6),), attempts=((3, 1),)).highest_ordinal() == 5
+    assert Checkpoint(cut=2, attempts=((9, 1),), dropped_above_cut=((3, 4),)).highest_ordinal() == 9
+
+
+def test_attempts_are_delta_coded_one_ordinal_apart() -> None:
+    saved = Checkpoint(cut=3, attempts=((5, 2), (9, 1), (10, 3)))
+    assert saved.state_dict()["attempts"] == [[2, 2], [3, 1], [0, 3]]
+    assert Checkpoint.from_state_dict(saved.state_dict()) == saved
+
+
+def test_an_overlap_past_a_skipped_range_is_found() -> None:
+    """The overlap scan advances one range at a time: here the clash is in
+    the second range of each list, after one that overlaps nothing."""
+    with pytest.raises(CheckpointCorruptError) as info:
+        Checkpoint(cut=2, trained_above_cut=((4, 5), (7, 8)), dropped_above_cut=((5, 6), (7, 8)))
+    assert str(info.value) == (
+        "checkpoint lists ordinal 7 in both 'trained_above_cut' and 'dropped_above_cut'"
+    )
+
+
+# -- a hand-built checkpoint is validated like a record --------------------------
+
+_ASCENDING = "ordinals ascending from the cut, counts >= 1"
+
+
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        ({"cut": -1}, "'cut' must be an int >= 0, got -1"),
+        ({"cut": True}, "'cut' must be an int >= 0, got True"),
+        ({"fingerprint": 7}, "'fingerprint' must be a string"),
+        ({"stream_len": -1}, "'stream_len' must be an int >= 0, got -1"),
+        ({"trained_above_cut": 5}, "expected a sequence of pairs, got int"),
+        ({"retained": "ab"}, "expected a sequence of pairs, got str"),
+        ({"attempts": [5]}, "expected a pair, got 5"),
+        ({"attempts": ["ab"]}, "expected a pair, got 'ab'"),
+        ({"retained": [(4, 5, 6)]}, "expected a pair, got (4, 5, 6)"),
+        ({"trained_above_cut": [("x", 5)]}, "'trained_above_cut' must be an int >= 0, got 'x'"),
+        ({"dropped_above_cut": [(4, "y")]}, "'dropped_above_cut' must be an int >= 0, got 'y'"),
+        ({"trained_above_cut": [(3, 4)]},
+         "'trained_above_cut' holds [3, 4): ordinals must be >= 4"),
+        ({"dropped_above_cut": [(3, 4)]},
+         "'dropped_above_cut' holds [3, 4): ordinals must be >= 4"),
+        ({"retained": [(2, 4)]}, "'retained' holds [2, 4): ordinals must be >= 3"),
+        ({"retained": [(5, 5)]}, "'retained' holds [5, 5): empty or reversed"),
+        ({"trained_above_cut": [(6, 5)]}, "'trained_above_cut' holds [6, 5): empty or reversed"),
+        # Resolved ranges are maximal: touching ones would have merged.
+        ({"trained_above_cut": [(4, 5), (5, 6)]},
+         "'trained_above_cut' holds [5, 6): ordinals must be >= 6"),
+        ({"dropped_above_cut": [(4, 6), (5, 7)]},
+         "'dropped_above_cut' holds [5, 7): ordinals must be >= 7"),
+        ({"retained": [(4, 6), (5, 7)]}, "'retained' holds [5, 7): ordinals must be >= 6"),
+        ({"attempts": [("x", 1)]}, "'attempts' must be an int >= 0, got 'x'"),
+        ({"attempts": [(5, None)]}, "'attempts' must be an int >= 0, got None"),
+        ({"attempts": [(5, 0)]}, f"'attempts' holds (5, 0): {_ASCENDING}"),
+        ({"attempts": [(2, 1)]}, f"'attempts' holds (2, 1): {_ASCENDING}"),
+        ({"attempts": [(5, 1), (5, 2)]}, f"'attempts' holds (5, 2): {_ASCENDING}"),
+        ({"attempts": [(5, 1), (4, 1)]}, f"'attempts' holds (4, 1): {_ASCENDING}"),
+    ],
+)  # fmt: skip
+def test_a_hand_built_checkpoint_is_refused_with_its_exact_reason(
+    fields: dict[str, object], message: str
+) -> None:
+    with pytest.raises(CheckpointCorruptError) as info:
+        Checkpoint(**{"cut": 3, **fields})  # type: ignore[arg-type]
+    assert str(info.value) == message
+
+
+def test_a_hand_built_checkpoint_normalises_its_pairs_and_lets_groups_touch() -> None:
+    """Retained groups may touch (one buffered group after another)."""
+    built = Checkpoint(cut=3, trained_above_cut=[[7, 8]], retained=[(4, 5), (5, 6)])
+    assert built.trained_above_cut == ((7, 8),) and built.retained == ((4, 5), (5, 6))
+    assert Checkpoint.from_state_dict(built.state_dict()) == built
+    assert Checkpoint(cut=3, attempts=[(3, 1), (4, 2)]).attempts == ((3, 1), (4, 2))
+
+
+def test_a_record_that_is_not_json_is_refused_with_the_reason_cut_short() -> None:
+    """The reason quotes the encoder's message, cut at 200 characters."""
+    unencodable = type("Unencodable" + "X" * 300, (), {})()
+    with pytest.raises(CheckpointCorruptError) as info:
+        Checkpoint.from_state_dict({**_signed(), "fingerprint": unencodable})
+    reason = f"Object of type {type(unencodable).__name__} is not JSON serializable"
+    assert str(info.value) == f"checkpoint record is not JSON data: {reason[:200]}"

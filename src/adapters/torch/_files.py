@@ -1,33 +1,56 @@
-"""Checkpoint directories: atomic writes, validated reads.
+"""Checkpoint directories: atomic writes, a published lineage, reads that
+never trust what they read.
 
 Layout under a root directory::
 
-    root/LATEST                 the name of the newest complete checkpoint
-    root/ckpt-000012/manifest.json
+    root/LATEST                     the published lineage (JSON), newest first
+    root/ckpt-000012/manifest.json  the parts, their sizes and SHA-256s
     root/ckpt-000012/state.json     JSON parts (the collector state, ...)
     root/ckpt-000012/model.pt       tensor parts (torch.save)
 
-A checkpoint is written into a temporary directory in the same root, every
-file and the directory are fsynced, the directory is renamed into place, and
-only then is ``LATEST`` replaced (written to a temporary file, fsynced,
-``os.replace``d, the root fsynced). A crash at any moment leaves ``LATEST``
-naming the previous, complete checkpoint.
+Writing: the parts go into a fresh temporary directory in the root (created
+with a random name, files opened with ``O_EXCL | O_NOFOLLOW``, so nothing
+planted at a predictable name can redirect a write); every file and the
+directory are fsynced, the directory is renamed to a name no other
+directory has (``ckpt-000012``, or ``ckpt-000012-1`` when a dead branch
+already holds that step), and only then is ``LATEST`` replaced (a temporary
+file, fsync, ``os.replace``, fsync of the root). ``LATEST`` lists the
+published lineage: the new checkpoint, then the published ones of lower
+step that it continues from, up to ``keep``, each with its manifest's
+SHA-256. Every other checkpoint directory is removed after publishing: the
+older ones beyond ``keep`` and dead branches (renamed but never published, a
+kill between the rename and ``LATEST``; or published on a lineage that a
+resume from an older checkpoint abandoned). A crash at any moment leaves
+``LATEST`` naming the previous lineage intact.
 
-Reading validates the manifest's format and schema version, the dataset
-fingerprint, and every part's size and SHA-256 before anything is parsed;
-tensor parts are read with ``torch.load(weights_only=True)``. Each failure
-raises a ``CheckpointError`` subclass naming the offending file.
+Reading validates before it parses and never follows a symlink: the
+checkpoint directory and every file are opened relative to the root's
+directory descriptor with ``O_NOFOLLOW`` (a FIFO or a device is refused
+without blocking, a symlinked part or directory is refused), sizes are
+checked against the bound or the saved size before a byte is read, and
+``LATEST``'s checksum, the manifest's checksum (the whole manifest), the
+manifest's SHA-256 as ``LATEST`` saved it, the step against the directory
+name, and each part's size and SHA-256 are verified. Tensor parts are read
+with ``torch.load(weights_only=True)``. Each failure raises a
+``CheckpointError`` subclass naming the offending file; ``read_checkpoint``
+returns ``None`` only for a root that holds no checkpoint at all.
+
+One writer per root: two processes writing the same root concurrently are
+not supported (the second would prune the first's directory).
 """
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import io
 import json
 import os
 import re
 import shutil
-from collections.abc import Callable, Mapping, Sequence
+import stat
+import tempfile
+from collections.abc import Callable, Collection, Iterable, Mapping
 from pathlib import Path
 from typing import Any, Final
 
@@ -37,44 +60,118 @@ import torch
 from .._errors import CheckpointFileError, CheckpointFileVersionError, DatasetChangedError
 
 FORMAT: Final = "frontier_adapters.checkpoint_dir"
-VERSION: Final = 1
+VERSION: Final = 2
+ROOT_FORMAT: Final = "frontier_adapters.checkpoint_root"
+ROOT_VERSION: Final = 1
 MANIFEST: Final = "manifest.json"
 LATEST: Final = "LATEST"
-_NAME: Final = re.compile(r"^ckpt-(\d{6,})$")
-_PART: Final = re.compile(r"^[A-Za-z0-9_.-]+\.(json|pt)$")
-_MANIFEST_KEYS: Final = frozenset({"format", "version", "step", "fingerprint", "parts"})
+#: Bounds on what is read before it is trusted.
+MAX_MANIFEST_BYTES: Final = 1 << 20
+MAX_LATEST_BYTES: Final = 1 << 16
+MAX_PARTS: Final = 1024
+MAX_KEEP: Final = 256
+_NAME: Final = re.compile(r"^ckpt-(\d{6,})(?:-([1-9]\d{0,5}))?$")
+_PART: Final = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}\.(json|pt)$")
+_HEX64: Final = re.compile(r"^[0-9a-f]{64}$")
+_MANIFEST_KEYS: Final = frozenset({"format", "version", "step", "fingerprint", "parts", "sha256"})
+_LATEST_KEYS: Final = frozenset({"format", "version", "lineage", "sha256"})
+_ENTRY_KEYS: Final = frozenset({"name", "step", "manifest_sha256"})
+_PART_KEYS: Final = frozenset({"name", "size", "sha256"})
+_TMP_PREFIX: Final = ".tmp-"
+#: Leftovers of writes killed midway, this version's and version 1's.
+_LEFTOVER_PREFIXES: Final = (_TMP_PREFIX, f".{LATEST}.tmp-")
+
+
+# -- the dataset's identity -------------------------------------------------------
+
+
+_PLAIN: Final = (str, int, float, bool, type(None))
 
 
 def _canonical(value: Any) -> Any:
+    """A JSON value that identifies ``value`` by content, or ``TypeError``."""
+    kind = type(value)
+    if kind in _PLAIN:
+        return value
+    if (kind is list or kind is tuple) and all(type(v) in _PLAIN for v in value):
+        return list(value)  # the common row: token ids or strings, no recursion
     if isinstance(value, torch.Tensor):
-        return {"dtype": str(value.dtype), "shape": list(value.shape), "data": value.tolist()}
+        t = value.detach().cpu().contiguous()
+        return {
+            "tensor": str(t.dtype),
+            "shape": list(t.shape),
+            "sha256": hashlib.sha256(t.view(torch.uint8).numpy().tobytes()).hexdigest()
+            if t.numel()
+            else "",
+        }
     if isinstance(value, Mapping):
-        return {str(k): _canonical(v) for k, v in sorted(value.items(), key=lambda kv: str(kv[0]))}
+        return {"map": [[_canonical(k), _canonical(v)] for k, v in value.items()]}
     if isinstance(value, list | tuple):
         return [_canonical(v) for v in value]
-    if isinstance(value, bytes):
-        return value.hex()
-    if value is None or isinstance(value, str | int | float | bool):
+    if isinstance(value, bytes | bytearray):
+        return {"bytes": bytes(value).hex()}
+    if value is None or isinstance(value, str | bool | int | float):
         return value
-    return repr(value)
+    if hasattr(value, "__array__") and hasattr(value, "dtype"):
+        return _canonical(torch.as_tensor(value.__array__()))
+    raise TypeError(
+        f"dataset_fingerprint cannot hash a row value of type {type(value).__name__}; "
+        "pass user_id= with a version string of your dataset instead"
+    )
 
 
-def dataset_fingerprint(dataset: Any, *, sample: int = 32, user_id: str | None = None) -> str:
-    """The identity of a map-style dataset: ``user_id`` if given, else its
-    length plus the SHA-256 of ``sample`` evenly spaced rows (first and last
-    included; tensors hashed by value). Cheap, and catches a changed length,
-    order or content of the sampled rows."""
+def dataset_fingerprint(
+    dataset: Any,
+    *,
+    seed: int,
+    shuffle: bool,
+    sample: int | None = None,
+    user_id: str | None = None,
+) -> str:
+    """The identity of a stream over a map-style ``dataset``: its rows and
+    what defines their order (``seed`` and ``shuffle``, as given to
+    ``make_seekable_loader``).
+
+    By default every row is hashed (SHA-256, streaming: one row in memory at
+    a time; tensors and arrays by dtype, shape and bytes), so a changed,
+    added, removed or moved row changes the fingerprint. ``sample=k`` hashes
+    only ``k`` evenly spaced rows (first and last included): cheaper, and
+    weaker, since a change between the sampled rows goes unnoticed.
+    ``user_id`` replaces the rows by a version string you vouch for.
+
+    The number of epochs is not part of it: the ordinal's row does not depend
+    on it, and the ledger checks the stream's length itself (a resume
+    accepts a longer stream and refuses a record beyond a shorter one).
+    Raises ``TypeError`` for a row value it cannot hash by content."""
+    if type(seed) is not int or not isinstance(shuffle, bool):
+        raise TypeError(f"seed must be an int and shuffle a bool, got {seed!r}, {shuffle!r}")
+    order = f"seed={seed};shuffle={int(shuffle)}"
     if user_id is not None:
-        return f"id:{user_id}"
+        return f"id:{user_id};{order}"
     n = len(dataset)
-    if n == 0:
-        return "len=0"
-    k = max(1, min(sample, n))
-    indices = sorted({(i * (n - 1)) // max(1, k - 1) for i in range(k)})
+    if sample is None:
+        indices: Iterable[int] = range(n)
+        mode = "all"
+    else:
+        if type(sample) is not int or sample < 1:
+            raise ValueError(f"sample must be an int >= 1, got {sample!r}")
+        k = min(sample, n)
+        indices = sorted({(i * (n - 1)) // max(1, k - 1) for i in range(k)}) if n else []
+        mode = f"sample{k}"
     h = hashlib.sha256()
+    chunk: list[Any] = []
     for i in indices:
-        h.update(json.dumps([i, _canonical(dataset[i])], sort_keys=True).encode())
-    return f"len={n};sha256={h.hexdigest()[:32]}"
+        chunk.append([i, _canonical(dataset[i])])
+        if len(chunk) == 1024:
+            # One encode per chunk: the per-call overhead dominates small rows.
+            h.update(json.dumps(chunk, separators=(",", ":")).encode())
+            chunk = []
+    if chunk:
+        h.update(json.dumps(chunk, separators=(",", ":")).encode())
+    return f"len={n};rows={mode};{order};sha256={h.hexdigest()[:32]}"
+
+
+# -- values -------------------------------------------------------------------
 
 
 @attrs.frozen
@@ -87,23 +184,422 @@ class LoadedCheckpoint:
     tensor_parts: dict[str, Any]
 
 
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
+@attrs.frozen
+class _Entry:
+    """One published checkpoint in ``LATEST``."""
+
+    name: str
+    step: int
+    manifest_sha256: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {"name": self.name, "step": self.step, "manifest_sha256": self.manifest_sha256}
+
+
+def _digest(obj: Mapping[str, Any]) -> str:
+    """The SHA-256 of ``obj`` without its ``sha256`` key, canonically encoded."""
+    body = {k: v for k, v in obj.items() if k != "sha256"}
+    return hashlib.sha256(
+        json.dumps(body, sort_keys=True, separators=(",", ":")).encode()
+    ).hexdigest()
+
+
+def checkpoint_name(step: int, branch: int = 0) -> str:
+    return f"ckpt-{step:06d}" + (f"-{branch}" if branch else "")
+
+
+def _is_int(value: object) -> bool:
+    return type(value) is int
+
+
+# -- reading, bounded ---------------------------------------------------------------
+
+
+_READ_FLAGS: Final = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
+_DIR_FLAGS: Final = os.O_RDONLY | os.O_DIRECTORY | getattr(os, "O_CLOEXEC", 0)
+
+
+def _open_dir(name: str, *, dir_fd: int | None, shown: Path) -> int:
+    """A directory descriptor; ``O_NOFOLLOW`` when inside the root."""
+    flags = _DIR_FLAGS | (os.O_NOFOLLOW if dir_fd is not None else 0)
     try:
+        return os.open(name, flags, dir_fd=dir_fd)
+    except FileNotFoundError:
+        raise CheckpointFileError(shown, "missing: the checkpoint directory is gone") from None
+    except OSError as exc:
+        if exc.errno in (errno.ELOOP, errno.ENOTDIR):
+            raise CheckpointFileError(shown, "not a directory (a symlink or a file)") from None
+        raise CheckpointFileError(shown, f"cannot be opened: {exc.strerror}") from None
+
+
+def _read_file(
+    name: str, *, dir_fd: int, shown: Path, limit: int | None = None, size: int | None = None
+) -> bytes:
+    """The bytes of a regular file ``name`` in ``dir_fd``: at most ``limit``
+    bytes, or exactly ``size``, checked with ``fstat`` before reading."""
+    try:
+        fd = os.open(name, _READ_FLAGS, dir_fd=dir_fd)
+    except FileNotFoundError:
+        raise
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise CheckpointFileError(shown, "is a symlink; refusing to follow it") from None
+        raise CheckpointFileError(shown, f"cannot be opened: {exc.strerror}") from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise CheckpointFileError(shown, "not a regular file (a FIFO, device or directory)")
+        if size is not None and st.st_size != size:
+            state = "truncated" if st.st_size < size else "too long"
+            raise CheckpointFileError(
+                shown, f"{state}: {st.st_size} bytes on disk, {size} bytes saved"
+            )
+        if limit is not None and st.st_size > limit:
+            raise CheckpointFileError(shown, f"{st.st_size} bytes, more than the {limit} allowed")
+        want = st.st_size
+        chunks: list[bytes] = []
+        got = 0
+        while got < want:
+            chunk = os.read(fd, min(want - got, 1 << 24))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            got += len(chunk)
+        if got != want or os.read(fd, 1):
+            raise CheckpointFileError(shown, "changed size while being read")
+        return b"".join(chunks)
+    except OSError as exc:
+        raise CheckpointFileError(shown, f"cannot be read: {exc.strerror}") from None
+    finally:
+        os.close(fd)
+
+
+def _parse_json(data: bytes, shown: Path, what: str) -> Any:
+    try:
+        return json.loads(data.decode("utf-8"))
+    except UnicodeDecodeError:
+        raise CheckpointFileError(shown, f"{what}: not UTF-8 text") from None
+    except RecursionError:
+        raise CheckpointFileError(shown, f"{what}: nested too deeply") from None
+    except ValueError as exc:  # JSONDecodeError, and ints past the digit limit
+        raise CheckpointFileError(shown, f"{what}: {exc}") from None
+
+
+def _root_fd(root: Path) -> int | None:
+    """The root's directory descriptor, or ``None`` if the root is absent.
+    The root itself may be a symlink: it is the caller's choice of place."""
+    try:
+        return os.open(root, _DIR_FLAGS)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise CheckpointFileError(root, f"not a usable directory: {exc.strerror}") from None
+
+
+def _listing(root_fd: int, root: Path) -> list[str]:
+    try:
+        return os.listdir(root_fd)
+    except OSError as exc:
+        raise CheckpointFileError(root, f"cannot be listed: {exc.strerror}") from None
+
+
+def _read_lineage(root: Path, root_fd: int) -> list[_Entry] | None:
+    """The published lineage, newest first; ``None`` when ``LATEST`` is
+    absent from a root that holds no checkpoint directory (nothing was ever
+    published). Raises ``CheckpointFileError`` for a missing ``LATEST`` next
+    to checkpoint directories, and for an empty, garbled or forged one."""
+    shown = root / LATEST
+    try:
+        data = _read_file(LATEST, dir_fd=root_fd, shown=shown, limit=MAX_LATEST_BYTES)
+    except FileNotFoundError:
+        dirs = sorted(n for n in _listing(root_fd, root) if _NAME.match(n))
+        if dirs:
+            raise CheckpointFileError(
+                shown,
+                f"missing, but the root holds checkpoint directories ({', '.join(dirs[:3])}"
+                f"{', ...' if len(dirs) > 3 else ''}): refusing to treat it as a fresh start",
+            ) from None
+        return None
+    if not data.strip():
+        raise CheckpointFileError(shown, "empty: it must list the published checkpoints")
+    doc = _parse_json(data, shown, "garbled")
+    if not isinstance(doc, dict):
+        raise CheckpointFileError(shown, "garbled: not a JSON object")
+    if (
+        doc.get("format") != ROOT_FORMAT
+        or not _is_int(doc.get("version"))
+        or doc["version"] != ROOT_VERSION
+    ):
+        raise CheckpointFileVersionError(
+            shown,
+            f"format {doc.get('format')!r} version {doc.get('version')!r}; "
+            f"this library reads {ROOT_FORMAT!r} version {ROOT_VERSION}",
+        )
+    if set(doc) != _LATEST_KEYS:
+        raise CheckpointFileError(shown, f"has keys {sorted(doc)}, expected {sorted(_LATEST_KEYS)}")
+    if doc["sha256"] != _digest(doc):
+        raise CheckpointFileError(shown, "corrupted: its SHA-256 does not match its content")
+    lineage = doc["lineage"]
+    if not isinstance(lineage, list) or len(lineage) > MAX_KEEP:
+        raise CheckpointFileError(shown, f"'lineage' must be a list of at most {MAX_KEEP}")
+    entries: list[_Entry] = []
+    for raw in lineage:
+        if (
+            not isinstance(raw, dict)
+            or set(raw) != _ENTRY_KEYS
+            or not isinstance(raw["name"], str)
+            or not (m := _NAME.match(raw["name"]))
+            or not _is_int(raw["step"])
+            or int(m.group(1)) != raw["step"]
+            or not isinstance(raw["manifest_sha256"], str)
+            or not _HEX64.match(raw["manifest_sha256"])
+        ):
+            raise CheckpointFileError(shown, f"bad lineage entry {str(raw)[:200]}")
+        entries.append(_Entry(raw["name"], raw["step"], raw["manifest_sha256"]))
+    steps = [e.step for e in entries]
+    if steps != sorted(set(steps), reverse=True):
+        raise CheckpointFileError(shown, "lineage steps must strictly decrease")
+    return entries
+
+
+def published_checkpoints(root: str | os.PathLike[str]) -> list[Path]:
+    """The published lineage under ``root``, newest first: the latest
+    checkpoint, then the ones it continues from (as many as ``keep`` kept).
+    ``[]`` for a root with no checkpoint. Raises ``CheckpointFileError`` for
+    a missing, empty, garbled or forged ``LATEST`` next to checkpoint
+    directories."""
+    root = Path(root)
+    fd = _root_fd(root)
+    if fd is None:
+        return []
+    try:
+        return [root / e.name for e in _read_lineage(root, fd) or []]
+    finally:
+        os.close(fd)
+
+
+def latest_checkpoint(root: str | os.PathLike[str]) -> Path | None:
+    """The directory of the latest published checkpoint, or ``None`` when
+    the root holds no checkpoint at all; see ``published_checkpoints``."""
+    lineage = published_checkpoints(root)
+    return lineage[0] if lineage else None
+
+
+def read_checkpoint(
+    root: str | os.PathLike[str],
+    *,
+    fingerprint: str | None,
+    require: Collection[str] = (),
+    previous: int = 0,
+) -> LoadedCheckpoint | None:
+    """Read and validate the latest published checkpoint under ``root``.
+
+    Returns ``None`` only when the root holds no checkpoint at all (absent,
+    empty, or only leftovers of a first write that never published).
+    ``fingerprint`` is the current dataset's (``None`` skips that check);
+    ``require`` names parts that must be present (``"collector"`` for
+    ``collector.json``). ``previous=k`` reads the checkpoint ``k`` back along
+    the published lineage instead: the fallback when the latest one is
+    damaged. Raises ``CheckpointFileError`` (missing, truncated, corrupted
+    or malformed file, a missing required part, a missing or garbled
+    ``LATEST`` next to checkpoint directories, no ``k``-th previous one),
+    ``CheckpointFileVersionError`` and ``DatasetChangedError``, each naming
+    the file."""
+    if not _is_int(previous) or previous < 0:
+        raise ValueError(f"previous must be an int >= 0, got {previous!r}")
+    root = Path(root)
+    fd = _root_fd(root)
+    if fd is None:
+        return None
+    try:
+        lineage = _read_lineage(root, fd)
+        if not lineage:
+            return None
+        if previous >= len(lineage):
+            raise CheckpointFileError(
+                root / LATEST,
+                f"the published lineage holds {len(lineage)} checkpoint(s); "
+                f"there is no checkpoint {previous} back",
+            )
+        entry = lineage[previous]
+        return _read_dir(root, fd, entry.name, entry, fingerprint=fingerprint, require=require)
+    finally:
+        os.close(fd)
+
+
+def read_checkpoint_dir(
+    path: str | os.PathLike[str], *, fingerprint: str | None, require: Collection[str] = ()
+) -> LoadedCheckpoint:
+    """Read and validate one checkpoint directory on its own (its manifest's
+    checksum and parts; not whether it was published); see
+    ``read_checkpoint``."""
+    path = Path(path)
+    fd = _root_fd(path.parent)
+    if fd is None:
+        raise CheckpointFileError(path, "missing: the checkpoint directory is gone")
+    try:
+        return _read_dir(path.parent, fd, path.name, None, fingerprint=fingerprint, require=require)
+    finally:
+        os.close(fd)
+
+
+def _read_manifest(
+    root: Path, ckpt_fd: int, name: str, entry: _Entry | None
+) -> tuple[int, str, list[dict[str, Any]], str]:
+    """(step, fingerprint, parts, sha256) of a validated manifest."""
+    shown = root / name / MANIFEST
+    try:
+        raw = _read_file(MANIFEST, dir_fd=ckpt_fd, shown=shown, limit=MAX_MANIFEST_BYTES)
+    except FileNotFoundError:
+        raise CheckpointFileError(shown, "missing: the checkpoint is incomplete") from None
+    manifest = _parse_json(raw, shown, "truncated or corrupted")
+    if not isinstance(manifest, dict):
+        raise CheckpointFileError(shown, "not a JSON object")
+    version = manifest.get("version")
+    if manifest.get("format") != FORMAT or not _is_int(version) or version != VERSION:
+        raise CheckpointFileVersionError(
+            shown,
+            f"format {str(manifest.get('format'))[:80]!r} version "
+            f"{str(manifest.get('version'))[:20]!r}; "
+            f"this library reads {FORMAT!r} version {VERSION}",
+        )
+    if set(manifest) != _MANIFEST_KEYS:
+        raise CheckpointFileError(
+            shown, f"has keys {sorted(manifest)[:20]}, expected {sorted(_MANIFEST_KEYS)}"
+        )
+    sha = manifest["sha256"]
+    if sha != _digest(manifest):
+        raise CheckpointFileError(shown, "corrupted: its SHA-256 does not match its content")
+    if entry is not None and sha != entry.manifest_sha256:
+        raise CheckpointFileError(
+            shown, f"is not the manifest {LATEST} published for {name} (SHA-256 differs)"
+        )
+    step, saved_fp, parts = manifest["step"], manifest["fingerprint"], manifest["parts"]
+    m = _NAME.match(name)
+    if not _is_int(step) or step < 0 or m is None or int(m.group(1)) != step:
+        raise CheckpointFileError(shown, f"saved step {step!r} does not match the directory {name}")
+    if not isinstance(saved_fp, str):
+        raise CheckpointFileError(shown, "'fingerprint' must be a string")
+    if not isinstance(parts, list) or len(parts) > MAX_PARTS:
+        raise CheckpointFileError(shown, f"'parts' must be a list of at most {MAX_PARTS}")
+    seen: set[str] = set()
+    for part in parts:
+        if not isinstance(part, dict) or set(part) != _PART_KEYS:
+            raise CheckpointFileError(shown, f"bad part entry {str(part)[:200]}")
+        pname, size, digest = part["name"], part["size"], part["sha256"]
+        if not isinstance(pname, str) or not _PART.match(pname) or pname == MANIFEST:
+            raise CheckpointFileError(shown, f"bad part name {str(pname)[:130]!r}")
+        if not _is_int(size) or size < 0:
+            raise CheckpointFileError(shown, f"part {pname}: size must be an int >= 0")
+        if not isinstance(digest, str) or not _HEX64.match(digest):
+            raise CheckpointFileError(shown, f"part {pname}: sha256 must be 64 hex digits")
+        if pname in seen:
+            raise CheckpointFileError(shown, f"part {pname} is listed twice")
+        seen.add(pname)
+    return step, saved_fp, parts, sha
+
+
+def _read_dir(
+    root: Path,
+    root_fd: int,
+    name: str,
+    entry: _Entry | None,
+    *,
+    fingerprint: str | None,
+    require: Collection[str],
+) -> LoadedCheckpoint:
+    path = root / name
+    if not _NAME.match(name):
+        raise CheckpointFileError(path, "not a checkpoint directory name")
+    ckpt_fd = _open_dir(name, dir_fd=root_fd, shown=path)
+    try:
+        step, saved_fp, parts, _ = _read_manifest(root, ckpt_fd, name, entry)
+        if fingerprint is not None and saved_fp != fingerprint:
+            raise DatasetChangedError(path / MANIFEST, expected=fingerprint, found=saved_fp)
+        stems = {p["name"].rpartition(".")[0] for p in parts}
+        missing = [n for n in require if n not in stems]
+        if missing:
+            raise CheckpointFileError(path / MANIFEST, f"saved no part(s) {missing}")
+        json_parts: dict[str, Any] = {}
+        tensor_parts: dict[str, Any] = {}
+        for part in parts:
+            file = path / part["name"]
+            try:
+                data = _read_file(part["name"], dir_fd=ckpt_fd, shown=file, size=part["size"])
+            except FileNotFoundError:
+                raise CheckpointFileError(file, "missing part of the checkpoint") from None
+            if hashlib.sha256(data).hexdigest() != part["sha256"]:
+                raise CheckpointFileError(file, "corrupted: SHA-256 differs from the saved one")
+            stem, _, ext = part["name"].rpartition(".")
+            if ext == "json":
+                json_parts[stem] = _parse_json(data, file, "not JSON")
+            else:
+                try:
+                    tensor_parts[stem] = torch.load(
+                        io.BytesIO(data), weights_only=True, map_location="cpu"
+                    )
+                except Exception as exc:
+                    raise CheckpointFileError(file, f"cannot be loaded: {exc}") from None
+        return LoadedCheckpoint(
+            path=path, step=step, json_parts=json_parts, tensor_parts=tensor_parts
+        )
+    finally:
+        os.close(ckpt_fd)
+
+
+# -- writing --------------------------------------------------------------------------
+
+
+def _fsync_fd(fd: int) -> None:
+    os.fsync(fd)
+
+
+def _write_new(name: str, data: bytes, *, dir_fd: int) -> None:
+    """Create ``name`` in ``dir_fd`` (it must not exist, not even as a
+    symlink), write ``data`` and fsync it."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
+    fd = os.open(name, flags, 0o644, dir_fd=dir_fd)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
         os.fsync(fd)
     finally:
         os.close(fd)
 
 
-def _write_file(path: Path, data: bytes) -> None:
-    with open(path, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
+def _publish_latest(root: Path, root_fd: int, lineage: list[_Entry]) -> None:
+    doc: dict[str, Any] = {
+        "format": ROOT_FORMAT,
+        "version": ROOT_VERSION,
+        "lineage": [e.to_json() for e in lineage],
+    }
+    doc["sha256"] = _digest(doc)
+    # A random name, created with O_EXCL: a planted file or symlink at a
+    # predictable name can neither be followed nor overwritten.
+    fd, tmp = tempfile.mkstemp(prefix=f"{_TMP_PREFIX}{LATEST}-", dir=root)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write((json.dumps(doc, sort_keys=True, indent=1) + "\n").encode())
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, root / LATEST)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    _fsync_fd(root_fd)
 
 
-def checkpoint_name(step: int) -> str:
-    return f"ckpt-{step:06d}"
+def _remove(root: Path, name: str) -> None:
+    """Remove a directory entry of the root without following a symlink."""
+    target = root / name
+    try:
+        if target.is_symlink() or not target.is_dir():
+            target.unlink(missing_ok=True)
+        else:
+            shutil.rmtree(target, ignore_errors=True)
+    except OSError:
+        pass  # pruning is best effort; the published lineage is already durable
 
 
 def write_checkpoint(
@@ -116,190 +612,103 @@ def write_checkpoint(
     keep: int = 2,
     between_parts: Callable[[str], None] | None = None,
 ) -> Path:
-    """Write checkpoint ``step`` atomically and make it the latest.
+    """Write checkpoint ``step`` atomically and publish it as the latest.
 
     ``json_parts`` maps a name to JSON data (``name.json``), ``tensor_parts``
     a name to what ``torch.save`` stores and ``torch.load(weights_only=True)``
     reads back (``name.pt``: state dicts of tensors and plain values).
-    ``keep`` complete checkpoints are kept. ``between_parts(name)`` is called
-    after each part is written (a hook for crash tests)."""
-    if type(step) is not int or step < 0:
+    The new checkpoint continues the published checkpoints of lower step
+    (a resume from an older checkpoint abandons the newer ones); ``keep``
+    of that lineage are kept, every other checkpoint directory is removed.
+    ``between_parts(name)`` is called after each part is written and with
+    ``"LATEST"`` just before publishing (a hook for crash tests). Refuses
+    (``CheckpointFileError``) to write into a root whose ``LATEST`` is
+    missing next to checkpoint directories, or garbled."""
+    if not _is_int(step) or step < 0:
         raise ValueError(f"step must be an int >= 0, got {step!r}")
-    if keep < 1:
-        raise ValueError(f"keep must be >= 1, got {keep}")
-    root = Path(root)
-    root.mkdir(parents=True, exist_ok=True)
-    name = checkpoint_name(step)
-    if _latest_name(root) == name:
-        raise ValueError(f"{root / name} is the latest checkpoint; refusing to overwrite it")
-    tmp = root / f".tmp-{name}-{os.getpid()}"
-    if tmp.exists():
-        shutil.rmtree(tmp)
-    tmp.mkdir()
-    parts: list[dict[str, Any]] = []
+    if not _is_int(keep) or not 1 <= keep <= MAX_KEEP:
+        raise ValueError(f"keep must be an int in [1, {MAX_KEEP}], got {keep!r}")
+    if not isinstance(fingerprint, str):
+        raise TypeError(f"fingerprint must be a str, got {type(fingerprint).__name__}")
     blobs: list[tuple[str, bytes]] = []
     for key, value in json_parts.items():
-        data = json.dumps(value, sort_keys=True, allow_nan=False).encode()
-        blobs.append((f"{key}.json", data))
+        blobs.append((f"{key}.json", json.dumps(value, sort_keys=True, allow_nan=False).encode()))
     for key, value in (tensor_parts or {}).items():
         buf = io.BytesIO()
         torch.save(value, buf)
         blobs.append((f"{key}.pt", buf.getvalue()))
-    for filename, data in blobs:
+    names = [n for n, _ in blobs]
+    for filename in names:
         if not _PART.match(filename) or filename == MANIFEST:
             raise ValueError(f"bad part name {filename!r}")
-        _write_file(tmp / filename, data)
-        parts.append(
-            {"name": filename, "size": len(data), "sha256": hashlib.sha256(data).hexdigest()}
-        )
-        if between_parts is not None:
-            between_parts(filename)
-    manifest = {
-        "format": FORMAT,
-        "version": VERSION,
-        "step": step,
-        "fingerprint": fingerprint,
-        "parts": parts,
-    }
-    _write_file(tmp / MANIFEST, json.dumps(manifest, sort_keys=True, indent=1).encode())
-    _fsync_dir(tmp)
-    final = root / name
-    if final.exists():
-        # A complete but never-published checkpoint of a dead branch.
-        shutil.rmtree(final)
-    os.rename(tmp, final)
-    _fsync_dir(root)
-    if between_parts is not None:
-        between_parts(LATEST)
-    pointer = root / f".{LATEST}.tmp-{os.getpid()}"
-    _write_file(pointer, (name + "\n").encode())
-    os.replace(pointer, root / LATEST)
-    _fsync_dir(root)
-    _prune(root, keep)
-    return final
+    if len(set(names)) != len(names) or len(names) > MAX_PARTS:
+        raise ValueError(f"part names must be unique and at most {MAX_PARTS}: {names}")
 
-
-def _latest_name(root: Path) -> str | None:
+    root = Path(root)
+    root.mkdir(parents=True, exist_ok=True)
+    root_fd = _root_fd(root)
+    assert root_fd is not None
     try:
-        return (root / LATEST).read_text().strip() or None
-    except FileNotFoundError:
-        return None
-
-
-def _prune(root: Path, keep: int) -> None:
-    latest = _latest_name(root)
-    steps = sorted(
-        (int(m.group(1)), p) for p in root.iterdir() if (m := _NAME.match(p.name)) and p.is_dir()
-    )
-    latest_step = next((s for s, p in steps if p.name == latest), None)
-    if latest_step is None:
-        return
-    older = [p for s, p in steps if s <= latest_step]
-    for p in older[:-keep]:
-        shutil.rmtree(p, ignore_errors=True)
-    for p in root.iterdir():
-        # Leftovers of crashed writes, and checkpoints of dead branches.
-        if p.name.startswith(".tmp-") or (p.name.startswith(f".{LATEST}.tmp-")):
-            if p.is_dir():
-                shutil.rmtree(p, ignore_errors=True)
-            else:
-                p.unlink(missing_ok=True)
-
-
-def latest_checkpoint(root: str | os.PathLike[str]) -> Path | None:
-    """The directory ``LATEST`` names, or ``None`` when there is none yet."""
-    name = _latest_name(Path(root))
-    if name is None:
-        return None
-    if not _NAME.match(name):
-        raise CheckpointFileError(Path(root) / LATEST, f"names {name!r}, not a checkpoint")
-    return Path(root) / name
-
-
-def read_checkpoint(
-    root: str | os.PathLike[str], *, fingerprint: str | None
-) -> LoadedCheckpoint | None:
-    """Read and validate the latest checkpoint under ``root`` (``None`` if
-    there is none). ``fingerprint`` is the current dataset's; ``None`` skips
-    that check. Raises ``CheckpointFileError`` (missing, truncated or
-    corrupted file), ``CheckpointFileVersionError`` and
-    ``DatasetChangedError``, each naming the file."""
-    path = latest_checkpoint(root)
-    if path is None:
-        return None
-    return read_checkpoint_dir(path, fingerprint=fingerprint)
-
-
-def read_checkpoint_dir(path: Path, *, fingerprint: str | None) -> LoadedCheckpoint:
-    """Read and validate one checkpoint directory; see ``read_checkpoint``."""
-    manifest_path = path / MANIFEST
-    try:
-        raw = manifest_path.read_bytes()
-    except FileNotFoundError:
-        raise CheckpointFileError(manifest_path, "missing: the checkpoint is incomplete") from None
-    try:
-        manifest = json.loads(raw)
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise CheckpointFileError(manifest_path, f"truncated or corrupted: {exc}") from None
-    if not isinstance(manifest, dict):
-        raise CheckpointFileError(manifest_path, "not a JSON object")
-    if manifest.get("format") != FORMAT or manifest.get("version") != VERSION:
-        raise CheckpointFileVersionError(
-            manifest_path,
-            f"format {manifest.get('format')!r} version {manifest.get('version')!r}; "
-            f"this library reads {FORMAT!r} version {VERSION}",
-        )
-    if set(manifest) != _MANIFEST_KEYS:
-        raise CheckpointFileError(
-            manifest_path, f"has keys {sorted(manifest)}, expected {sorted(_MANIFEST_KEYS)}"
-        )
-    step, saved_fp, parts = manifest["step"], manifest["fingerprint"], manifest["parts"]
-    if type(step) is not int or step < 0 or not isinstance(saved_fp, str):
-        raise CheckpointFileError(manifest_path, "bad 'step' or 'fingerprint'")
-    if fingerprint is not None and saved_fp != fingerprint:
-        raise DatasetChangedError(manifest_path, expected=fingerprint, found=saved_fp)
-    if not isinstance(parts, list):
-        raise CheckpointFileError(manifest_path, "'parts' must be a list")
-    json_parts: dict[str, Any] = {}
-    tensor_parts: dict[str, Any] = {}
-    for part in parts:
-        if (
-            not isinstance(part, dict)
-            or set(part) != {"name", "size", "sha256"}
-            or not isinstance(part["name"], str)
-            or not _PART.match(part["name"])
-        ):
-            raise CheckpointFileError(manifest_path, f"bad part entry {part!r}")
-        file = path / part["name"]
+        old = _read_lineage(root, root_fd)
+        if old is None:
+            # The first write publishes an empty lineage before anything
+            # else, so that a checkpoint directory is never found next to a
+            # missing LATEST unless something removed it.
+            old = []
+            _publish_latest(root, root_fd, old)
+        tmp = Path(tempfile.mkdtemp(prefix=f"{_TMP_PREFIX}ckpt-", dir=root))
+        tmp_fd = _open_dir(tmp.name, dir_fd=root_fd, shown=tmp)
         try:
-            data = file.read_bytes()
-        except FileNotFoundError:
-            raise CheckpointFileError(file, "missing part of the checkpoint") from None
-        if len(data) != part["size"]:
-            raise CheckpointFileError(
-                file, f"truncated: {len(data)} bytes, the manifest says {part['size']}"
-            )
-        if hashlib.sha256(data).hexdigest() != part["sha256"]:
-            raise CheckpointFileError(file, "corrupted: SHA-256 differs from the manifest")
-        stem, _, ext = part["name"].rpartition(".")
-        if ext == "json":
-            try:
-                json_parts[stem] = json.loads(data)
-            except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-                raise CheckpointFileError(file, f"not JSON: {exc}") from None
-        else:
-            try:
-                tensor_parts[stem] = torch.load(
-                    io.BytesIO(data), weights_only=True, map_location="cpu"
+            parts: list[dict[str, Any]] = []
+            for filename, data in blobs:
+                _write_new(filename, data, dir_fd=tmp_fd)
+                parts.append(
+                    {
+                        "name": filename,
+                        "size": len(data),
+                        "sha256": hashlib.sha256(data).hexdigest(),
+                    }
                 )
-            except Exception as exc:
-                raise CheckpointFileError(file, f"cannot be loaded: {exc}") from None
-    return LoadedCheckpoint(path=path, step=step, json_parts=json_parts, tensor_parts=tensor_parts)
-
-
-def require_parts(loaded: LoadedCheckpoint, names: Sequence[str]) -> None:
-    """Raise ``CheckpointFileError`` naming the manifest if a part is absent."""
-    have = set(loaded.json_parts) | set(loaded.tensor_parts)
-    missing = [n for n in names if n not in have]
-    if missing:
-        raise CheckpointFileError(loaded.path / MANIFEST, f"lists no part(s) {missing}")
+                if between_parts is not None:
+                    between_parts(filename)
+            manifest: dict[str, Any] = {
+                "format": FORMAT,
+                "version": VERSION,
+                "step": step,
+                "fingerprint": fingerprint,
+                "parts": parts,
+            }
+            manifest["sha256"] = _digest(manifest)
+            _write_new(
+                MANIFEST, json.dumps(manifest, sort_keys=True, indent=1).encode(), dir_fd=tmp_fd
+            )
+            _fsync_fd(tmp_fd)
+        finally:
+            os.close(tmp_fd)
+        # The step's own name, unless a published checkpoint holds it (a
+        # resume from an older checkpoint rewrites a step the lineage
+        # already has): a dead branch there is removed, a published one is
+        # kept until the new lineage is durable.
+        present = set(_listing(root_fd, root))
+        published = {e.name for e in old}
+        branch = 0
+        while (candidate := checkpoint_name(step, branch)) in present:
+            if candidate not in published:
+                _remove(root, candidate)
+                break
+            branch += 1
+        name = checkpoint_name(step, branch)
+        os.rename(tmp, root / name)
+        _fsync_fd(root_fd)
+        if between_parts is not None:
+            between_parts(LATEST)
+        lineage = [_Entry(name, step, manifest["sha256"])]
+        lineage += [e for e in old if e.step < step][: keep - 1]
+        _publish_latest(root, root_fd, lineage)
+        kept = {e.name for e in lineage}
+        for entry in _listing(root_fd, root):
+            if (_NAME.match(entry) and entry not in kept) or entry.startswith(_LEFTOVER_PREFIXES):
+                _remove(root, entry)
+        return root / name
+    finally:
+        os.close(root_fd)

@@ -13,6 +13,14 @@ pair into ``(ordinal, row)`` inside the workers and ``collate_ordinals``
 gathers a batch into an ``OrdinalBatch``, whose ``ordinals`` field carries the
 rows' stream positions for the ledger. One loader iteration walks the whole
 stream, all epochs, so batches may straddle an epoch boundary.
+
+With a ``share`` (``frontier_core.Share``: one data-parallel rank's part of
+the stream) the sampler walks that rank's local stream instead: local
+ordinal ``l`` is global ordinal ``g = share.base + share.rank + l *
+share.world``, which is row ``g % n`` of epoch ``g // n`` as above. It
+yields ``(l, index)``: the rank's collector and ledger count local
+ordinals, and every rank sees the same global order, whatever the world
+size.
 """
 
 from __future__ import annotations
@@ -25,7 +33,7 @@ import attrs
 import torch
 from torch.utils.data import Dataset, Sampler
 
-from frontier_core import CheckpointCorruptError, CheckpointMismatchError
+from frontier_core import CheckpointCorruptError, CheckpointMismatchError, Share
 
 T = TypeVar("T")
 
@@ -34,6 +42,8 @@ KEY_SEED: Final = "seed"
 KEY_DATASET_LEN: Final = "dataset_len"
 KEY_SHUFFLE: Final = "shuffle"
 KEY_STREAM_LEN: Final = "stream_len"
+#: Only in the state of a sampler with a share (a rank's part of the stream).
+KEY_SHARE: Final = "share"
 _KEYS: Final = frozenset({KEY_NEXT, KEY_SEED, KEY_DATASET_LEN, KEY_SHUFFLE, KEY_STREAM_LEN})
 
 
@@ -99,22 +109,43 @@ class SeekableSampler(Sampler[tuple[int, int]]):
     iterator to yield consumes; later iterators start again at ordinal 0.
     ``__iter__`` may be called before ``load_state_dict`` (torchdata does):
     the body is lazy, so those early iterators are harmless.
+
+    With ``share``, ordinals are the share's local ordinals (see the
+    module's docstring) and ``stream_len`` the share's local length; the
+    state names the share, and a state of another share is refused.
     """
 
     def __init__(
-        self, dataset_len: int, *, seed: int = 0, shuffle: bool = True, epochs: int | None = 1
+        self,
+        dataset_len: int,
+        *,
+        seed: int = 0,
+        shuffle: bool = True,
+        epochs: int | None = 1,
+        share: Share | None = None,
     ) -> None:
         if epochs is not None and (type(epochs) is not int or epochs < 1):
             raise ValueError(f"epochs must be None or an int >= 1, got {epochs!r}")
+        if share is not None and not isinstance(share, Share):
+            raise TypeError(f"share must be a frontier_core.Share, got {type(share).__name__}")
         self.order = StreamOrder(dataset_len, seed, shuffle)
         self.epochs = epochs
+        self.share = share
         self._next = 0
         self._seek: int | None = None
 
     @property
-    def stream_len(self) -> int | None:
-        """Ordinals the stream will yield, or ``None`` when unbounded."""
+    def global_stream_len(self) -> int | None:
+        """Ordinals of the whole stream (all ranks), ``None`` when unbounded."""
         return None if self.epochs is None else self.epochs * self.order.dataset_len
+
+    @property
+    def stream_len(self) -> int | None:
+        """Ordinals this sampler will yield (its share's, with a share), or
+        ``None`` when unbounded."""
+        if self.share is not None:
+            return self.share.local_len(self.global_stream_len)
+        return self.global_stream_len
 
     def __len__(self) -> int:
         if self.stream_len is None:
@@ -140,6 +171,9 @@ class SeekableSampler(Sampler[tuple[int, int]]):
         stop = self.stream_len
         n = self.order.dataset_len
         o = start
+        if self.share is not None:
+            yield from self._iter_share(o, stop)
+            return
         # One epoch at a time over its permutation: the per-row work is a
         # list step and two stores (this loop runs once per prompt).
         while stop is None or o < stop:
@@ -155,14 +189,41 @@ class SeekableSampler(Sampler[tuple[int, int]]):
                 self._next = o
                 yield o - 1, index
 
+    def _iter_share(self, o: int, stop: int | None) -> Iterator[tuple[int, int]]:
+        """The share's local ordinals from ``o``: one epoch at a time, every
+        ``world``-th position of its permutation from the first global
+        ordinal of the share in that epoch."""
+        share = self.share
+        assert share is not None
+        world = share.world
+        n = self.order.dataset_len
+        while stop is None or o < stop:
+            epoch, position = divmod(share.global_ordinal(o), n)
+            count = -((position - n) // world)  # positions position, +world, ... < n
+            if stop is not None:
+                count = min(count, stop - o)
+            end = position + count * world
+            indices: Sequence[int] = (
+                self.order.permutation(epoch)[position:end:world]
+                if self.order.shuffle
+                else range(position, end, world)
+            )
+            for index in indices:
+                o += 1
+                self._next = o
+                yield o - 1, index
+
     def state_dict(self) -> dict[str, Any]:
-        return {
+        state: dict[str, Any] = {
             KEY_NEXT: self.position,
             KEY_SEED: self.order.seed,
             KEY_DATASET_LEN: self.order.dataset_len,
             KEY_SHUFFLE: self.order.shuffle,
             KEY_STREAM_LEN: self.stream_len,
         }
+        if self.share is not None:
+            state[KEY_SHARE] = self.share.to_json()
+        return state
 
     def load_state_dict(self, state_dict: Mapping[str, Any]) -> None:
         """Seek to the saved position after checking that the saved stream is
@@ -178,18 +239,46 @@ def read_position(state: Mapping[str, Any], sampler: SeekableSampler) -> int:
     if not isinstance(state, Mapping):
         raise CheckpointCorruptError(f"sampler state must be a dict, got {type(state).__name__}")
     keys = set(state)
-    if keys != _KEYS:
+    expected = _KEYS | {KEY_SHARE} if sampler.share is not None else _KEYS
+    if keys != expected:
+        if sampler.share is None and keys == _KEYS | {KEY_SHARE}:
+            raise CheckpointMismatchError(
+                f"the saved stream is one rank's share ({state[KEY_SHARE]!r:.80}) but this "
+                "sampler reads the whole stream: build it with that share"
+            )
+        if sampler.share is not None and keys == _KEYS:
+            raise CheckpointMismatchError(
+                f"the saved stream is the whole stream but this sampler reads {sampler.share}"
+            )
         raise CheckpointCorruptError(
-            f"sampler state has missing keys {sorted(_KEYS - keys)} "
-            f"and unknown keys {sorted(keys - _KEYS)}"
+            f"sampler state has missing keys {sorted(expected - keys)} "
+            f"and unknown keys {sorted(keys - expected)}"
         )
     mine = sampler.state_dict()
-    for key in (KEY_SEED, KEY_DATASET_LEN, KEY_SHUFFLE, KEY_STREAM_LEN):
+    if sampler.share is not None:
+        saved_share = Share.from_json(state[KEY_SHARE])
+        if saved_share != sampler.share:
+            raise CheckpointMismatchError(
+                f"the saved stream is {saved_share}, but this sampler reads {sampler.share}: "
+                "reshard the checkpoint (frontier_core.reshard) and build the sampler "
+                "with the share of the resharded record"
+            )
+    for key in (KEY_SEED, KEY_DATASET_LEN, KEY_SHUFFLE):
         if state[key] != mine[key] or type(state[key]) is not type(mine[key]):
             raise CheckpointMismatchError(
                 f"the saved stream has {key}={state[key]!r} but this sampler has "
                 f"{key}={mine[key]!r}: resuming would put the cut on the wrong prompts"
             )
+    # More epochs continue the saved stream (an ordinal's row does not depend
+    # on how many epochs follow); fewer would cut saved ordinals off.
+    saved_len, my_len = state[KEY_STREAM_LEN], mine[KEY_STREAM_LEN]
+    if saved_len is not None and (type(saved_len) is not int or saved_len < 0):
+        raise CheckpointCorruptError(f"sampler stream_len {saved_len!r:.40} is not an int >= 0")
+    if my_len is not None and (saved_len is None or my_len < saved_len):
+        raise CheckpointMismatchError(
+            f"the saved stream has stream_len={saved_len!r} but this sampler has "
+            f"stream_len={my_len!r}: a resume may lengthen the stream, never shorten it"
+        )
     position = state[KEY_NEXT]
     n = sampler.stream_len
     if type(position) is not int or position < 0 or (n is not None and position > n):

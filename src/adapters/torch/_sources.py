@@ -27,7 +27,7 @@ from typing import Any, Final
 
 import torch
 
-from frontier_core import CheckpointCorruptError
+from frontier_core import CheckpointCorruptError, CheckpointMismatchError
 
 from .._collector import Pull
 from .._errors import SnapshotMissingError, StreamMisalignedError
@@ -228,11 +228,29 @@ class SnapshotSource:
             raise CheckpointCorruptError("snapshot must be an encoded dict")
         return base, decode_snapshot(checked[KEY_SNAPSHOT])
 
+    def _check_workers(self, snapshot: Mapping[str, Any]) -> None:
+        """A multi-process loader's snapshot holds one entry per worker, and
+        torchdata restores it only into a loader with as many workers
+        (otherwise its first batch fails with a bare ``AssertionError``):
+        refuse the mismatch at resume, before anything changes."""
+        inner = snapshot.get("_snapshot")
+        saved = len(inner.get("_worker_snapshots", ())) if isinstance(inner, Mapping) else 0
+        have = getattr(self.loader, "num_workers", None)
+        if type(have) is int and saved != have:
+            raise CheckpointMismatchError(
+                f"the loader snapshot was saved with num_workers={saved}, but this loader has "
+                f"num_workers={have}; a snapshot restores only into a loader with the same "
+                "number of workers (a SeekableSource resumes with any)"
+            )
+
     def base(self, state: Mapping[str, Any], cut: int) -> int:
-        return self._read(state, cut)[0]
+        base, snapshot = self._read(state, cut)
+        self._check_workers(snapshot)
+        return base
 
     def restore(self, state: Mapping[str, Any], cut: int) -> None:
         base, snapshot = self._read(state, cut)
+        self._check_workers(snapshot)
         self.loader.load_state_dict(copy.deepcopy(snapshot))
         self._it = None
         self._count = base

@@ -34,6 +34,27 @@ from frontier_core import (  # noqa: E402
 FP = "len=3;sha256=abc"
 
 
+def reseal(root: Path) -> None:
+    """Recompute every checksum a forger would: the latest manifest's own,
+    and LATEST's record of it."""
+    latest = json.loads((root / "LATEST").read_text())
+    entry = latest["lineage"][0]
+    path = root / entry["name"] / "manifest.json"
+    manifest = json.loads(path.read_text())
+    manifest["sha256"] = digest(manifest)
+    path.write_text(json.dumps(manifest))
+    entry["manifest_sha256"] = manifest["sha256"]
+    latest["sha256"] = digest(latest)
+    (root / "LATEST").write_text(json.dumps(latest))
+
+
+def digest(obj: dict[str, Any]) -> str:
+    body = {k: v for k, v in obj.items() if k != "sha256"}
+    return hashlib.sha256(
+        json.dumps(body, sort_keys=True, separators=(",", ":")).encode()
+    ).hexdigest()
+
+
 def save(root: Path, step: int, **kwargs: Any) -> Path:
     model = torch.nn.Linear(2, 1)
     return write_checkpoint(
@@ -120,20 +141,25 @@ def test_truncated_manifest(tmp_path: Path) -> None:
 def test_other_schema_version(tmp_path: Path) -> None:
     path = save(tmp_path, 1)
     manifest = json.loads((path / "manifest.json").read_text())
-    (path / "manifest.json").write_text(json.dumps({**manifest, "version": 2}))
-    expect(tmp_path, CheckpointFileVersionError, "manifest.json", "version 2")
+    for version in (1, 3, True, "2"):
+        (path / "manifest.json").write_text(json.dumps({**manifest, "version": version}))
+        expect(tmp_path, CheckpointFileVersionError, "manifest.json", f"version '{version}'")
 
 
 def test_changed_dataset(tmp_path: Path) -> None:
     save(tmp_path, 1)
     rows = [torch.tensor([1.0, 2.0]), torch.tensor([3.0, 4.0]), torch.tensor([5.0, 6.0])]
     changed = [*rows[:2], torch.tensor([5.0, 6.5])]
-    assert dataset_fingerprint(rows) != dataset_fingerprint(changed)
-    assert dataset_fingerprint(rows) != dataset_fingerprint(rows[:2])
-    assert dataset_fingerprint(rows) == dataset_fingerprint(list(rows))
-    assert dataset_fingerprint(rows, user_id="v3") == "id:v3"
+
+    def fp(ds: Any, **kw: Any) -> str:
+        return dataset_fingerprint(ds, seed=0, shuffle=True, **kw)
+
+    assert fp(rows) != fp(changed)
+    assert fp(rows) != fp(rows[:2])
+    assert fp(rows) == fp(list(rows))
+    assert fp(rows, user_id="v3") == "id:v3;seed=0;shuffle=1"
     with pytest.raises(DatasetChangedError, match="fingerprint") as info:
-        read_checkpoint(tmp_path, fingerprint=dataset_fingerprint(changed))
+        read_checkpoint(tmp_path, fingerprint=fp(changed))
     assert isinstance(info.value, FingerprintMismatchError)
     assert "manifest.json" in str(info.value)
 
@@ -149,6 +175,9 @@ def test_pickles_are_refused(tmp_path: Path) -> None:
         if part["name"] == "model.pt":
             part.update(size=len(data), sha256=hashlib.sha256(data).hexdigest())
     (path / "manifest.json").write_text(json.dumps(manifest))
+    # The checksums are not the boundary: re-sealed, the forged part still
+    # meets torch.load(weights_only=True).
+    reseal(tmp_path)
     expect(tmp_path, CheckpointFileError, "model.pt", "cannot be loaded")
 
 

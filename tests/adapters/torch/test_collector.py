@@ -30,6 +30,7 @@ from frontier_core import (  # noqa: E402
     CheckpointMismatchError,
     CheckpointVersionError,
     FailurePolicy,
+    IllegalTransitionError,
     LedgerConfig,
     Status,
 )
@@ -118,7 +119,7 @@ def test_restored_buffer_is_filtered_and_evictions_come_back() -> None:
     c.trained([0, 1])
     state = roundtrip(c.state_dict())
     d = seekable(bs=2)
-    resumed = d.resume(state)
+    resumed = d.resume(state, load_replay_buffer=True)
     assert resumed.covered == (2, 3, 4)
     assert [o for o, _ in d.take(2)] == [5, 6]  # 2, 3, 4 are in the restored buffer
     effect = d.evicted([3])
@@ -129,16 +130,64 @@ def test_restored_buffer_is_filtered_and_evictions_come_back() -> None:
     assert [o for o, _ in e.take(3)] == [2, 3, 4]
 
 
+def test_a_requeued_ordinal_without_its_row_is_refused_not_skipped() -> None:
+    """The ledger requeues only ordinals the source stamped, whose rows the
+    collector holds. Should one be missing all the same (a bug), the
+    failure or eviction is refused and nothing changes: silently skipping
+    it would leave it pending forever, never taken, holding the cut."""
+    c = seekable()
+    got = c.take(3)
+    c.landed([2])
+    c._rows.pop(1)  # the bug: the collector lost rows it should hold
+    c._rows.pop(2)
+    before, pending = c.ledger, c.pending
+    with pytest.raises(IllegalTransitionError, match="holds no row") as failed:
+        c.failed([0, 1])
+    assert failed.value.event == "fail" and failed.value.ordinals == (1,)
+    with pytest.raises(IllegalTransitionError, match=r"illegal evict of ordinals \[2\]"):
+        c.evicted([2])
+    assert c.ledger is before and c.pending == pending
+    assert c.ledger.status(1) is Status.OUTSTANDING and c.ledger.attempts(1) == 0
+    assert c.failed([0]).requeued == (0,) and c.take(1) == [got[0]]
+
+
+def test_an_evicted_group_not_yet_re_yielded_waits_for_the_source() -> None:
+    c = seekable(bs=2)
+    got = c.take(6)
+    c.landed([0, 5])
+    c.trained([0])
+    d = seekable(bs=2)
+    d.resume(roundtrip(c.state_dict()), load_replay_buffer=True)
+    assert [o for o, _ in d.take(2)] == [1, 2]  # the source is at 3 now
+    effect = d.evicted([5])  # restored, not re-yielded: no row here, and no error
+    assert (effect.unstamped, effect.requeued, effect.dropped) == ((5,), (), ())
+    assert d.attempts(5) == 1 and d.ledger.status(5) is Status.UNSTAMPED
+    assert d.take(3) == [got[3], got[4], got[5]]  # it comes back with the stream
+
+
 def test_misaligned_loader_is_refused() -> None:
     c = seekable()
     c.take(2)
     state = roundtrip(c.state_dict())
     d = seekable()
-    d.resume(state)
+    d.resume(state, load_replay_buffer=True)
     assert isinstance(d.source, SeekableSource)
     d.source.sampler.seek(3)  # someone moved the loader behind our back
     with pytest.raises(StreamMisalignedError, match="ledger expects 0"):
         d.take(1)
+
+
+def test_a_resume_may_add_epochs_and_continues_the_same_stream() -> None:
+    """The README's promise: a longer stream (more epochs) is accepted, and
+    the resumed stream is the longer uninterrupted one's tail."""
+    full = [o for o, _ in seekable(epochs=3).take(1000)]
+    c = seekable(epochs=2)
+    got = c.take(5)
+    c.landed([o for o, _ in got])
+    c.trained([o for o, _ in got[:3]])
+    d = seekable(epochs=3)
+    d.resume(roundtrip(c.state_dict()), load_replay_buffer=True)
+    assert [o for o, _ in d.take(1000)] == [o for o in full if o >= 3 and o not in (3, 4)]
 
 
 def test_bad_states_fail_with_their_message() -> None:
@@ -146,22 +195,24 @@ def test_bad_states_fail_with_their_message() -> None:
     c.take(2)
     state = roundtrip(c.state_dict())
     with pytest.raises(CheckpointVersionError, match="version"):
-        seekable().resume({**state, "version": 99})
+        seekable().resume({**state, "version": 99}, load_replay_buffer=True)
     with pytest.raises(CheckpointCorruptError, match="keys"):
-        seekable().resume({**state, "extra": 1})
+        seekable().resume({**state, "extra": 1}, load_replay_buffer=True)
     with pytest.raises(CheckpointCorruptError, match="checksum"):
-        seekable().resume({**state, "ledger": {**state["ledger"], "cut": 1}})
+        seekable().resume(
+            {**state, "ledger": {**state["ledger"], "cut": 1}}, load_replay_buffer=True
+        )
     with pytest.raises(CheckpointMismatchError, match="seed"):
         bad = {**state["stream"], "sampler": {**state["stream"]["sampler"], "seed": 1}}
-        seekable().resume({**state, "stream": bad})
-    with pytest.raises(CheckpointMismatchError, match="stream"):
-        seekable(epochs=3).resume(state)
+        seekable().resume({**state, "stream": bad}, load_replay_buffer=True)
+    with pytest.raises(CheckpointMismatchError, match="never shorten"):
+        seekable(epochs=1).resume(state, load_replay_buffer=True)
     with pytest.raises(CheckpointCorruptError, match="kind"):
-        snapshotting().resume(state)
+        snapshotting().resume(state, load_replay_buffer=True)
     # A refused resume leaves the collector usable.
     d = seekable()
     with pytest.raises(CheckpointVersionError):
-        d.resume({**state, "version": 99})
+        d.resume({**state, "version": 99}, load_replay_buffer=True)
     assert [o for o, _ in d.take(2)] == [0, 1]
 
 
@@ -251,7 +302,7 @@ def test_collector_resume_yields_the_uninterrupted_tail(shuffle: bool, nw1: int,
     c.landed([o for o, _ in got])
     c.trained([o for o, _ in got])
     d = seekable(bs=5, nw=nw2, shuffle=shuffle)
-    d.resume(roundtrip(c.state_dict()))
+    d.resume(roundtrip(c.state_dict()), load_replay_buffer=True)
     assert d.take(100) == full[6:]  # across the epoch boundary at 7
 
 
@@ -277,5 +328,62 @@ def test_snapshot_resume_yields_the_uninterrupted_tail(nw: int) -> None:
     state = roundtrip(c.state_dict())
     assert state["stream"]["base"] == 6
     d = make()
-    d.resume(state)
+    d.resume(state, load_replay_buffer=True)
     assert d.take(100) == full[8:]  # 6 is below the cut, 7 in the restored buffer
+
+
+def test_the_collector_refuses_an_overlapping_call_from_another_thread() -> None:
+    """Not thread-safe, and says so: a call from a second thread while the
+    first is inside ``take`` (blocked in the source) raises instead of
+    racing; serialised calls from two threads are fine."""
+    import threading
+
+    from frontier_adapters import ConcurrentUseError, SequenceSource
+
+    entered, release = threading.Event(), threading.Event()
+
+    class Slow(SequenceSource):
+        def pull(self):  # type: ignore[no-untyped-def]
+            entered.set()
+            release.wait(10)
+            return super().pull()
+
+    c = StreamCollector(Slow(list(range(8)), batch_size=4), LedgerConfig(stream_len=8))
+    taken: list[object] = []
+    worker = threading.Thread(target=lambda: taken.extend(c.take(2)))
+    worker.start()
+    assert entered.wait(10)
+    with pytest.raises(ConcurrentUseError, match="not thread-safe"):
+        c.take(1)
+    release.set()
+    worker.join(10)
+    assert [o for o, _ in taken] == [0, 1]
+    lock = threading.Lock()
+    got: list[int] = []
+
+    def serialised() -> None:
+        with lock:
+            got.extend(o for o, _ in c.take(1))
+
+    threads = [threading.Thread(target=serialised) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(10)
+    assert sorted(got) == [2, 3, 4, 5]
+
+
+def test_a_resume_must_say_whether_the_buffer_came_back() -> None:
+    """The default used to be "restored": a trainer that never reloaded its
+    buffer then waited forever for groups that would not come back. Now the
+    caller must say, and the Stateful path (no options) regenerates them."""
+    c = seekable()
+    got = c.take(4)
+    c.landed([o for o, _ in got])
+    c.trained([got[0][0]])
+    state = roundtrip(c.state_dict())
+    with pytest.raises(TypeError):
+        seekable().resume(state)  # type: ignore[call-arg]
+    d = seekable()
+    d.load_state_dict(state)
+    assert [o for o, _ in d.take(3)] == [o for o, _ in got[1:]]

@@ -73,10 +73,15 @@ def test_sampler_refuses_another_stream() -> None:
     for kwargs, key in (
         ({"seed": 3}, "seed"),
         ({"shuffle": False, "seed": 2}, "shuffle"),
-        ({"seed": 2, "epochs": 2}, "stream_len"),
     ):
         with pytest.raises(CheckpointMismatchError, match=key):
             SeekableSampler(5, **kwargs).load_state_dict(state)  # type: ignore[arg-type]
+    # More epochs continue the saved stream; fewer would cut it short.
+    two = SeekableSampler(5, seed=2, epochs=2).state_dict()
+    SeekableSampler(5, seed=2, epochs=3).load_state_dict(two)
+    SeekableSampler(5, seed=2, epochs=None).load_state_dict(two)
+    with pytest.raises(CheckpointMismatchError, match="never shorten"):
+        SeekableSampler(5, seed=2, epochs=1).load_state_dict(two)
     with pytest.raises(CheckpointMismatchError, match="dataset_len"):
         SeekableSampler(6, seed=2).load_state_dict(state)
     with pytest.raises(CheckpointCorruptError, match="missing keys"):
