@@ -1,0 +1,465 @@
+"""The journal on disk: one append-only file, group commit, atomic compaction.
+
+``frontier_core.journal`` decides everything about the bytes (framing,
+checks, torn tails, replay, compaction, when to fsync); this module owns the
+file and does exactly what the core decides. Every binding shares it.
+
+Writing. ``JournalWriter`` keeps appended frames in memory until the group
+commit policy says the group is due (its oldest append has waited
+``max_delay``, or it holds ``max_bytes``), then writes the whole group with
+one ``write`` on an ``O_APPEND`` descriptor and ``fsync``s it: only then are
+its records *durable* (``durable``, ``sync()``). The writer has no thread:
+the policy is consulted at each append, and ``poll()`` (call it from your
+loop's timer, after the delay it returns) or ``sync()`` commit a group that
+no further append comes to. A failed ``write`` or ``fsync`` leaves the
+writer unusable (after an fsync error the kernel may have dropped the pages,
+so nothing it says about durability can be trusted): reopen the journal,
+which discards whatever tail the failure left.
+
+Opening. An existing journal is decoded whole before anything is appended:
+a torn tail (a crash mid-append) is truncated away, fsynced and reported
+(``recovered.torn``); a corrupt frame in the middle, a sequence gap, another
+format or version, another run's fingerprint or lineage raise the core's
+typed errors, naming the file, and the file is left as it is. A new journal
+is created atomically with its header (a temporary file, fsync, a hard link
+to its name, which never replaces an existing file, fsync of the
+directory), so a journal file always starts with a complete header.
+
+Safety. The journal file is never opened through a symlink (``O_NOFOLLOW``;
+the directories above it are the deployment's to choose); a FIFO or a
+device is refused without blocking; sizes are checked (``max_bytes``)
+before a byte is read; temporary files get random names and are created
+``O_EXCL | O_NOFOLLOW``, so nothing planted at a predictable name can
+redirect a write. One writer per journal: the file is ``flock``ed, and a
+second writer is refused.
+
+Compaction. ``compact_to(new_path, records)`` writes ``records`` (normally
+``frontier_core.journal.compact`` of this journal and the window) as a new
+journal that continues this one's sequence numbers, atomically (temporary
+file, fsync, ``os.replace``, fsync of the directory), and the writer
+continues on it. A crash at any moment leaves either the old journal or the
+new one at ``new_path``, never a mix.
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import os
+import secrets
+import stat
+import time
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Final
+
+from frontier_core import FrontierError
+from frontier_core.journal import (
+    DEFAULT_MAX_FRAME,
+    CommitPolicy,
+    Decoded,
+    JournalError,
+    JournalHeader,
+    Record,
+    TornTail,
+    decode,
+    encode,
+    encode_header,
+    encode_record,
+)
+
+#: The default bound on a journal file read whole at open.
+DEFAULT_MAX_BYTES: Final = 4 << 30
+_TMP_INFIX: Final = ".tmp-"
+_CLOEXEC: Final = getattr(os, "O_CLOEXEC", 0)
+_OPEN_FLAGS: Final = os.O_NOFOLLOW | os.O_NONBLOCK | _CLOEXEC
+_CREATE_FLAGS: Final = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | _CLOEXEC
+#: errno values of ``os.link`` on a file system without hard links.
+_NO_LINKS: Final = {errno.EPERM, errno.EOPNOTSUPP, errno.ENOTSUP, errno.EXDEV}
+
+
+class JournalFileError(JournalError):
+    """The journal file cannot be opened or read as a journal: a symlink, not
+    a regular file, larger than allowed, changed while being read, or held
+    by another writer. ``path`` names it."""
+
+    def __init__(self, path: str | os.PathLike[str], reason: str) -> None:
+        self.path = os.fspath(path)
+        self.reason = reason
+        super().__init__(f"{self.path}: {reason}")
+
+
+class JournalWriterError(FrontierError, RuntimeError):
+    """The writer is closed, or unusable after a failed write or fsync
+    (reopen the journal: the open discards what the failure left)."""
+
+
+def _named(exc: JournalError, path: Path) -> JournalError:
+    """``exc`` with the file's name in its message and ``path`` attribute."""
+    setattr(exc, "path", os.fspath(path))  # noqa: B010 - not every JournalError declares it
+    exc.args = (f"{path}: {exc.args[0] if exc.args else ''}",)
+    return exc
+
+
+def _fsync_dir(directory: Path) -> None:
+    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | _CLOEXEC)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _write_all(fd: int, data: bytes | memoryview) -> None:
+    view = memoryview(data)
+    while view:
+        written = os.write(fd, view)
+        view = view[written:]
+
+
+def _open(path: Path, flags: int) -> int:
+    """A descriptor on the regular file ``path``, never through a symlink."""
+    try:
+        fd = os.open(path, flags | _OPEN_FLAGS)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise JournalFileError(path, "is a symlink; refusing to follow it") from None
+        raise
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise JournalFileError(path, "not a regular file (a FIFO, device or directory)")
+        # O_NONBLOCK was for the open (a FIFO must not block it); drop it.
+        fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) & ~os.O_NONBLOCK)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def _read_fd(fd: int, path: Path, max_bytes: int) -> bytes:
+    """The whole file behind ``fd``, its size checked before reading."""
+    size = os.fstat(fd).st_size
+    if size > max_bytes:
+        raise JournalFileError(path, f"{size} bytes, more than the {max_bytes} allowed")
+    chunks = []
+    got = 0
+    while got < size:
+        chunk = os.pread(fd, min(size - got, 1 << 24), got)
+        if not chunk:
+            break
+        chunks.append(chunk)
+        got += len(chunk)
+    if got != size or os.pread(fd, 1, got):
+        raise JournalFileError(path, "changed size while being read")
+    return b"".join(chunks)
+
+
+def _decode_file(
+    data: bytes, path: Path, fingerprint: str | None, lineage: str | None, max_frame: int
+) -> Decoded:
+    try:
+        return decode(data, fingerprint=fingerprint, lineage=lineage, max_frame=max_frame)
+    except JournalError as exc:
+        raise _named(exc, path) from None
+
+
+def read_journal(
+    path: str | os.PathLike[str],
+    *,
+    fingerprint: str | None = None,
+    lineage: str | None = None,
+    max_frame: int = DEFAULT_MAX_FRAME,
+    max_bytes: int = DEFAULT_MAX_BYTES,
+) -> Decoded:
+    """Decode the journal at ``path`` without changing it (a torn tail is
+    reported, not truncated). Raises ``FileNotFoundError`` if there is none,
+    ``JournalFileError`` for a symlink, a non-regular file or one over
+    ``max_bytes``, and the core's ``JournalError``s (named with the path)
+    for what ``decode`` refuses."""
+    shown = Path(path)
+    fd = _open(shown, os.O_RDONLY)
+    try:
+        data = _read_fd(fd, shown, max_bytes)
+    finally:
+        os.close(fd)
+    return _decode_file(data, shown, fingerprint, lineage, max_frame)
+
+
+def _temp_name(target: Path) -> Path:
+    return target.with_name(f".{target.name}{_TMP_INFIX}{secrets.token_hex(8)}")
+
+
+def _write_temp(target: Path, data: bytes) -> tuple[Path, int]:
+    """``data`` in a fresh, fsynced temporary file beside ``target``; its path
+    and inode number."""
+    tmp = _temp_name(target)
+    fd = os.open(tmp, _CREATE_FLAGS, 0o644)
+    try:
+        _write_all(fd, data)
+        os.fsync(fd)
+        inode = os.fstat(fd).st_ino
+    except BaseException:
+        os.close(fd)
+        tmp.unlink(missing_ok=True)
+        raise
+    os.close(fd)
+    return tmp, inode
+
+
+def _create(path: Path, header: JournalHeader, max_frame: int) -> None:
+    """Publish a journal holding only ``header`` at ``path``, unless a file is
+    already there (then leave it: the caller opens it)."""
+    tmp, _ = _write_temp(path, encode_header(header, max_frame=max_frame))
+    try:
+        try:
+            os.link(tmp, path)
+        except FileExistsError:
+            return
+        except OSError as exc:
+            if exc.errno not in _NO_LINKS:
+                raise
+            # No hard links here: a rename, which could replace a journal
+            # created in between; one writer per journal makes that moot.
+            if not os.path.lexists(path):
+                os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+    _fsync_dir(path.parent)
+
+
+class JournalWriter:
+    """The single writer of one journal file (see the module's docstring).
+
+    ``header`` names the run (its stream fingerprint and lineage): a new
+    journal is created with it, an existing one must carry the same
+    fingerprint and lineage (its base is its own). ``policy`` is the group
+    commit policy; ``clock`` (monotonic seconds) is injectable for tests.
+    ``recovered`` is what the journal held when it was opened (its records
+    and the torn tail that was truncated, if any), for the resume to replay.
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        header: JournalHeader,
+        policy: CommitPolicy | None = None,
+        *,
+        max_frame: int = DEFAULT_MAX_FRAME,
+        max_bytes: int = DEFAULT_MAX_BYTES,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        if not isinstance(header, JournalHeader):
+            raise TypeError(f"header must be a JournalHeader, got {type(header).__name__}")
+        if type(max_bytes) is not int or max_bytes < 0:
+            raise ValueError(f"max_bytes must be an int >= 0, got {max_bytes!r}")
+        self.path = Path(path)
+        self._header = header
+        self.policy = policy if policy is not None else CommitPolicy()
+        self._max_frame = max_frame
+        self._max_bytes = max_bytes
+        self._clock = clock
+        self._fd = -1
+        self._failed: BaseException | None = None
+        self._pending: list[bytes] = []
+        self._pending_bytes = 0
+        self._oldest = 0.0
+        if not os.path.lexists(self.path):
+            _create(self.path, header, max_frame)
+        self._fd = _open(self.path, os.O_RDWR | os.O_APPEND)
+        try:
+            self._lock(self._fd)
+            data = _read_fd(self._fd, self.path, max_bytes)
+            self.recovered = _decode_file(
+                data, self.path, header.fingerprint, header.lineage, max_frame
+            )
+            if self.recovered.torn is not None:
+                os.ftruncate(self._fd, self.recovered.end)
+            # What a killed writer wrote may still be only in the page cache:
+            # make it durable before calling it so.
+            os.fsync(self._fd)
+            self._remove_leftovers()
+        except BaseException:
+            self.close()
+            raise
+        self._next = self.recovered.next_seq
+        self._durable = self.recovered.last_seq
+
+    # -- state ----------------------------------------------------------------
+
+    @property
+    def torn(self) -> TornTail | None:
+        """The torn tail truncated at open, or ``None``."""
+        return self.recovered.torn
+
+    @property
+    def position(self) -> int:
+        """The sequence number of the last record appended (durable or not);
+        the base if none."""
+        return self._next - 1
+
+    @property
+    def durable(self) -> int:
+        """The sequence number of the last durable record: every record up to
+        it was written and fsynced."""
+        return self._durable
+
+    @property
+    def pending(self) -> int:
+        """Records appended but not yet committed."""
+        return len(self._pending)
+
+    # -- appending --------------------------------------------------------------
+
+    def append(self, record: Record) -> int:
+        """Queue ``record`` for the next group and return its sequence number;
+        commits the group if the policy says it is due. Raises
+        ``ValueError`` (and queues nothing) for a record over ``max_frame``."""
+        self._usable()
+        frame = encode_record(record, self._next, max_frame=self._max_frame)
+        self._queue([frame])
+        return self._next - 1
+
+    def extend(self, records: Iterable[Record]) -> int:
+        """Queue ``records`` (all or none) and return the last one's sequence
+        number; commits if due."""
+        self._usable()
+        frames = [
+            encode_record(r, seq, max_frame=self._max_frame)
+            for seq, r in enumerate(records, start=self._next)
+        ]
+        if frames:
+            self._queue(frames)
+        return self._next - 1
+
+    def poll(self) -> float | None:
+        """Commit the pending group if it is due; return the seconds until the
+        next group is due (``None``: nothing pending)."""
+        self._usable()
+        if self._due() == 0.0:
+            self._commit()
+        return self._due()
+
+    def sync(self) -> int:
+        """Commit whatever is pending, now; return ``durable``. Call it before
+        a checkpoint records the journal position."""
+        self._usable()
+        if self._pending:
+            self._commit()
+        return self._durable
+
+    def read(self) -> Decoded:
+        """Commit, then decode the journal as it now is on disk (for
+        ``compact``)."""
+        self.sync()
+        data = _read_fd(self._fd, self.path, self._max_bytes)
+        return _decode_file(
+            data, self.path, self._header.fingerprint, self._header.lineage, self._max_frame
+        )
+
+    def compact_to(self, new_path: str | os.PathLike[str], records: Iterable[Record]) -> int:
+        """Commit, then write ``records`` as a new journal at ``new_path``
+        (which may be this journal's own path) atomically, continuing this
+        journal's sequence numbers: its base is this journal's ``position``,
+        so a position a checkpoint saved keeps its meaning. The writer then
+        appends to the new journal; the old file, if at another path, is left
+        for the caller to remove. Returns the new ``durable``. On an error
+        before the new journal is in place, nothing changed."""
+        self.sync()
+        target = Path(new_path)
+        header = JournalHeader(self._header.fingerprint, self._header.lineage, self.position)
+        records = tuple(records)
+        data = encode(header, records, max_frame=self._max_frame)
+        tmp, inode = _write_temp(target, data)
+        try:
+            os.replace(tmp, target)
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
+        # In place now: whatever fails below, the writer must not append to
+        # the file it replaced.
+        old, self._fd = self._fd, -1
+        os.close(old)
+        self.path = target
+        self._durable = header.base + len(records)
+        self._next = self._durable + 1
+        try:
+            fd = _open(target, os.O_RDWR | os.O_APPEND)
+            self._fd = fd
+            if os.fstat(fd).st_ino != inode:
+                raise JournalFileError(target, "was replaced by another file during compaction")
+            self._lock(fd)
+            _fsync_dir(target.parent)
+        except BaseException as exc:
+            self._failed = exc
+            raise
+        return self._durable
+
+    # -- lifecycle ----------------------------------------------------------------
+
+    def close(self) -> None:
+        """Commit what is pending (if the writer is usable) and close."""
+        if self._fd < 0:
+            return
+        try:
+            if self._failed is None and self._pending:
+                self._commit()
+        finally:
+            os.close(self._fd)
+            self._fd = -1
+
+    def __enter__(self) -> JournalWriter:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- internals ------------------------------------------------------------------
+
+    def _usable(self) -> None:
+        if self._failed is not None:
+            raise JournalWriterError(
+                f"{self.path}: the journal writer failed ({self._failed!r:.200}); reopen it"
+            )
+        if self._fd < 0:
+            raise JournalWriterError(f"{self.path}: the journal writer is closed")
+
+    def _lock(self, fd: int) -> None:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise JournalFileError(self.path, "another writer holds this journal") from None
+
+    def _remove_leftovers(self) -> None:
+        """Temporary files of creations and compactions killed midway."""
+        prefix = f".{self.path.name}{_TMP_INFIX}"
+        for entry in os.scandir(self.path.parent):
+            if entry.name.startswith(prefix) and entry.is_file(follow_symlinks=False):
+                Path(entry.path).unlink(missing_ok=True)
+
+    def _queue(self, frames: list[bytes]) -> None:
+        if not self._pending:
+            self._oldest = self._clock()
+        self._pending += frames
+        self._pending_bytes += sum(map(len, frames))
+        self._next += len(frames)
+        if self._due() == 0.0:
+            self._commit()
+
+    def _due(self) -> float | None:
+        return self.policy.due_in(
+            pending_bytes=self._pending_bytes,
+            pending_records=len(self._pending),
+            elapsed=self._clock() - self._oldest,
+        )
+
+    def _commit(self) -> None:
+        """One write and one fsync for the whole pending group."""
+        data = b"".join(self._pending)
+        try:
+            _write_all(self._fd, data)
+            os.fsync(self._fd)
+        except BaseException as exc:
+            self._failed = exc
+            raise
+        self._durable = self._next - 1
+        self._pending = []
+        self._pending_bytes = 0

@@ -1,0 +1,93 @@
+"""frontier_core.journal: the write-ahead rollout journal, sans-IO.
+
+A journal records, as they happen, the samples a run generates: a sibling
+sealed with its sample (``Sealed``), a running sibling's partial state
+(``Progress``), a checkpoint committing (``Mark``). After a crash, the
+checkpoint says which prompts still need generation and the journal says
+which of their samples (or prefixes) already exist, so only what was not yet
+durable is generated again.
+
+Everything here is a pure function over bytes and values; the file adapter
+(``frontier_adapters._journal_files.JournalWriter``) owns the file, the
+writes and the fsyncs:
+
+* ``encode``/``encode_header``/``encode_records`` and ``decode``: the frame
+  format (``_format``'s docstring has the layout byte by byte), checksummed
+  and sequence-numbered, with torn tails reported and everything else bad
+  refused with a typed error naming its offset;
+* ``replay``: the fold into the state a resume needs, with attempt fencing;
+* ``compact``: the minimal records that replay to the same state on a
+  window of ordinals;
+* ``CommitPolicy``: when a group of appends must be fsynced.
+
+Invariants, proofs and tests: ``proofs/JOURNAL.md``. Importing this package
+loads the standard library and ``attrs`` only.
+"""
+
+from ._commit import CommitPolicy as CommitPolicy
+from ._compact import compact as compact
+from ._errors import JournalBehindError as JournalBehindError
+from ._errors import JournalCorruptError as JournalCorruptError
+from ._errors import JournalError as JournalError
+from ._errors import JournalMismatchError as JournalMismatchError
+from ._errors import JournalSequenceError as JournalSequenceError
+from ._errors import JournalVersionError as JournalVersionError
+from ._format import DEFAULT_MAX_FRAME as DEFAULT_MAX_FRAME
+from ._format import FORMAT as FORMAT
+from ._format import FRAME_OVERHEAD as FRAME_OVERHEAD
+from ._format import VERSION as VERSION
+from ._format import Decoded as Decoded
+from ._format import TornTail as TornTail
+from ._format import decode as decode
+from ._format import encode as encode
+from ._format import encode_header as encode_header
+from ._format import encode_record as encode_record
+from ._format import encode_records as encode_records
+from ._records import BytesPayload as BytesPayload
+from ._records import JournalHeader as JournalHeader
+from ._records import JsonPayload as JsonPayload
+from ._records import Mark as Mark
+from ._records import Payload as Payload
+from ._records import Progress as Progress
+from ._records import Record as Record
+from ._records import Sealed as Sealed
+from ._records import TokenPayload as TokenPayload
+from ._replay import JournalState as JournalState
+from ._replay import SiblingState as SiblingState
+from ._replay import accepts as accepts
+from ._replay import replay as replay
+
+__all__ = [
+    "DEFAULT_MAX_FRAME",
+    "FORMAT",
+    "FRAME_OVERHEAD",
+    "VERSION",
+    "BytesPayload",
+    "CommitPolicy",
+    "Decoded",
+    "JournalBehindError",
+    "JournalCorruptError",
+    "JournalError",
+    "JournalHeader",
+    "JournalMismatchError",
+    "JournalSequenceError",
+    "JournalState",
+    "JournalVersionError",
+    "JsonPayload",
+    "Mark",
+    "Payload",
+    "Progress",
+    "Record",
+    "Sealed",
+    "SiblingState",
+    "TokenPayload",
+    "TornTail",
+    "accepts",
+    "compact",
+    "decode",
+    "encode",
+    "encode_header",
+    "encode_record",
+    "encode_records",
+    "replay",
+]
