@@ -1,0 +1,811 @@
+"""Data-parallel ranks that read their own share of the stream, and their
+all-or-nothing multi-rank checkpoints.
+
+``RankCollector`` is one rank's ``StreamCollector`` on its ``Share`` of the
+global stream (``frontier_core.Share``: rank ``r`` of ``W`` from ``base``
+reads global ordinals ``base + r, base + r + W, ...`` in that order). Its
+ledger counts the share's local ordinals, as every ledger needs; the
+collector speaks global ordinals both ways, so the trainer, its buffer and
+its training log never see a local one. Its record is a
+``ShardCheckpoint`` (share, step, local ledger record): the core merges the
+records of one checkpoint and splits them for any world size
+(``frontier_core.reshard``), so a job resumes on any number of ranks.
+
+``DistributedCheckpointer`` writes one checkpoint of all ranks, following
+the metadata-commit model of ``torch.distributed.checkpoint``: every rank
+writes its own part, the coordinator (rank 0) gathers what each wrote and,
+only when every part is durable, writes the one commit marker that makes
+the checkpoint exist. Layout under a root directory::
+
+    root/COMMIT                                  the committed lineage (JSON), newest first
+    root/step-00000012-<session>/rank-00000-of-00003.json   rank 0's JSON part
+    root/step-00000012-<session>/rank-00000-of-00003.pt     its tensor part (optional)
+    root/step-00000012-<session>/rank-00001-of-00003.json   ...
+
+Writing step ``s``: each rank writes its files into the step's directory
+(named by the step and by a session token that rank 0 draws and
+broadcasts when the checkpointer is built, so a later life never writes
+into a directory a dead one left), each to a temporary name, fsynced and
+renamed, then the directory fsynced; the ranks gather their
+``WrittenPart`` descriptions (file names, sizes and SHA-256s) on rank 0,
+which checks that every rank of the world wrote exactly its part at this
+step and only then replaces ``COMMIT`` atomically (temporary file, fsync,
+``os.replace``, fsync of the root). ``COMMIT`` lists the new checkpoint
+then the committed ones of lower step it continues, up to ``keep``, each
+with every part's size and SHA-256; rank 0 then removes every other step
+directory (torn ones, older ones, dead branches) and tells every rank the
+outcome, so ``save`` returns on all ranks once the checkpoint exists, and
+raises on all ranks if any rank failed to write. A kill at any moment
+leaves ``COMMIT`` naming the previous lineage intact: a torn checkpoint
+(parts without a commit) is never read, and the reader picks the newest
+committed one.
+
+Reading validates before it trusts: ``COMMIT``'s checksum, every entry's
+structure (one JSON part per rank of its world, names matching the rank),
+and each part's size and SHA-256 as committed; files are opened relative to
+the root's descriptor without following symlinks (``torch._files``'s
+readers). Tensor parts load with ``torch.load(weights_only=True)``.
+
+One job writes a root at a time.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+import re
+import secrets
+import tempfile
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any, Final, Protocol
+
+import attrs
+import torch
+
+from frontier_core import (
+    CheckpointCorruptError,
+    Effect,
+    Ledger,
+    LedgerConfig,
+    Resumed,
+    ShardCheckpoint,
+    ShardMismatchError,
+    Share,
+    reshard,
+)
+
+from .._collector import FORMAT as COLLECTOR_FORMAT
+from .._collector import (
+    KEY_FORMAT,
+    KEY_LEDGER,
+    KEY_STREAM,
+    KEY_VERSION,
+    StreamCollector,
+    StreamSource,
+)
+from .._collector import VERSION as COLLECTOR_VERSION
+from .._errors import CheckpointFileError, CheckpointFileVersionError, DatasetChangedError
+from ._files import (
+    _TMP_PREFIX,
+    _digest,
+    _fsync_fd,
+    _listing,
+    _open_dir,
+    _parse_json,
+    _read_file,
+    _remove,
+    _root_fd,
+    _write_new,
+)
+
+# -- one rank's collector ---------------------------------------------------------------
+
+
+def _strided(share: Share, local: range) -> range:
+    """The global ordinals of a range of local ordinals."""
+    return range(share.global_ordinal(local.start), share.global_ordinal(local.stop), share.world)
+
+
+class RankCollector:
+    """One data-parallel rank's collector: a ``StreamCollector`` on the
+    rank's ``share`` of the global stream, in global ordinals.
+
+    ``source`` yields the share's local stream (a loader built with
+    ``make_seekable_loader(..., share=share)`` in a ``SeekableSource``);
+    ``config`` is the global stream's (its ``stream_len`` and fingerprint:
+    the local ledger gets ``share.config(config)``). Every ordinal passed in
+    or returned is global; passing one of another share raises
+    ``ValueError`` and changes nothing.
+
+    torchdata ``Stateful``: ``state_dict`` is the rank's ``ShardCheckpoint``
+    record at ``step`` (set ``step`` to your training step before saving: it
+    is how a merge tells one checkpoint from a mix of two), and
+    ``load_state_dict`` resumes from a record of this very share with the
+    replay buffer not restored. After a world-size change, each rank resumes
+    from its record of ``frontier_core.reshard(old_records, world)``, whose
+    share it builds its loader with; see ``resume``.
+    """
+
+    def __init__(
+        self, source: StreamSource, config: LedgerConfig, share: Share, *, step: int = 0
+    ) -> None:
+        if not isinstance(share, Share):
+            raise TypeError(f"share must be a frontier_core.Share, got {type(share).__name__}")
+        self.share = share
+        self.global_config = config
+        self.collector = StreamCollector(source, share.config(config))
+        self.step = step
+
+    # -- queries ------------------------------------------------------------------
+
+    @property
+    def ledger(self) -> Ledger:
+        """The rank's ledger (local ordinals)."""
+        return self.collector.ledger
+
+    @property
+    def pending(self) -> int:
+        return self.collector.pending
+
+    @property
+    def exhausted(self) -> bool:
+        return self.collector.exhausted
+
+    @property
+    def drained(self) -> bool:
+        """Every ordinal of the rank's share is trained or dropped."""
+        return self.collector.drained
+
+    def owns(self, ordinal: int) -> bool:
+        return self.share.owns(ordinal)
+
+    def row(self, ordinal: int) -> Any:
+        return self.collector.row(self.share.local_ordinal(ordinal))
+
+    def attempts(self, ordinal: int) -> int:
+        return self.collector.attempts(self.share.local_ordinal(ordinal))
+
+    # -- the stream and its events, in global ordinals -----------------------------------
+
+    def take(self, n: int) -> list[tuple[int, Any]]:
+        """As ``StreamCollector.take``: ``(global ordinal, row)`` items."""
+        g = self.share.global_ordinal
+        return [(g(o), row) for o, row in self.collector.take(n)]
+
+    def landed(self, ordinals: Iterable[int]) -> None:
+        self.collector.landed(self.share.local_ordinals(ordinals))
+
+    def trained(self, ordinals: Iterable[int]) -> None:
+        self.collector.trained(self.share.local_ordinals(ordinals))
+
+    def failed(self, ordinals: Iterable[int]) -> Effect:
+        return self._global(self.collector.failed(self.share.local_ordinals(ordinals)))
+
+    def evicted(self, ordinals: Iterable[int]) -> Effect:
+        return self._global(self.collector.evicted(self.share.local_ordinals(ordinals)))
+
+    def _global(self, effect: Effect) -> Effect:
+        g = self.share.global_ordinals
+        return Effect(
+            event=effect.event,
+            stamped=_strided(self.share, effect.stamped),
+            kept=tuple(g(effect.kept)),
+            buffered=tuple(g(effect.buffered)),
+            requeued=tuple(g(effect.requeued)),
+            unstamped=tuple(g(effect.unstamped)),
+            dropped=tuple(g(effect.dropped)),
+        )
+
+    # -- checkpoints ------------------------------------------------------------------
+
+    def checkpoint(self, *, save_buffer: bool = True, step: int | None = None) -> ShardCheckpoint:
+        """The rank's record now, at ``step`` (default ``self.step``)."""
+        return ShardCheckpoint(
+            self.share,
+            self.step if step is None else step,
+            self.collector.ledger.checkpoint(save_buffer=save_buffer),
+        )
+
+    def state_dict(self) -> dict[str, Any]:
+        return self.checkpoint().state_dict()
+
+    def load_state_dict(self, state_dict: Mapping[str, Any]) -> None:
+        """torchdata ``Stateful``: resume from a record of this share, the
+        replay buffer not restored (see ``StreamCollector.load_state_dict``)."""
+        self.resume(state_dict, load_replay_buffer=False)
+
+    def resume(
+        self,
+        record: ShardCheckpoint | Mapping[str, Any],
+        *,
+        load_replay_buffer: bool,
+        evicted_on_restore: Iterable[int] = (),
+    ) -> Resumed:
+        """Resume from ``record`` (a ``ShardCheckpoint`` or its
+        ``state_dict``), which must be of this rank's share: one it wrote, or
+        its part of ``frontier_core.reshard``. ``load_replay_buffer`` says
+        whether the groups the record retains (the retained ordinals of this
+        share, whichever rank generated them) are back in this rank's
+        buffer; ``evicted_on_restore`` are global ordinals. Sets ``step``
+        to the record's. Raises ``ShardMismatchError`` for a record of
+        another share, and what ``StreamCollector.resume`` raises. The
+        source must be seekable (its position is a function of the cut);
+        the returned ``Resumed`` is in local ordinals."""
+        if not isinstance(record, ShardCheckpoint):
+            record = ShardCheckpoint.from_state_dict(
+                record, fingerprint=self.global_config.fingerprint
+            )
+        if record.share != self.share:
+            raise ShardMismatchError(
+                f"the record is of {record.share}, but this collector reads {self.share}: "
+                "reshard the checkpoint (frontier_core.reshard) and build each rank's loader "
+                "and collector with the share of its resharded record",
+                [self.share.rank],
+            )
+        evicted = self.share.local_ordinals(evicted_on_restore)
+        cut = record.checkpoint.cut
+        state = {
+            KEY_FORMAT: COLLECTOR_FORMAT,
+            KEY_VERSION: COLLECTOR_VERSION,
+            KEY_LEDGER: record.checkpoint.state_dict(),
+            KEY_STREAM: self.collector.source.position(cut),
+        }
+        resumed = self.collector.resume(
+            state, load_replay_buffer=load_replay_buffer, evicted_on_restore=evicted
+        )
+        self.step = record.step
+        return resumed
+
+
+# -- collectives ------------------------------------------------------------------------
+
+
+class Collectives(Protocol):
+    """What the checkpointer needs of the process group."""
+
+    def all_gather_object(self, obj: Any) -> list[Any]:
+        """Every rank's ``obj``, in rank order, on every rank."""
+
+    def broadcast_object(self, obj: Any) -> Any:
+        """Rank 0's ``obj`` on every rank."""
+
+
+class TorchCollectives:
+    """``Collectives`` over ``torch.distributed`` (any backend that supports
+    object collectives, gloo included), on ``group`` or the default group."""
+
+    def __init__(self, group: Any = None) -> None:
+        import torch.distributed as dist
+
+        self._dist = dist
+        self.group = group
+
+    def all_gather_object(self, obj: Any) -> list[Any]:
+        out: list[Any] = [None] * self._dist.get_world_size(self.group)
+        self._dist.all_gather_object(out, obj, group=self.group)
+        return out
+
+    def broadcast_object(self, obj: Any) -> Any:
+        box = [obj]
+        self._dist.broadcast_object_list(box, src=0, group=self.group)
+        return box[0]
+
+
+# -- the multi-rank checkpoint ------------------------------------------------------------
+
+ROOT_FORMAT: Final = "frontier_adapters.distributed_checkpoint"
+ROOT_VERSION: Final = 1
+COMMIT: Final = "COMMIT"
+MAX_COMMIT_BYTES: Final = 64 << 20
+MAX_KEEP: Final = 64
+MAX_WORLD: Final = 1 << 16
+_STEP_DIR: Final = re.compile(r"^step-(\d{8,})-([0-9a-f]{16})$")
+_PART_FILE: Final = re.compile(r"^rank-(\d{5,})-of-(\d{5,})\.(json|pt)$")
+_HEX64: Final = re.compile(r"^[0-9a-f]{64}$")
+_COMMIT_KEYS: Final = frozenset({"format", "version", "lineage", "sha256"})
+_ENTRY_KEYS: Final = frozenset({"dir", "step", "world", "fingerprint", "parts"})
+_FILE_KEYS: Final = frozenset({"rank", "name", "size", "sha256"})
+
+
+def step_dir_name(step: int, session: str) -> str:
+    return f"step-{step:08d}-{session}"
+
+
+def part_name(rank: int, world: int, ext: str) -> str:
+    return f"rank-{rank:05d}-of-{world:05d}.{ext}"
+
+
+@attrs.frozen
+class PartFile:
+    """One file of a rank's part, as written: its name, size and SHA-256."""
+
+    name: str
+    size: int
+    sha256: str
+
+
+@attrs.frozen
+class WrittenPart:
+    """What one rank wrote for one checkpoint: gathered on rank 0, which
+    commits only a complete set."""
+
+    rank: int
+    world: int
+    step: int
+    dir: str
+    files: tuple[PartFile, ...]
+
+
+@attrs.frozen
+class RankPart:
+    """One rank's part of a committed checkpoint, read and verified."""
+
+    rank: int
+    json_part: Any
+    tensor_part: Any | None
+
+
+@attrs.frozen
+class LoadedDistributedCheckpoint:
+    """A committed multi-rank checkpoint: every rank's part, rank order."""
+
+    path: Path
+    step: int
+    world: int
+    fingerprint: str
+    parts: tuple[RankPart, ...]
+
+    def shards(self, key: str) -> list[ShardCheckpoint]:
+        """The ranks' ``ShardCheckpoint`` records, saved under ``key`` of
+        each JSON part (validated; of this checkpoint's stream)."""
+        out = []
+        for part in self.parts:
+            if not isinstance(part.json_part, Mapping) or key not in part.json_part:
+                raise CheckpointFileError(
+                    self.path / part_name(part.rank, self.world, "json"),
+                    f"holds no {key!r} record",
+                )
+            out.append(
+                ShardCheckpoint.from_state_dict(part.json_part[key], fingerprint=self.fingerprint)
+            )
+        return out
+
+    def reshard(self, world: int, key: str) -> tuple[ShardCheckpoint, ...]:
+        """The resume records of ``world`` ranks (``frontier_core.reshard``
+        of the records under ``key``), rank order. Raises
+        ``ShardMismatchError`` if the records are not of this checkpoint's
+        step and world (a forged or mixed-up part)."""
+        shards = self.shards(key)
+        wrong = [s.share.rank for s in shards if s.step != self.step]
+        if wrong:
+            raise ShardMismatchError(
+                f"records of another step than the committed step {self.step}", wrong
+            )
+        if [s.share.rank for s in shards] != list(range(self.world)) or any(
+            s.share.world != self.world for s in shards
+        ):
+            raise ShardMismatchError(
+                f"the parts' records do not match their ranks of a world of {self.world}"
+            )
+        return reshard(shards, world, fingerprint=self.fingerprint)
+
+
+def _bad(path: Path, reason: str) -> CheckpointFileError:
+    return CheckpointFileError(path, reason)
+
+
+def _is_int(value: object) -> bool:
+    return type(value) is int
+
+
+def _read_commit(root: Path, root_fd: int) -> list[dict[str, Any]] | None:
+    """The committed lineage, newest first, validated; ``None`` when
+    ``COMMIT`` is absent from a root with no step directory."""
+    shown = root / COMMIT
+    try:
+        data = _read_file(COMMIT, dir_fd=root_fd, shown=shown, limit=MAX_COMMIT_BYTES)
+    except FileNotFoundError:
+        dirs = sorted(n for n in _listing(root_fd, root) if _STEP_DIR.match(n))
+        if dirs:
+            raise _bad(
+                shown,
+                f"missing, but the root holds step directories ({', '.join(dirs[:3])}"
+                f"{', ...' if len(dirs) > 3 else ''}): refusing to treat it as a fresh start",
+            ) from None
+        return None
+    doc = _parse_json(data, shown, "garbled")
+    if not isinstance(doc, dict):
+        raise _bad(shown, "garbled: not a JSON object")
+    if doc.get("format") != ROOT_FORMAT or not _is_int(doc.get("version")):
+        raise CheckpointFileVersionError(
+            shown,
+            f"format {str(doc.get('format'))[:80]!r}; this library reads {ROOT_FORMAT!r}",
+        )
+    if doc["version"] != ROOT_VERSION:
+        raise CheckpointFileVersionError(
+            shown, f"version {doc['version']}; this library reads version {ROOT_VERSION}"
+        )
+    if set(doc) != _COMMIT_KEYS:
+        raise _bad(shown, f"has keys {sorted(doc)[:10]}, expected {sorted(_COMMIT_KEYS)}")
+    if doc["sha256"] != _digest(doc):
+        raise _bad(shown, "corrupted: its SHA-256 does not match its content")
+    lineage = doc["lineage"]
+    if not isinstance(lineage, list) or len(lineage) > MAX_KEEP:
+        raise _bad(shown, f"'lineage' must be a list of at most {MAX_KEEP}")
+    for entry in lineage:
+        _check_entry(shown, entry)
+    steps = [e["step"] for e in lineage]
+    if steps != sorted(set(steps), reverse=True):
+        raise _bad(shown, "lineage steps must strictly decrease")
+    return lineage
+
+
+def _check_entry(shown: Path, entry: object) -> None:
+    if not isinstance(entry, dict) or set(entry) != _ENTRY_KEYS:
+        raise _bad(shown, f"bad lineage entry {str(entry)[:200]}")
+    name, step, world = entry["dir"], entry["step"], entry["world"]
+    m = _STEP_DIR.match(name) if isinstance(name, str) else None
+    if m is None or not _is_int(step) or int(m.group(1)) != step:
+        raise _bad(shown, f"entry {str(name)[:80]!r}: directory name and step {step!r} disagree")
+    if not _is_int(world) or not 1 <= world <= MAX_WORLD:
+        raise _bad(shown, f"entry {name}: world must be an int in [1, {MAX_WORLD}]")
+    if not isinstance(entry["fingerprint"], str):
+        raise _bad(shown, f"entry {name}: 'fingerprint' must be a string")
+    parts = entry["parts"]
+    if not isinstance(parts, list) or len(parts) > 2 * world:
+        raise _bad(shown, f"entry {name}: 'parts' must list at most two files per rank")
+    seen: set[str] = set()
+    json_ranks: list[int] = []
+    for f in parts:
+        if not isinstance(f, dict) or set(f) != _FILE_KEYS:
+            raise _bad(shown, f"entry {name}: bad part {str(f)[:200]}")
+        rank, fname, size, digest = f["rank"], f["name"], f["size"], f["sha256"]
+        pm = _PART_FILE.match(fname) if isinstance(fname, str) else None
+        if (
+            pm is None
+            or not _is_int(rank)
+            or int(pm.group(1)) != rank
+            or int(pm.group(2)) != world
+            or fname in seen
+        ):
+            raise _bad(
+                shown, f"entry {name}: part {str(fname)[:80]!r} does not match rank {rank!r}"
+            )
+        if not _is_int(size) or size < 0 or not isinstance(digest, str) or not _HEX64.match(digest):
+            raise _bad(shown, f"entry {name}: part {fname}: bad size or sha256")
+        seen.add(fname)
+        if pm.group(3) == "json":
+            json_ranks.append(rank)
+    if sorted(json_ranks) != list(range(world)):
+        raise _bad(shown, f"entry {name}: a JSON part for each of its {world} ranks is required")
+
+
+def committed_checkpoints(root: str | os.PathLike[str]) -> list[Path]:
+    """The committed lineage under ``root``, newest first (``[]`` if none)."""
+    root = Path(root)
+    fd = _root_fd(root)
+    if fd is None:
+        return []
+    try:
+        return [root / e["dir"] for e in _read_commit(root, fd) or []]
+    finally:
+        os.close(fd)
+
+
+def read_distributed_checkpoint(
+    root: str | os.PathLike[str],
+    *,
+    fingerprint: str | None,
+    previous: int = 0,
+    tensors: bool = True,
+) -> LoadedDistributedCheckpoint | None:
+    """Read and verify the newest committed checkpoint under ``root`` (or
+    the one ``previous`` back along the committed lineage: the fallback
+    when the newest is damaged). ``None`` only for a root with no committed
+    checkpoint and no step directory. ``tensors=False`` skips loading the
+    tensor parts (their sizes and SHA-256s are still checked). Raises
+    ``CheckpointFileError`` (a missing, garbled or forged ``COMMIT``, a
+    missing, truncated or corrupted part), ``CheckpointFileVersionError``
+    and ``DatasetChangedError`` (another ``fingerprint``), naming the
+    file."""
+    if not _is_int(previous) or previous < 0:
+        raise ValueError(f"previous must be an int >= 0, got {previous!r}")
+    root = Path(root)
+    root_fd = _root_fd(root)
+    if root_fd is None:
+        return None
+    try:
+        lineage = _read_commit(root, root_fd)
+        if not lineage:
+            return None
+        if previous >= len(lineage):
+            raise _bad(
+                root / COMMIT,
+                f"the committed lineage holds {len(lineage)} checkpoint(s); "
+                f"there is no checkpoint {previous} back",
+            )
+        entry = lineage[previous]
+        path = root / entry["dir"]
+        if fingerprint is not None and entry["fingerprint"] != fingerprint:
+            raise DatasetChangedError(
+                root / COMMIT, expected=fingerprint, found=entry["fingerprint"]
+            )
+        dir_fd = _open_dir(entry["dir"], dir_fd=root_fd, shown=path)
+        try:
+            world = entry["world"]
+            json_parts: dict[int, Any] = {}
+            tensor_parts: dict[int, Any] = {}
+            for f in entry["parts"]:
+                file = path / f["name"]
+                try:
+                    data = _read_file(f["name"], dir_fd=dir_fd, shown=file, size=f["size"])
+                except FileNotFoundError:
+                    raise _bad(file, "missing part of a committed checkpoint") from None
+                if hashlib.sha256(data).hexdigest() != f["sha256"]:
+                    raise _bad(file, "corrupted: SHA-256 differs from the committed one")
+                if f["name"].endswith(".json"):
+                    json_parts[f["rank"]] = _parse_json(data, file, "not JSON")
+                elif tensors:
+                    try:
+                        tensor_parts[f["rank"]] = torch.load(
+                            io.BytesIO(data), weights_only=True, map_location="cpu"
+                        )
+                    except Exception as exc:
+                        raise _bad(file, f"cannot be loaded: {exc}") from None
+        finally:
+            os.close(dir_fd)
+        return LoadedDistributedCheckpoint(
+            path=path,
+            step=entry["step"],
+            world=world,
+            fingerprint=entry["fingerprint"],
+            parts=tuple(
+                RankPart(rank=r, json_part=json_parts[r], tensor_part=tensor_parts.get(r))
+                for r in range(world)
+            ),
+        )
+    finally:
+        os.close(root_fd)
+
+
+def _publish_commit(root: Path, root_fd: int, lineage: list[dict[str, Any]]) -> None:
+    doc: dict[str, Any] = {"format": ROOT_FORMAT, "version": ROOT_VERSION, "lineage": lineage}
+    doc["sha256"] = _digest(doc)
+    fd, tmp = tempfile.mkstemp(prefix=f"{_TMP_PREFIX}{COMMIT}-", dir=root)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write((json.dumps(doc, sort_keys=True, indent=1) + "\n").encode())
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, root / COMMIT)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    _fsync_fd(root_fd)
+
+
+class DistributedCheckpointer:
+    """Writes all-or-nothing checkpoints of ``world`` ranks under ``root``
+    (see the module's docstring). Build one on every rank, collectively: rank
+    0 draws the session token and broadcasts it through ``comm``, and
+    creates an empty ``COMMIT`` in a fresh root, so that a root with step
+    directories and no ``COMMIT`` is never mistaken for a fresh start.
+
+    ``save`` is collective too. ``hook(phase)`` is called with ``"part"``
+    once this rank's part is durable, and on rank 0 with ``"commit"`` just
+    before ``COMMIT`` is replaced (for crash tests). ``comm=None`` is for a
+    single process writing every part itself (``write_part`` per rank, then
+    ``commit``): tests and tools."""
+
+    def __init__(
+        self,
+        root: str | os.PathLike[str],
+        *,
+        rank: int,
+        world: int,
+        fingerprint: str,
+        comm: Collectives | None,
+        keep: int = 2,
+        hook: Callable[[str], None] | None = None,
+    ) -> None:
+        if not _is_int(world) or not 1 <= world <= MAX_WORLD:
+            raise ValueError(f"world must be an int in [1, {MAX_WORLD}], got {world!r}")
+        if not _is_int(rank) or not 0 <= rank < world:
+            raise ValueError(f"rank must be an int in [0, {world}), got {rank!r}")
+        if not _is_int(keep) or not 1 <= keep <= MAX_KEEP:
+            raise ValueError(f"keep must be an int in [1, {MAX_KEEP}], got {keep!r}")
+        if not isinstance(fingerprint, str):
+            raise TypeError("fingerprint must be a str")
+        self.root = Path(root)
+        self.rank = rank
+        self.world = world
+        self.fingerprint = fingerprint
+        self.keep = keep
+        self.comm = comm
+        self.hook = hook
+        error: str | None = None
+        token = secrets.token_hex(8)
+        if rank == 0:
+            try:
+                self._prepare_root()
+            except Exception as exc:
+                error = f"{type(exc).__name__}: {exc}"
+        if comm is not None:
+            token, error = comm.broadcast_object((token, error))
+        if error is not None:
+            raise _bad(self.root / COMMIT, f"rank 0 could not prepare the root: {error}")
+        self.session: str = token
+
+    def _prepare_root(self) -> None:
+        self.root.mkdir(parents=True, exist_ok=True)
+        fd = _root_fd(self.root)
+        assert fd is not None
+        try:
+            if _read_commit(self.root, fd) is None:
+                _publish_commit(self.root, fd, [])
+        finally:
+            os.close(fd)
+
+    def write_part(
+        self,
+        step: int,
+        json_part: Any,
+        tensor_part: Any | None = None,
+        *,
+        rank: int | None = None,
+    ) -> WrittenPart:
+        """Write this rank's part of checkpoint ``step`` durably (``rank``
+        overrides the rank, for a single process writing every part)."""
+        rank = self.rank if rank is None else rank
+        if not _is_int(step) or step < 0:
+            raise ValueError(f"step must be an int >= 0, got {step!r}")
+        blobs = [
+            (
+                part_name(rank, self.world, "json"),
+                json.dumps(json_part, sort_keys=True, allow_nan=False).encode(),
+            )
+        ]
+        if tensor_part is not None:
+            buf = io.BytesIO()
+            torch.save(tensor_part, buf)
+            blobs.append((part_name(rank, self.world, "pt"), buf.getvalue()))
+        name = step_dir_name(step, self.session)
+        root_fd = _root_fd(self.root)
+        if root_fd is None:
+            raise _bad(self.root, "missing: the checkpoint root is gone")
+        try:
+            try:
+                os.mkdir(name, 0o755, dir_fd=root_fd)
+                _fsync_fd(root_fd)
+            except FileExistsError:
+                pass
+            dir_fd = _open_dir(name, dir_fd=root_fd, shown=self.root / name)
+            try:
+                files = []
+                for fname, data in blobs:
+                    try:
+                        os.stat(fname, dir_fd=dir_fd, follow_symlinks=False)
+                    except FileNotFoundError:
+                        pass
+                    else:  # a part, once written, is never replaced
+                        raise _bad(self.root / name / fname, "already written in this session")
+                    tmp = f"{_TMP_PREFIX}{fname}-{secrets.token_hex(4)}"
+                    _write_new(tmp, data, dir_fd=dir_fd)
+                    os.rename(tmp, fname, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+                    files.append(PartFile(fname, len(data), hashlib.sha256(data).hexdigest()))
+                _fsync_fd(dir_fd)
+            finally:
+                os.close(dir_fd)
+        finally:
+            os.close(root_fd)
+        if self.hook is not None:
+            self.hook("part")
+        return WrittenPart(rank=rank, world=self.world, step=step, dir=name, files=tuple(files))
+
+    def commit(self, step: int, parts: Sequence[WrittenPart]) -> Path:
+        """Commit checkpoint ``step`` from every rank's ``WrittenPart``
+        (rank 0, after gathering them): check that the world's every rank
+        wrote exactly its part of this step, replace ``COMMIT``, remove every
+        step directory that is not in the new lineage."""
+        name = step_dir_name(step, self.session)
+        ranks = sorted(p.rank for p in parts)
+        if ranks != list(range(self.world)):
+            raise ShardMismatchError(
+                f"commit of step {step} needs the parts of ranks 0..{self.world - 1}", ranks
+            )
+        for p in parts:
+            if (p.world, p.step, p.dir) != (self.world, step, name):
+                raise ShardMismatchError(
+                    f"rank {p.rank} wrote step {p.step} of a world of {p.world} in {p.dir}, "
+                    f"not step {step} of {self.world} in {name}",
+                    [p.rank],
+                )
+        root_fd = _root_fd(self.root)
+        if root_fd is None:
+            raise _bad(self.root, "missing: the checkpoint root is gone")
+        try:
+            for p in parts:  # durable where rank 0 sees them, at their saved size
+                for f in p.files:
+                    try:
+                        st = os.stat(f"{name}/{f.name}", dir_fd=root_fd, follow_symlinks=False)
+                    except FileNotFoundError:
+                        raise _bad(self.root / name / f.name, "missing at commit") from None
+                    if st.st_size != f.size:
+                        raise _bad(self.root / name / f.name, "changed size before the commit")
+            old = _read_commit(self.root, root_fd) or []
+            entry = {
+                "dir": name,
+                "step": step,
+                "world": self.world,
+                "fingerprint": self.fingerprint,
+                "parts": [
+                    {"rank": p.rank, "name": f.name, "size": f.size, "sha256": f.sha256}
+                    for p in sorted(parts, key=lambda p: p.rank)
+                    for f in p.files
+                ],
+            }
+            lineage = [entry, *[e for e in old if e["step"] < step][: self.keep - 1]]
+            if self.hook is not None:
+                self.hook("commit")
+            _publish_commit(self.root, root_fd, lineage)
+            kept = {e["dir"] for e in lineage}
+            for item in _listing(root_fd, self.root):
+                if (_STEP_DIR.match(item) and item not in kept) or item.startswith(_TMP_PREFIX):
+                    _remove(self.root, item)
+        finally:
+            os.close(root_fd)
+        return self.root / name
+
+    def save(self, step: int, json_part: Any, tensor_part: Any | None = None) -> Path:
+        """Write this rank's part of checkpoint ``step`` and, collectively,
+        commit it: returns on every rank once the checkpoint exists, raises
+        ``CheckpointFileError`` on every rank if any rank failed."""
+        if self.comm is None:
+            if self.world != 1:
+                raise RuntimeError("save needs comm with more than one rank")
+            return self.commit(step, [self.write_part(step, json_part, tensor_part)])
+        part: WrittenPart | str
+        try:
+            part = self.write_part(step, json_part, tensor_part)
+        except Exception as exc:
+            part = f"rank {self.rank}: {type(exc).__name__}: {exc}"
+        gathered = self.comm.all_gather_object(part)
+        outcome: str | None = None
+        if self.rank == 0:
+            failures = [p for p in gathered if isinstance(p, str)]
+            if failures:
+                outcome = "; ".join(failures)
+            else:
+                try:
+                    self.commit(step, gathered)
+                except Exception as exc:
+                    outcome = f"commit: {type(exc).__name__}: {exc}"
+        outcome = self.comm.broadcast_object(outcome)
+        if outcome is not None:
+            raise _bad(self.root, f"checkpoint {step} was not committed: {outcome}")
+        return self.root / step_dir_name(step, self.session)
+
+
+def owned_groups(parts: Iterable[RankPart], key: str, share: Share) -> dict[int, Any]:
+    """The saved buffered groups of ``share``, gathered from every rank's
+    part: ``json_part[key]`` maps a global ordinal (a JSON key) to its group.
+    After a reshard, a rank restores the groups its new share owns, whoever
+    generated them."""
+    out: dict[int, Any] = {}
+    for part in parts:
+        groups = part.json_part.get(key, {}) if isinstance(part.json_part, Mapping) else {}
+        if not isinstance(groups, Mapping):
+            raise CheckpointCorruptError(f"rank {part.rank}'s {key!r} is not a dict")
+        for o, group in groups.items():
+            try:
+                ordinal = int(o)
+            except ValueError:
+                raise CheckpointCorruptError(
+                    f"rank {part.rank}'s {key!r} has key {o!r:.40}, not an ordinal"
+                ) from None
+            if share.owns(ordinal):
+                out[ordinal] = group
+    return out
