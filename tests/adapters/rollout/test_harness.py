@@ -1,8 +1,10 @@
 """The integration harness on this project's own rollout adapter: a
 ``RolloutLoop`` over a ``StreamCollector``, driven by an engine whose every
 request waits until the harness says it lands or fails, with the replay
-buffer (the loop's sink) saved next to the collector state. No torch: the
-loop needs only asyncio and frontier_core."""
+buffer (the loop's sink) saved next to the collector state. The engine also
+checks that every request id carries the ledger's attempt count, which a
+checkpoint carries across crashes. No torch: the loop needs only asyncio
+and frontier_core."""
 
 from __future__ import annotations
 
@@ -35,10 +37,15 @@ SETTINGS = settings(
 
 
 class HeldEngine:
-    """Each request waits for the harness's verdict on its ordinal."""
+    """Each request waits for the harness's verdict on its ordinal.
+    ``misnamed`` collects request ids whose attempt is not the ledger's
+    (checked by the harness: an assertion in here would be a failed
+    generation)."""
 
-    def __init__(self) -> None:
+    def __init__(self, attempts: Any) -> None:
         self.verdicts: dict[int, asyncio.Future[str]] = {}
+        self.attempts = attempts
+        self.misnamed: list[str] = []
 
     def verdict(self, ordinal: int) -> asyncio.Future[str]:
         if ordinal not in self.verdicts:
@@ -52,6 +59,8 @@ class HeldEngine:
         self, prompt: Any, sampling_params: Any, request_id: str
     ) -> AsyncIterator[Any]:
         ordinal = int(prompt[1:])  # test side only: the loop never parses rows
+        if request_id != f"o{ordinal}-a{self.attempts(ordinal)}":
+            self.misnamed.append(f"{request_id} (the ledger counts {self.attempts(ordinal)})")
         how = await self.verdict(ordinal)
         del self.verdicts[ordinal]
         if how == "fail":
@@ -85,7 +94,7 @@ class RolloutIntegration(Integration):
             SequenceSource([f"r{o}" for o in range(N)], batch_size=3),
             LedgerConfig(stream_len=N, on_failure=FailurePolicy.RETRY, max_attempts=2),
         )
-        self.engine = HeldEngine()
+        self.engine = HeldEngine(self.collector.attempts)
         self.sink = Sink()
         self.dropped: list[int] = []
         self.loop = rollout.RolloutLoop(
@@ -113,6 +122,7 @@ class RolloutIntegration(Integration):
             raise AssertionError(f"workers of {sorted(waiting)} did not finish")
 
         self.aio.run_until_complete(settle())
+        assert not self.engine.misnamed, self.engine.misnamed
 
     def stamp(self, n: int) -> Iterable[int]:
         before = set(self.collector.ledger.ordinals(Status.PENDING))
@@ -172,7 +182,7 @@ class RolloutIntegration(Integration):
         assert isinstance(checkpoint, str)
         state = json.loads(checkpoint)
         self.start()
-        self.collector.resume(state["collector"])
+        self.collector.resume(state["collector"], load_replay_buffer=True)
         self.sink.groups = {o: row for o, row in state["buffer"]}
         return list(self.sink.groups)
 

@@ -6,6 +6,7 @@ and the collector need only asyncio and frontier_core."""
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
@@ -130,6 +131,12 @@ def kinds(events: list[RolloutEvent], ordinal: int) -> list[str]:
 
 def arun(coro: Any) -> Any:
     return asyncio.run(asyncio.wait_for(coro, 10))
+
+
+async def eventually(predicate: Callable[[], bool]) -> None:
+    """Poll an engine-side condition (``until`` re-checks on loop events only)."""
+    while not predicate():
+        await asyncio.sleep(0)
 
 
 def test_success_reports_dispatch_before_submission_and_lands_every_group() -> None:
@@ -372,28 +379,81 @@ def test_vllm_engine_passes_the_asyncllm_calls_through() -> None:
     assert calls[-2:] == [("abort", "x"), ("shutdown", None)]
 
 
-def test_a_sink_that_refuses_a_group_fails_the_request_cleanly() -> None:
-    class Picky(Sink):
-        refused = False
+def test_a_sink_that_refuses_a_group_stops_the_loop_with_the_ordinal_outstanding() -> None:
+    """A refusal is the trainer's, not a failed generation: the group is
+    not reported landed, no attempt is burned and nothing is dropped (even
+    under ``drop``); the loop stops, and the ordinal is left outstanding for
+    the resume to regenerate."""
 
+    class Picky(Sink):
         def add(self, group: Group) -> None:
-            if not self.refused:
-                self.refused = True
+            if group.ordinal == 1:
                 raise ValueError("buffer full")
             super().add(group)
 
     async def main() -> None:
-        config = LedgerConfig(stream_len=1, on_failure=FailurePolicy.RETRY)
-        collector = StreamCollector(ListSource(1), config)
+        config = LedgerConfig(stream_len=3, on_failure=FailurePolicy.DROP)
+        collector = StreamCollector(ListSource(3), config)
         sink = Picky()
+        engine = ScriptEngine(collector)
         events: list[RolloutEvent] = []
+        dropped: list[int] = []
+        loop = RolloutLoop(
+            collector, engine, sink, prompt_of=str, sampling_params=None,
+            num_generations=N_GEN, max_in_flight=1, on_event=events.append,
+            on_dropped=dropped.extend,
+        )  # fmt: skip
+        with pytest.raises(ValueError, match="buffer full"):
+            async with loop:
+                await loop.until(lambda: loop.idle)
+        assert list(sink.groups) == [0] and "land" not in kinds(events, 1)
+        assert not any(e.kind in ("fail", "drop", "requeue") for e in events) and dropped == []
+        assert [e.detail for e in events if e.kind == "exit" and e.ordinal == 1] == [
+            "ValueError: buffer full"
+        ]
+        # The loop stopped feeding: 2 was never submitted.
+        assert engine.submitted == ["o0-a0", "o1-a0"]
+        assert await loop.aclose() == (1,) == loop.outstanding
+        assert tuple(collector.ledger.ordinals(Status.OUTSTANDING)) == (1,)
+        assert collector.ledger.attempts(1) == 0
+        fresh = StreamCollector(ListSource(3), config)
+        fresh.resume(collector.checkpoint_state(), load_replay_buffer=True)
+        assert [o for o, _ in fresh.take(3)] == [1, 2]
+
+    arun(main())
+
+
+def test_request_ids_continue_from_the_ledgers_attempts_after_a_resume() -> None:
+    """The attempt in the request id is the ledger's count, which a
+    checkpoint carries: a restarted loop does not start again at ``a0``.
+    Stale evictions count as attempts too."""
+
+    async def main() -> None:
+        script = {"o1-a0": "raise", "o1-a1": "hang"}
+        collector, engine, sink, loop, _, _ = make(3, script, max_attempts=4)
+        async with loop:
+            await eventually(lambda: len(sink) == 2 and "o1-a1" in engine.submitted)
+            state = collector.checkpoint_state()  # o1 has failed once
+        assert engine.submitted == ["o0-a0", "o1-a0", "o2-a0", "o1-a1"]
+        assert loop.outstanding == (1,) and collector.attempts(1) == 1
+
+        # The process restarts from the checkpoint, buffer restored.
+        resumed = StreamCollector(ListSource(3), collector.config)
+        resumed.resume(json.loads(json.dumps(state)), load_replay_buffer=True)
+        assert resumed.attempts(1) == 1
+        engine2 = ScriptEngine(resumed, {"o1-a1": "raise"})
+        sink2 = Sink()
         async with RolloutLoop(
-            collector, ScriptEngine(collector), sink, prompt_of=str,
-            sampling_params=None, num_generations=N_GEN, on_event=events.append,
-        ) as loop:  # fmt: skip
-            await loop.until(lambda: loop.idle)
-        assert [e.detail for e in events if e.kind == "fail"] == ["ValueError: buffer full"]
-        assert list(sink.groups) == [0] and collector.ledger.status(0) is Status.BUFFERED
+            resumed, engine2, sink2, prompt_of=str, sampling_params=None,
+            num_generations=N_GEN,
+        ) as loop2:  # fmt: skip
+            await loop2.until(lambda: 1 in sink2.groups)
+            assert engine2.submitted == ["o1-a1", "o1-a2"]
+            assert sink2.groups[1].attempt == 2 and sink2.groups[1].request_id == "o1-a2"
+            assert resumed.evicted([0]).requeued == (0,)  # restored, then too stale
+            loop2.wake()
+            await loop2.until(lambda: 0 in sink2.groups)
+        assert engine2.submitted[2:] == ["o0-a1"] and sink2.groups[0].attempt == 1
 
     arun(main())
 
@@ -454,5 +514,151 @@ def test_a_dead_engine_stops_the_loop_and_burns_no_attempt() -> None:
         for o in range(3):  # outstanding: the restart regenerates them
             assert collector.ledger.status(o) is Status.OUTSTANDING
             assert collector.ledger.attempts(o) == 0
+        assert await loop.aclose() == (0, 1, 2)
 
     arun(main())
+
+
+def test_aclose_returns_what_a_dead_engine_left_outstanding() -> None:
+    """Issue 12: the engine dies with requests in flight. ``aclose`` (also
+    after the ``async with`` exited) returns exactly the ordinals the ledger
+    still holds outstanding, and a resume regenerates exactly those and the
+    rest of the stream."""
+
+    class EngineDead(RuntimeError):
+        pass
+
+    class Dying(ScriptEngine):
+        fatal_errors = (EngineDead,)
+
+        def __init__(self, collector: StreamCollector) -> None:
+            super().__init__(collector)
+            self.dead = asyncio.Event()
+
+        async def generate(
+            self, prompt: Any, sampling_params: Any, request_id: str
+        ) -> AsyncIterator[RequestOutput]:
+            self.submitted.append(request_id)
+            await asyncio.sleep(0)
+            if request_id == "o0-a0":
+                yield final(request_id)
+                return
+            await self.dead.wait()
+            raise EngineDead("EngineCore died")
+
+    async def main() -> None:
+        config = LedgerConfig(stream_len=6, on_failure=FailurePolicy.RETRY, max_attempts=2)
+        collector = StreamCollector(ListSource(6), config)
+        engine = Dying(collector)
+        sink = Sink()
+        events: list[RolloutEvent] = []
+        loop = RolloutLoop(
+            collector, engine, sink, prompt_of=str, sampling_params=None,
+            num_generations=N_GEN, max_in_flight=3, on_event=events.append,
+        )  # fmt: skip
+        with pytest.raises(EngineDead):
+            async with loop:
+                await eventually(lambda: len(sink) == 1 and len(engine.submitted) == 4)
+                assert loop.outstanding == (1, 2, 3)
+                engine.dead.set()  # mid-flight: 1, 2 and 3 are generating
+                await loop.until(lambda: False)
+        held = tuple(collector.ledger.ordinals(Status.OUTSTANDING))
+        assert held == (1, 2, 3)
+        assert await loop.aclose() == held == loop.outstanding
+        assert await loop.aclose() == held  # idempotent
+        assert loop.in_flight == 0 and len(engine.submitted) == 4  # no feeding after the death
+        assert not any(e.kind in ("fail", "drop", "requeue") for e in events)
+        assert all(collector.ledger.attempts(o) == 0 for o in held)
+        fresh = StreamCollector(ListSource(6), config)
+        fresh.resume(collector.checkpoint_state(), load_replay_buffer=True)
+        assert [o for o, _ in fresh.take(6)] == [1, 2, 3, 4, 5]
+
+    arun(main())
+
+
+def test_a_ledger_that_refuses_a_failure_stops_the_loop_and_keeps_the_ordinal() -> None:
+    """A failure the collector refuses (here: it lost the row it would
+    requeue) is a wiring bug: the loop stops and the ordinal, still
+    outstanding in the ledger, is returned by ``aclose``."""
+    from frontier_core import IllegalTransitionError
+
+    async def main() -> None:
+        collector, _, _, loop, events, _ = make(2, {"o1-a0": "raise"})
+        real_take = collector.take
+
+        def take(n: int) -> list[tuple[int, Any]]:
+            items = real_take(n)
+            collector._rows.pop(1, None)  # the bug under test
+            return items
+
+        collector.take = take  # type: ignore[method-assign]
+        with pytest.raises(IllegalTransitionError, match="holds no row"):
+            async with loop:
+                await loop.until(lambda: loop.idle)
+        assert "fail" not in kinds(events, 1)
+        assert await loop.aclose() == (1,)
+        assert collector.ledger.status(1) is Status.OUTSTANDING
+
+    arun(main())
+
+
+def buffered(*ordinals: int) -> Any:
+    from frontier_adapters.rollout._buffer import ReplayBuffer
+
+    buf = ReplayBuffer(max_trajectory_age_steps=2)
+    for o in ordinals:
+        buf.add(Group(o, [o, 1], ((5, o), (6,)), ("stop", "length"), o % 3, 1, f"o{o}-a1"))
+    return buf
+
+
+def test_replay_buffer_state_is_a_tagged_json_dict_that_round_trips() -> None:
+    from frontier_adapters.rollout import _buffer as b
+
+    buf = buffered(7, 2, 4)
+    state = buf.state_dict()
+    assert isinstance(state, dict)
+    assert (state[b.KEY_FORMAT], state[b.KEY_VERSION]) == (b.FORMAT, b.VERSION)
+    assert [g[b.KEY_ORDINAL] for g in state[b.KEY_GROUPS]] == [2, 4, 7]
+    assert set(state[b.KEY_GROUPS][0]) == b.GROUP_KEYS
+    copy = buffered()
+    copy.load_state_dict(json.loads(json.dumps(state)))
+    assert copy.state_dict() == state and copy.ordinals == [2, 4, 7]
+    assert copy.take(1) == buf.take(1)  # the same Group, field for field
+    empty = buffered()
+    empty.load_state_dict(json.loads(json.dumps(buffered().state_dict())))
+    assert len(empty) == 0
+
+
+def test_replay_buffer_refuses_a_wrong_or_missing_key_and_stays_unchanged() -> None:
+    from frontier_adapters.rollout import _buffer as b
+
+    from frontier_core import CheckpointCorruptError, CheckpointVersionError
+
+    good = buffered(1, 3).state_dict()
+    group = good[b.KEY_GROUPS][0]
+    bad_group: list[tuple[dict[str, Any], str]] = [
+        ({k: v for k, v in group.items() if k != b.KEY_ATTEMPT}, "missing keys \\['attempt'\\]"),
+        ({**group, "extra": 1}, "unknown keys \\['extra'\\]"),
+        ({**group, b.KEY_ORDINAL: "1"}, "ordinal must be an int"),
+        ({**group, b.KEY_ORDINAL: True}, "ordinal must be an int"),
+        ({**group, b.KEY_COMPLETIONS: [[1, -2], [3]]}, "completions token"),
+        ({**group, b.KEY_FINISH_REASONS: ["stop"]}, "one string per completion"),
+        ({**group, b.KEY_POLICY_VERSION: 1.5}, "policy_version must be an int"),
+        ({**group, b.KEY_REQUEST_ID: 3}, "request_id must be a string"),
+    ]
+    cases: list[tuple[Any, type[Exception], str]] = [
+        ([group], CheckpointCorruptError, "must be a dict, got list"),  # the old list shape
+        ({**good, b.KEY_FORMAT: "other"}, CheckpointVersionError, "format 'other'"),
+        ({**good, b.KEY_VERSION: 2}, CheckpointVersionError, "version 2"),
+        ({k: v for k, v in good.items() if k != b.KEY_VERSION}, CheckpointVersionError, "None"),
+        ({k: v for k, v in good.items() if k != b.KEY_GROUPS}, CheckpointCorruptError, "keys"),
+        ({**good, "extra": []}, CheckpointCorruptError, "expected \\['format', 'groups'"),
+        ({**good, b.KEY_GROUPS: {}}, CheckpointCorruptError, "groups must be a list"),
+        ({**good, b.KEY_GROUPS: [group, group]}, CheckpointCorruptError, "saved twice"),
+        *(({**good, b.KEY_GROUPS: [g]}, CheckpointCorruptError, m) for g, m in bad_group),
+    ]
+    target = buffered(9)
+    for state, error, message in cases:
+        with pytest.raises(error, match=message):
+            target.load_state_dict(state)
+        assert target.ordinals == [9]
