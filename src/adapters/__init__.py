@@ -24,6 +24,7 @@ ledger's.
 from ._collector import Pull as Pull
 from ._collector import StreamCollector as StreamCollector
 from ._collector import StreamSource as StreamSource
+from ._errors import ConcurrentUseError as ConcurrentUseError
 from ._service import Lease as Lease
 from ._service import LedgerService as LedgerService
 from ._service import Reported as Reported
@@ -31,6 +32,7 @@ from ._service import Snapshot as Snapshot
 from ._sources import SequenceSource as SequenceSource
 
 __all__ = [
+    "ConcurrentUseError",
     "Lease",
     "LedgerService",
     "Pull",

@@ -16,6 +16,15 @@ and reported buffered in the same call. When Ray says a worker is dead, the
 driver calls ``release(leases)``: every ordinal those leases still hold is
 failed through the ledger, which requeues it (``retry``) or drops it.
 
+Every result keeps the ledger's three outcomes of a failure apart
+(``Reported``): ``requeued`` ordinals are generated again now (the service
+holds their rows and the next ``take`` offers them first); ``unstamped``
+ones are restored groups evicted before the source re-yielded their prompt,
+so nobody holds their row yet and they come back, pending, when the stream
+reaches them again; ``dropped`` ones are resolved and must be logged. A
+failed or released ordinal was leased, hence stamped, so it is never
+unstamped; only ``evict`` after a resume with the buffer can produce those.
+
 Leases are fences. An ordinal is held by exactly one lease while it is
 outstanding, and a report is applied only to the ordinals its lease still
 holds; the rest are *stale* and ignored (a worker declared dead whose last
@@ -76,15 +85,20 @@ class Lease:
 
 @attrs.frozen
 class Reported:
-    """What a report or a release did. ``stale`` ordinals were not held by
-    the lease and were ignored; ``requeued`` and ``dropped`` are the
-    ledger's effect on the failed ones."""
+    """What a report, a release or an eviction did. ``stale`` ordinals were
+    not held by the lease and were ignored. The rest is the ledger's effect
+    on the failed (or evicted) ones, kept apart as the core keeps it:
+    ``requeued`` are generated again now (the next ``take`` offers them
+    first), ``unstamped`` come back when the source re-yields them (restored
+    groups evicted before their prompt was re-read), ``dropped`` are
+    resolved (log them)."""
 
     landed: int = 0
     failed: int = 0
     stale: tuple[int, ...] = ()
     requeued: tuple[int, ...] = ()
     dropped: tuple[int, ...] = ()
+    unstamped: tuple[int, ...] = ()
 
 
 @attrs.frozen
@@ -196,24 +210,39 @@ class LedgerService:
             self.stats["landed"] += len(groups)
         self._unhold(lease, held, groups.keys())
         self.stats["stale"] += len(stale)
-        requeued, dropped = self._fail(lease, held, failures)
+        requeued, unstamped, dropped = self._fail(lease, held, failures)
         self.stats["failed"] += len(failures)
-        return Reported(len(groups), len(failures), tuple(stale), requeued, dropped)
+        return Reported(
+            landed=len(groups),
+            failed=len(failures),
+            stale=tuple(stale),
+            requeued=requeued,
+            unstamped=unstamped,
+            dropped=dropped,
+        )
 
     def release(self, leases: Iterable[str]) -> Reported:
-        """Fail every ordinal these leases still hold (their worker died)."""
+        """Fail every ordinal these leases still hold (their worker died);
+        ``requeued`` and ``dropped`` say what the ledger did with them."""
         failed: list[int] = []
         requeued: list[int] = []
+        unstamped: list[int] = []
         dropped: list[int] = []
         for lease in leases:
             held = self._leases.get(lease, set())
             ordinals = sorted(held)
-            r, d = self._fail(lease, held, ordinals)
+            r, u, d = self._fail(lease, held, ordinals)
             failed += ordinals
             requeued += r
+            unstamped += u
             dropped += d
         self.stats["released"] += len(failed)
-        return Reported(0, len(failed), (), tuple(requeued), tuple(dropped))
+        return Reported(
+            failed=len(failed),
+            requeued=tuple(requeued),
+            unstamped=tuple(unstamped),
+            dropped=tuple(dropped),
+        )
 
     def _unhold(self, lease: str, held: set[int], ordinals: Iterable[int]) -> None:
         for o in ordinals:
@@ -224,13 +253,14 @@ class LedgerService:
 
     def _fail(
         self, lease: str, held: set[int], ordinals: Sequence[int]
-    ) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    ) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]:
+        """Fail ``ordinals`` of ``lease``: (requeued, unstamped, dropped)."""
         if not ordinals:
-            return (), ()
+            return (), (), ()
         effect = self._collector.failed(ordinals)
         self._unhold(lease, held, ordinals)
         self._dropped += effect.dropped
-        return effect.requeued + effect.unstamped, effect.dropped
+        return effect.requeued, effect.unstamped, effect.dropped
 
     # -- trainer side -----------------------------------------------------------
 
@@ -253,14 +283,19 @@ class LedgerService:
         return self.snapshot(save_buffer=save_buffer)
 
     def evict(self, ordinals: Iterable[int]) -> Reported:
-        """The trainer discarded these buffered groups as stale."""
+        """The trainer discarded these buffered groups as stale. ``requeued``
+        ones are leased again first; ``unstamped`` ones (restored groups
+        whose prompt the source has not re-yielded since the resume) are
+        leased when the stream reaches them again."""
         ordinals = list(ordinals)
         effect = self._collector.evicted(ordinals)
         for o in ordinals:
             del self._buffer[o]
         self._dropped += effect.dropped
         self.stats["evicted"] += len(ordinals)
-        return Reported(0, 0, (), effect.requeued + effect.unstamped, effect.dropped)
+        return Reported(
+            requeued=effect.requeued, unstamped=effect.unstamped, dropped=effect.dropped
+        )
 
     def snapshot(self, *, save_buffer: bool = True) -> Snapshot:
         """The checkpoint state and the drops not yet returned, in one call.

@@ -15,12 +15,10 @@ not from the ledger's sets, so it checks the ledger rather than echoing it.
 
 from __future__ import annotations
 
-import argparse
 import json
-import sys
 from collections import Counter
-from collections.abc import Iterable, Iterator, Mapping
-from typing import IO, Any
+from collections.abc import Iterable, Mapping
+from typing import IO, Any, Final
 
 import attrs
 
@@ -28,6 +26,9 @@ from ._checkpoint import Checkpoint
 from ._errors import FrontierError
 from ._events import Buffer, Dispatch, Evict, Fail, FailurePolicy, Status, Train
 from ._ledger import Ledger, LedgerConfig
+
+#: The most ordinals one ``stamp`` op may stamp.
+MAX_STAMP: Final = 1_000_000
 
 
 class TraceError(FrontierError, ValueError):
@@ -116,6 +117,12 @@ class Replayer:
             raise TraceError(line, f"{name} after kill: the process is dead; resume first")
         if name == "stamp":
             count = _int(op["count"], "count", line)
+            if count > MAX_STAMP:
+                # The output lists every stamped ordinal: the work must follow
+                # the trace's size, not a number written in it.
+                raise TraceError(
+                    line, f"'count' {count} is more than {MAX_STAMP} a stamp; split it"
+                )
             step = ledger.stamp(count)
             if step.effect.stamped:
                 self._highest_yielded = max(self._highest_yielded, step.effect.stamped[-1])
@@ -229,36 +236,48 @@ class Replayer:
 
 def _int(value: object, key: str, line: int) -> int:
     if type(value) is not int or value < 0:
-        raise TraceError(line, f"{key!r} must be an int >= 0, got {value!r}")
+        raise TraceError(line, f"{key!r} must be an int >= 0, got {value!r:.40}")
     return value
 
 
 def _bool(value: object, key: str, line: int) -> bool:
     if type(value) is not bool:
-        raise TraceError(line, f"{key!r} must be true or false, got {value!r}")
+        raise TraceError(line, f"{key!r} must be true or false, got {value!r:.40}")
     return value
 
 
 def _ordinal_list(value: object, key: str, line: int) -> list[int]:
     if not isinstance(value, list):
-        raise TraceError(line, f"{key!r} must be a list of ordinals, got {value!r}")
+        raise TraceError(line, f"{key!r} must be a list of ordinals, got {value!r:.40}")
     return [_int(o, key, line) for o in value]
 
 
-def replay(lines: Iterable[str], out: IO[str]) -> None:
+def replay(lines: Iterable[str | bytes], out: IO[str]) -> None:
     """Replay trace ``lines`` and write the output lines to ``out``.
 
-    Raises ``TraceError`` at the first bad line; everything before it has
-    been written and flushed, nothing after it."""
+    Lines given as bytes must be UTF-8 without a byte-order mark. Raises
+    ``TraceError`` at the first bad line; everything before it has been
+    written and flushed, nothing after it."""
     replayer = Replayer()
-    for number, text in enumerate(lines, start=1):
+    for number, raw in enumerate(lines, start=1):
+        try:
+            text = raw.decode("utf-8") if isinstance(raw, bytes) else raw
+        except UnicodeDecodeError as exc:
+            out.flush()
+            raise TraceError(number, f"not UTF-8: {exc}") from None
+        if text.startswith("\ufeff"):
+            out.flush()
+            raise TraceError(number, "starts with a byte-order mark: write plain UTF-8")
         if not text.strip():
             continue
         try:
             op = json.loads(text)
-        except json.JSONDecodeError as exc:
+        except RecursionError:
             out.flush()
-            raise TraceError(number, f"not JSON: {exc}") from None
+            raise TraceError(number, "not JSON: nested too deeply") from None
+        except ValueError as exc:  # JSONDecodeError, and ints past the digit limit
+            out.flush()
+            raise TraceError(number, f"not JSON: {str(exc)[:200]}") from None
         try:
             outputs = replayer.feed(op, number)
         finally:
@@ -266,27 +285,3 @@ def replay(lines: Iterable[str], out: IO[str]) -> None:
         for obj in outputs:
             out.write(json.dumps(obj, separators=(",", ":")) + "\n")
     out.flush()
-
-
-def _lines(path: str) -> Iterator[str]:
-    if path == "-":
-        yield from sys.stdin
-        return
-    with open(path, encoding="utf-8") as f:
-        yield from f
-
-
-def configure(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("trace", metavar="TRACE.jsonl", help="the trace; '-' reads stdin")
-
-
-def run(args: argparse.Namespace) -> int:
-    try:
-        replay(_lines(args.trace), sys.stdout)
-    except TraceError as exc:
-        print(f"frontier replay: {args.trace}:{exc.line}: {exc.reason}", file=sys.stderr)
-        return 2
-    except (OSError, UnicodeDecodeError) as exc:
-        print(f"frontier replay: {args.trace}: {exc}", file=sys.stderr)
-        return 2
-    return 0

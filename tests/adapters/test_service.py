@@ -42,7 +42,7 @@ def test_a_lease_lands_and_fails_only_what_it_holds() -> None:
     lease = s.take(3)
     assert lease.items == ((0, 100), (1, 101), (2, 102))
     r = s.report(lease.id, landed=[(0, "g0")], failed=[1])
-    assert (r.landed, r.failed, r.requeued, r.stale) == (1, 1, (1,), ())
+    assert (r.landed, r.failed, r.requeued, r.unstamped, r.stale) == (1, 1, (1,), (), ())
     # A duplicate landing and an ordinal of no lease are stale, and ignored.
     r = s.report(lease.id, landed=[(0, "again"), (5, "x")])
     assert r.stale == (0, 5) and r.landed == 0
@@ -56,7 +56,7 @@ def test_release_fails_what_a_dead_worker_still_held() -> None:
     a, b = s.take(4), s.take(4)
     s.report(a.id, landed=[(0, "g"), (1, "g")])
     r = s.release([a.id])
-    assert r.failed == 2 and r.requeued == (2, 3)
+    assert r.failed == 2 and r.requeued == (2, 3) and r.unstamped == ()
     # Its last report, arriving late, changes nothing.
     late = s.report(a.id, landed=[(2, "late")], failed=[3])
     assert late.stale == (2, 3) and late.landed == late.failed == 0
@@ -126,6 +126,28 @@ def test_a_rebuilt_service_regenerates_outstanding_and_keeps_the_buffer() -> Non
         load_replay_buffer=False,
     )
     assert fresh.batch(1) == [] and fresh.take(5).ordinals == (1, 2, 3, 4, 5)
+
+
+def test_evicting_restored_groups_keeps_requeued_and_unstamped_apart() -> None:
+    """After a resume with the buffer, an evicted group whose prompt the
+    source already re-yielded is requeued (leased again first, its row is
+    held); one the source has not reached again is unstamped: nobody holds
+    its row, and it is leased when the stream brings it back."""
+    s = service()
+    a = s.take(10)
+    s.report(a.id, landed=[(0, "g0"), (2, "g2"), (9, "g9")])
+    r = LedgerService(
+        SequenceSource(list(range(100, 116)), batch_size=4),
+        s._collector.config,
+        state=s.trained([0]).state,
+    )
+    assert [o for o, _ in r.batch(2)] == [2, 9]
+    assert r.take(2).items == ((1, 101), (3, 103))  # the source re-read 1..4
+    e = r.evict([2, 9])
+    assert (e.requeued, e.unstamped, e.dropped) == ((2,), (9,), ())
+    assert r.take(1).items == ((2, 102),)  # the requeued one, now
+    assert r.take(6).ordinals == (4, 5, 6, 7, 8, 9)  # 9 with the stream, not before
+    assert r.status()["evicted"] == 2
 
 
 def test_bad_states_are_refused() -> None:

@@ -155,7 +155,12 @@ def test_cli_exit_statuses_and_json(tmp_path: Path, capsys: pytest.CaptureFixtur
 @pytest.mark.parametrize(
     ("content", "line", "reason"),
     [
-        ('{"step": 0, "ordinals": [0]}\n{"step": 1, "ordin', 2, "truncated"),
+        (
+            '{"step": 0, "ordinals": [0]}\n{"step": 1, "ordin\n{"step": 2, "ordinals": [1]}\n',
+            2,
+            "not JSON",
+        ),
+        ('\ufeff{"step": 0, "ordinals": [0, 1]}\n', 1, "byte-order mark"),
         ('{"step": 0, "ordinals": [0]}\nnot json\n', 2, "not JSON"),
         ('{"step": 0, "ordinals": [0, "1"]}\n', 1, "not an int ordinal"),
         ('{"step": 0, "ordinals": [0, 1.5]}\n', 1, "not an int ordinal"),
@@ -189,3 +194,25 @@ def test_read_back_matches_the_writer(tmp_path: Path) -> None:
         w.dropped([0])
     assert len(list(read_train_log(path))) == 2
     assert audit_log(path, 4).clean
+
+
+def test_window_work_follows_the_stream_not_a_step_number(tmp_path: Path) -> None:
+    """A step numbered 10**12 in the log used to loop 10**12 times; now it
+    is a mismatch like any other (the timeout only guards against a hang)."""
+    import subprocess
+    import sys
+
+    path = tmp_path / "log.jsonl"
+    path.write_text(
+        '{"step": 0, "ordinals": [0, 1]}\n{"step": 1000000000000, "ordinals": [2, 3]}\n'
+    )
+    argv = ["audit", str(path), "--stream-len", "4", "--window", "2", "--json"]
+    proc = subprocess.run(
+        [sys.executable, "-m", "frontier_core._cli", *argv],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert proc.returncode == 1, proc.stderr
+    assert json.loads(proc.stdout)["window_mismatch"] == [1, 1000000000000]

@@ -188,7 +188,7 @@ def test_bad_line_exits_2_naming_the_line_and_prints_nothing_after(
 
 def test_ops_after_kill_need_a_resume(tmp_path: Path) -> None:
     code, out, err = replay(tmp_path, [{"op": "kill"}, {"op": "stamp", "count": 1}])
-    assert code == 2 and out == [] and ":2: yield after kill" in err
+    assert code == 2 and out == [] and ":2: stamp after kill" in err
 
 
 def test_missing_file_exits_2(tmp_path: Path) -> None:
@@ -234,3 +234,68 @@ def test_random_traces_never_lose_or_duplicate(ops: list[dict[str, Any]], retry:
         for obj in out:
             if obj["event"] == "coverage":
                 assert obj["lost"] == [] and obj["duplicated"] == []
+
+
+# -- hostile traces: exit 2 naming the line, bounded work ---------------------------
+
+
+@pytest.mark.parametrize(
+    ("bad", "reason"),
+    [
+        (b'{"op": "stamp", "count": 1000000000000}', "more than 1000000 a stamp"),
+        (b'{"op": "stamp", "count": ' + b"9" * 5000 + b"}", "not JSON"),
+        (b"[" * 50_000, "nested too deeply"),
+        (b'{"op": "stamp", "count": true}', "'count' must be an int"),
+        (b'{"op": "dispatch", "ordinals": [\xff]}', "not UTF-8"),
+        (b'{"op": "dispatch", "ordinals": [1.5]}', "must be an int"),
+    ],
+)
+def test_a_hostile_line_is_exit_2_naming_it_after_the_good_lines(
+    tmp_path: Path, bad: bytes, reason: str
+) -> None:
+    trace = tmp_path / "trace.jsonl"
+    trace.write_bytes(b'{"op": "stamp", "count": 2}\n{"op": "stamp", "count": 1}\n' + bad + b"\n")
+    proc = subprocess.run(
+        [sys.executable, "-m", "frontier_core._cli", "replay", str(trace)],
+        capture_output=True,
+        timeout=60,
+        check=False,
+    )
+    assert proc.returncode == 2, proc.stderr
+    err = proc.stderr.decode()
+    assert f"{trace}:3:" in err and reason in err and "Traceback" not in err
+    assert [json.loads(line)["ordinals"] for line in proc.stdout.splitlines()] == [[0, 1], [2]]
+
+
+@pytest.mark.parametrize("encoded", ["bom", "utf-16"])
+def test_a_byte_order_mark_or_utf16_is_refused_at_line_1(tmp_path: Path, encoded: str) -> None:
+    text = '{"op": "stamp", "count": 2}\n'
+    data = b"\xef\xbb\xbf" + text.encode() if encoded == "bom" else text.encode("utf-16")
+    trace = tmp_path / "trace.jsonl"
+    trace.write_bytes(data)
+    proc = subprocess.run(
+        [sys.executable, "-m", "frontier_core._cli", "replay", str(trace)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert proc.returncode == 2 and f"{trace}:1:" in proc.stderr, proc.stderr
+
+
+def test_an_internal_error_is_exit_3_never_the_verdict_status(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """Exit 1 means "coverage violated"; a bug must not look like one."""
+    import frontier_core._replay as replay_module
+    from frontier_core._cli import main
+
+    def broken(lines: object, out: object) -> None:
+        raise ZeroDivisionError("a bug")
+
+    monkeypatch.setattr(replay_module, "replay", broken)
+    trace = tmp_path / "t.jsonl"
+    trace.write_text("")
+    assert main(["replay", str(trace)]) == 3
+    err = capsys.readouterr().err
+    assert "ZeroDivisionError" in err and "internal error" in err

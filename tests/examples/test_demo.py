@@ -10,6 +10,8 @@ The default demo (1536 prompts, 6 kills per mode) is a command, not a test:
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -36,6 +38,34 @@ def test_reward_curve_helpers() -> None:
     assert buckets([1.0], 8) == [1.0] and buckets([], 8) == []
     assert sparkline([0.0, 0.5, 1.0]) == "▁▅█"
     assert sparkline([0.1, 0.2], top=0.2) == "▅█"
+
+
+def test_demo_rejects_bad_options(capsys: pytest.CaptureFixture[str]) -> None:
+    for bad in (["--kills", "-1"], ["--prompts", "0"]):
+        with pytest.raises(SystemExit) as exc:
+            _cli.main(["demo", *bad])
+        assert exc.value.code == 2
+    assert "must be >=" in capsys.readouterr().err
+
+
+def test_the_examples_commands_import_only_what_they_run() -> None:
+    """``python -m frontier_adapters.examples``: the listing imports no
+    framework, and a demo worker's options never import Ray."""
+    code = (
+        "import sys\n"
+        "from frontier_adapters.examples.__main__ import main\n"
+        "for argv in (['--help'], ['grpo-worker', '--help']):\n"
+        "    try:\n"
+        "        main(argv)\n"
+        "    except SystemExit as exc:\n"
+        "        assert exc.code == 0\n"
+        "    print(sorted({'torch', 'ray'} & {m.split('.')[0] for m in sys.modules}))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    lines = out.stdout.splitlines()
+    assert all(c in out.stdout for c in ("grpo-worker", "torch-torture", "ray-torture"))
+    assert lines.count("[]") == 1 and lines[-1] == "['torch']"
+    assert "--skip-buffer-restore" in out.stdout
 
 
 def test_demo_under_real_sigkills_frontier_loses_and_duplicates_nothing(

@@ -219,7 +219,7 @@ def seekable_first_batch(ds: Dataset[Any], epochs: int, cut: int, nw: int) -> fl
         "ledger": Checkpoint(cut=cut, fingerprint="bench", stream_len=stream_len).state_dict(),
         "stream": source.position(cut),
     }
-    collector.resume(state)
+    collector.resume(state, load_replay_buffer=False)
     items = collector.take(BATCH)
     elapsed = time.perf_counter() - start
     assert items[0][0] == cut, (items[0][0], cut)
@@ -300,4 +300,58 @@ def bench_resume(*, quick: bool, rounds: int) -> list[Row]:
             baseline=f"{near:,} rows in",
         )
     )
+    return out
+
+
+# -- the dataset fingerprint --------------------------------------------------------
+
+
+class PromptRows(Dataset[list[int]]):
+    """Short prompts as lists of token ids, synthesized from the index."""
+
+    def __init__(self, rows: int) -> None:
+        self.rows = rows
+
+    def __len__(self) -> int:
+        return self.rows
+
+    def __getitem__(self, index: int) -> list[int]:
+        return [index % 50_000, (index * 7) % 50_000, (index * 13) % 50_000, 2]
+
+
+def bench_fingerprint(*, quick: bool, rounds: int) -> list[Row]:
+    """``dataset_fingerprint`` hashing every row of 10^6 prompts (and of
+    10^5 tensors of 256 tokens), against one bare pass that reads every row:
+    the cost of reading the dataset is the floor any full-content identity
+    pays."""
+    from ..torch import dataset_fingerprint
+
+    out: list[Row] = []
+    for name, ds in (
+        ("10^6 prompts (4 token ids)", PromptRows(10_000 if quick else 1_000_000)),
+        ("10^5 rows of 256 int32 tokens", SynthDataset(2_000 if quick else 100_000)),
+    ):
+        bare: list[float] = []
+        full: list[float] = []
+        for _ in range(rounds):
+            start = time.process_time()
+            for i in range(len(ds)):
+                ds[i]
+            bare.append(time.process_time() - start)
+            start = time.process_time()
+            dataset_fingerprint(ds, seed=0, shuffle=True)
+            full.append(time.process_time() - start)
+        n = len(ds)
+        out.append(row("fingerprint", f"{name}: read every row", bare, "s cpu", rows=n))
+        out.append(
+            row(
+                "fingerprint",
+                f"{name}: dataset_fingerprint (every row)",
+                full,
+                "s cpu",
+                ratios=ratios_of(full, bare),
+                baseline="reading every row once",
+                rows=n,
+            )
+        )
     return out

@@ -16,17 +16,15 @@ Three runs per round on the same Ray cluster, interleaved:
 Rows have the shape of ``frontier bench`` rows (section ``ray``); the entry
 point for the suite is ``bench_ray(quick=..., rounds=...)``. Wall time: the
 actors and Ray's IPC are what is measured. Needs the ``ray`` extra; starts a
-local 2-CPU cluster unless Ray is already initialised.
+local 2-CPU cluster bound to 127.0.0.1 (``examples.local_ray.init_ray``)
+unless Ray is already initialised.
 
-    python -m frontier_adapters.bench.ray_ledger [--quick] [--rounds 3]
+    frontier bench --only ray [--quick] [--rounds 3]
 """
 
 from __future__ import annotations
 
-import argparse
-import json
 import statistics
-import sys
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -37,6 +35,7 @@ from frontier_core import LedgerConfig
 
 from .._service import Lease
 from .._sources import SequenceSource
+from ..examples.local_ray import init_ray
 from ..examples.ray_workers import _trajectory
 from ..ray._fleet import LedgerActor
 
@@ -146,7 +145,7 @@ def bench_ray(
     actors reporting (see the module docstring); ``frontier bench`` rows."""
     started = not ray.is_initialized()
     if started:
-        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+        init_ray()
     capacity_n = 512 if quick else 8192
     gen_n = 256 if quick else 2048
     try:
@@ -189,24 +188,3 @@ def bench_ray(
             **detail,
         ),
     ]
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m frontier_adapters.bench.ray_ledger")
-    parser.add_argument("--quick", action="store_true")
-    parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--latency", type=float, default=0.02, help="seconds per prompt")
-    args = parser.parse_args(argv)
-    rows = bench_ray(quick=args.quick, rounds=args.rounds, latency=args.latency)
-    for r in rows:
-        ratio = f"  ratio {r['ratio']['median']:.3f}" if "ratio" in r else ""
-        print(
-            f"{r['name']:<28} {r['median']:>9.0f} {r['unit']} "
-            f"({r['min']:.0f}..{r['max']:.0f}){ratio}"
-        )
-    print(json.dumps(rows), file=sys.stderr)
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,6 +1,6 @@
 """One life of the async GRPO demo: train, checkpoint every step, die any time.
 
-``python -m frontier_adapters.examples.grpo_worker --workdir DIR --mode frontier|legacy``
+``python -m frontier_adapters.examples grpo-worker --workdir DIR --mode frontier|legacy``
 resumes from ``DIR``'s latest checkpoint (or starts fresh) and trains until
 the prompt stream is done, printing ``ready``, one ``step`` line after each
 committed checkpoint and ``done`` at the end. ``frontier demo`` SIGKILLs it
@@ -19,22 +19,39 @@ the fix: the loader's live cursor and the buffer. A resume continues from the
 cursor, so the prompts that were generating or waiting in the gap-fill
 remainder at the checkpoint are never trained. Failure attempts live in
 memory only, as they did.
+
+``--engine vllm`` generates with real vLLM (``AsyncLLM``, the CPU build from
+``scripts/setup-vllm.sh`` on these machines) instead of the CPU engine: the
+policy is the tiny random-weight Llama of ``tiny_llm`` (a transformers
+model, trained here by torch with the same GRPO step), prompts are ``<s>``
+and four of sixteen letter tokens, sampling is restricted to those sixteen
+(``allowed_token_ids``, so a random policy scores 1/16 as on the CPU
+engine), and the reward is 1 when the completion starts with the prompt's
+*last* letter (the CPU engine's first-token task barely moves this Llama
+within the demo's 48 steps; this one does). After every optimizer step the
+new weights are pushed into the running engine (``VllmEngine.load_weights``:
+``collective_rpc("reload_weights")`` with the prefix cache reset, requests
+in flight frozen and resumed under the new weights). A resume starts a
+fresh engine from the base model and pushes the checkpointed weights
+before the first request. The engine's sockets stay on loopback
+(``loopback_environ``); its unix sockets and the weight files go to
+``$TMPDIR``, which ``frontier demo`` makes private to each life and removes
+after it.
 """
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import hashlib
 import json
 import os
-import sys
 import warnings
 from collections import deque
 from collections.abc import AsyncIterator, Iterable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
+import attrs
 import torch
 
 from frontier_core import Effect, FailurePolicy, LedgerConfig, TrainLogWriter
@@ -44,10 +61,10 @@ from ..rollout._buffer import ReplayBuffer
 from ..rollout._engine import AsyncEngine, RequestOutputLike
 from ..rollout._loop import Collector, RolloutEvent, RolloutLoop
 from ..torch import make_seekable_loader
-from ..torch._files import read_checkpoint, require_parts, write_checkpoint
+from ..torch._files import read_checkpoint, write_checkpoint
 from ..torch._sources import SeekableSource
 from .cpu_engine import CpuEngine, CpuSamplingParams, TinyCausalLM
-from .grpo import grpo_step, make_prompts
+from .grpo import grpo_step, make_prompts, reward
 
 LOG_NAME = "train_log.jsonl"
 CKPT_DIR = "checkpoints"
@@ -65,11 +82,22 @@ class FlakyEngine:
     """Wraps an engine: a seeded fraction of requests raise mid-way (a dead
     worker) and another stalls until the loop's timeout cancels it."""
 
-    def __init__(self, inner: CpuEngine, *, seed: int, fail_rate: float, stall_rate: float) -> None:
+    def __init__(
+        self, inner: AsyncEngine, *, seed: int, fail_rate: float, stall_rate: float
+    ) -> None:
         self.inner = inner
         self.seed = seed
         self.fail_rate = fail_rate
         self.stall_rate = stall_rate
+
+    @property
+    def fatal_errors(self) -> tuple[type[BaseException], ...]:
+        return tuple(getattr(self.inner, "fatal_errors", ()))
+
+    def check_event_loop(self) -> None:
+        check = getattr(self.inner, "check_event_loop", None)
+        if check is not None:
+            check()
 
     async def abort(self, request_id: str) -> None:
         await self.inner.abort(request_id)
@@ -129,6 +157,9 @@ class LiveCursorCollector:
             self._rows[o] = row
         return out
 
+    def attempts(self, ordinal: int) -> int:
+        return self._attempts.get(ordinal, 0)
+
     def landed(self, ordinals: Iterable[int]) -> None:
         pass
 
@@ -154,55 +185,180 @@ class LiveCursorCollector:
         return self.failed(ordinals)
 
 
-def configure(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--workdir", required=True)
-    p.add_argument("--mode", choices=["frontier", "legacy"], default="frontier")
-    p.add_argument("--prompts", type=int, default=512)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--batch-size", type=int, default=12, help="loader batch (gap-fill)")
-    p.add_argument("--groups-per-step", type=int, default=8)
-    p.add_argument("--num-generations", type=int, default=8)
-    p.add_argument("--max-tokens", type=int, default=8)
-    p.add_argument("--max-in-flight", type=int, default=12)
-    p.add_argument(
-        "--max-ahead",
-        type=int,
-        default=None,
-        help="groups generating or buffered at most (default: one step's worth per "
-        "step of allowed age, groups_per_step * (max_age + 1))",
-    )
-    p.add_argument("--max-age", type=int, default=2, help="max_trajectory_age_steps")
-    p.add_argument("--timeout", type=float, default=1.5, help="seconds per request")
-    p.add_argument("--fail-rate", type=float, default=0.02)
-    p.add_argument("--stall-rate", type=float, default=0.01)
-    p.add_argument("--token-latency", type=float, default=0.006)
-    p.add_argument("--lr", type=float, default=3e-3)
-    p.add_argument("--step-pause", type=float, default=0.0, help="sleep after each step")
-    p.add_argument(
-        "--skip-buffer-restore",
-        type=float,
-        default=0.25,
-        help="chance that a resume does not restore the replay buffer (seeded per life)",
+@attrs.frozen
+class WorkerArgs:
+    """The arguments of one life (``python -m frontier_adapters.examples
+    grpo-worker``, parsed in ``frontier_adapters.examples.__main__``)."""
+
+    workdir: str
+    mode: str = "frontier"  # or "legacy"
+    engine: str = "cpu"  # or "vllm"
+    prompts: int = 512
+    seed: int = 0
+    batch_size: int = 12  # loader batch (gap-fill)
+    groups_per_step: int = 8
+    num_generations: int = 8
+    max_tokens: int = 8
+    max_in_flight: int = 12
+    #: Groups generating or buffered at most (default: one step's worth per
+    #: step of allowed age, ``groups_per_step * (max_age + 1)``).
+    max_ahead: int | None = None
+    max_age: int = 2  # max_trajectory_age_steps
+    timeout: float = 1.5  # seconds per request
+    fail_rate: float = 0.02
+    stall_rate: float = 0.01
+    token_latency: float = 0.006
+    lr: float = 3e-3
+    step_pause: float = 0.0  # sleep after each step
+    #: Chance that a resume does not restore the replay buffer (seeded per life).
+    skip_buffer_restore: float = 0.25
+
+
+#: The sixteen letters whose byte tokens are the vLLM demo's vocabulary.
+LETTERS = "abcdefghijklmnop"
+
+
+@attrs.define
+class Backend:
+    """What differs between the CPU engine and vLLM: the policy module
+    (``model(tokens) -> logits``, trained by ``grpo_step``), the prompts,
+    how a row becomes an engine prompt, the reward, the sampling
+    parameters, and the engine with its weight push and shutdown."""
+
+    model: torch.nn.Module
+    prompts: list[list[int]]
+    prompt_of: Any
+    reward_fn: Any
+    params: Any
+    #: Build the engine (after the checkpoint's weights were loaded).
+    start: Any
+    engine: Any = None
+    #: ``await push()`` after an optimizer step (None: the engine shares
+    #: the module's weights).
+    push: Any = None
+    shutdown: Any = None
+
+
+def _cpu_backend(args: WorkerArgs, lives: int) -> Backend:
+    model = TinyCausalLM(vocab=VOCAB, seed=args.seed)
+
+    def start() -> AsyncEngine:
+        return CpuEngine(model, seed=args.seed * 1000 + lives, token_latency=args.token_latency)
+
+    return Backend(
+        model=model,
+        prompts=make_prompts(args.prompts, vocab=VOCAB, seed=args.seed),
+        prompt_of=list,
+        reward_fn=reward,
+        params=CpuSamplingParams(n=args.num_generations, max_tokens=args.max_tokens),
+        start=start,
     )
 
 
-def run(args: argparse.Namespace) -> int:
+class _LogitsOf(torch.nn.Module):
+    """A transformers causal LM as ``grpo_step`` calls a policy: token ids
+    in, logits out."""
+
+    def __init__(self, lm: torch.nn.Module) -> None:
+        super().__init__()
+        self.lm = lm
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        logits: torch.Tensor = self.lm(input_ids=tokens).logits
+        return logits
+
+
+def _vllm_backend(args: WorkerArgs) -> Backend:
+    import importlib
+    import tempfile
+
+    from ..rollout._vllm import vllm_sampling_params
+    from . import tiny_llm
+
+    os.environ.update(tiny_llm.OFFLINE_ENV)
+    # stdout is the demo's protocol (ready, step, done): vLLM logs to stdout
+    # by default.
+    os.environ.setdefault("VLLM_LOGGING_STREAM", "ext://sys.stderr")
+    transformers = importlib.import_module("transformers")
+    directory = tiny_llm.tiny_llm()
+    tokenizer = transformers.AutoTokenizer.from_pretrained(directory)
+    letters = [int(t) for t in tokenizer.convert_tokens_to_ids(list(LETTERS))]
+    lm = transformers.AutoModelForCausalLM.from_pretrained(directory, dtype=torch.float32)
+    model = _LogitsOf(lm)
+    # The CPU demo's prompts (ids 2..15), spelt in letters, after <s>.
+    prompts = [
+        [tiny_llm.BOS_ID, *(letters[t] for t in row)]
+        for row in make_prompts(args.prompts, vocab=VOCAB, seed=args.seed)
+    ]
+    # Private to this life: frontier demo points TMPDIR at a directory it
+    # removes after the life, SIGKILLed or not.
+    scratch = Path(tempfile.mkdtemp(prefix="frontier-vllm-"))
+    weights = scratch / "weights"
+    backend = Backend(
+        model=model,
+        prompts=prompts,
+        prompt_of=lambda row: {"prompt_token_ids": list(row)},
+        reward_fn=lambda prompt, completion: reward(prompt[::-1], completion),
+        params=vllm_sampling_params(
+            n=args.num_generations,
+            max_tokens=args.max_tokens,
+            temperature=1.0,
+            allowed_token_ids=letters,
+        ),
+        start=None,
+    )
+
+    def start() -> AsyncEngine:
+        engine = tiny_llm.tiny_vllm_engine(
+            scratch / "rpc", seed=args.seed, max_model_len=256, max_num_batched_tokens=256
+        )
+        backend.engine = engine
+
+        async def push() -> None:
+            tiny_llm.save_weights(lm, weights)
+            await engine.load_weights(weights)
+
+        def shutdown() -> None:
+            engine.shutdown(timeout=1)
+            import shutil
+
+            shutil.rmtree(scratch, ignore_errors=True)
+
+        backend.push = push
+        backend.shutdown = shutdown
+        started: AsyncEngine = engine
+        return started
+
+    backend.start = start
+    return backend
+
+
+def run(args: WorkerArgs) -> int:
+    """Resume from ``args.workdir`` (or start) and train to the end of the stream."""
     warnings.filterwarnings("ignore", message="'set_vital' is deprecated")
     torch.set_num_threads(1)
+    if args.engine not in ("cpu", "vllm"):
+        raise ValueError(f"engine must be cpu or vllm, got {args.engine!r}")
     workdir = Path(args.workdir)
     workdir.mkdir(parents=True, exist_ok=True)
-    prompts = make_prompts(args.prompts, vocab=VOCAB, seed=args.seed)
     fingerprint = f"grpo-demo;prompts={args.prompts};seed={args.seed};mode={args.mode}"
+    if args.engine != "cpu":
+        fingerprint += f";engine={args.engine}"
+    ckpt_root = workdir / CKPT_DIR
+    loaded = read_checkpoint(
+        ckpt_root, fingerprint=fingerprint, require=["state", "model", "optim"]
+    )
+    lives = 1 if loaded is None else loaded.json_parts["state"]["lives"] + 1
+    torch.manual_seed(args.seed)
+    backend = _cpu_backend(args, lives) if args.engine == "cpu" else _vllm_backend(args)
+    model = backend.model
     loader = make_seekable_loader(
-        prompts, batch_size=args.batch_size, seed=args.seed, shuffle=True, epochs=1
+        backend.prompts, batch_size=args.batch_size, seed=args.seed, shuffle=True, epochs=1
     )
     source = SeekableSource(loader)
-    torch.manual_seed(args.seed)
-    model = TinyCausalLM(vocab=VOCAB, seed=args.seed)
     optim = torch.optim.Adam(model.parameters(), lr=args.lr)
     buffer = ReplayBuffer(args.max_age)
     log_path = workdir / LOG_NAME
-    ckpt_root = workdir / CKPT_DIR
     frontier = args.mode == "frontier"
     config = LedgerConfig(
         stream_len=args.prompts,
@@ -211,10 +367,9 @@ def run(args: argparse.Namespace) -> int:
         fingerprint=fingerprint,
     )
     collector: StreamCollector | LiveCursorCollector
-    loaded = read_checkpoint(ckpt_root, fingerprint=fingerprint)
     counters = {"failed": 0, "timeouts": 0, "requeued": 0, "dropped": 0, "evicted": 0}
     if loaded is None:
-        step, lives, rewards = 0, 1, []
+        step, rewards = 0, []
         fresh = not log_path.exists() or log_path.stat().st_size == 0
         log = TrainLogWriter(log_path, resume_records=None if fresh else 0)
         collector = (
@@ -223,9 +378,8 @@ def run(args: argparse.Namespace) -> int:
             else LiveCursorCollector(source, start=0, retry=True)
         )
     else:
-        require_parts(loaded, ["state", "model", "optim"])
         state = loaded.json_parts["state"]
-        step, lives, rewards = loaded.step, state["lives"] + 1, list(state["rewards"])
+        step, rewards = loaded.step, list(state["rewards"])
         counters = dict(state["counters"])
         # load_replay_buffer=False regenerates the buffered window (no
         # short-rollout bias); the legacy cursor just loses it, as in #3583.
@@ -243,12 +397,11 @@ def run(args: argparse.Namespace) -> int:
         log = TrainLogWriter(log_path, resume_records=state["records"])
 
     engine = FlakyEngine(
-        CpuEngine(model, seed=args.seed * 1000 + lives, token_latency=args.token_latency),
+        backend.start(),
         seed=args.seed * 1000 + lives,
         fail_rate=args.fail_rate,
         stall_rate=args.stall_rate,
     )
-    params = CpuSamplingParams(n=args.num_generations, max_tokens=args.max_tokens)
     max_ahead = args.max_ahead
     if max_ahead is None:
         max_ahead = args.groups_per_step * (args.max_age + 1)
@@ -285,15 +438,22 @@ def run(args: argparse.Namespace) -> int:
             tensor_parts={"model": model.state_dict(), "optim": optim.state_dict()},
         )
 
+    async def push() -> None:
+        if backend.push is not None:
+            await backend.push()
+            counters["weight_pushes"] = counters.get("weight_pushes", 0) + 1
+
     async def train() -> None:
         nonlocal step
         rollout_collector: Collector = collector
+        if loaded is not None:
+            await push()  # the engine starts from the base weights
         async with RolloutLoop(
             rollout_collector,
             _as_engine(engine),
             buffer,
-            prompt_of=list,
-            sampling_params=params,
+            prompt_of=backend.prompt_of,
+            sampling_params=backend.params,
             max_in_flight=args.max_in_flight,
             max_ahead=max_ahead,
             timeout=args.timeout,
@@ -318,21 +478,28 @@ def run(args: argparse.Namespace) -> int:
                         break
                     continue
                 groups = buffer.take(args.groups_per_step)
-                stats = grpo_step(model, optim, groups)
+                stats = grpo_step(cast(Any, model), optim, groups, reward_fn=backend.reward_fn)
                 ordinals = [g.ordinal for g in groups]
                 collector.trained(ordinals)
                 log.step(step, ordinals)
                 step += 1
                 rewards.append(round(stats.mean_reward, 4))
+                await push()
                 rollout.wake()
                 checkpoint()
                 print(
-                    f"step {step} groups={len(groups)} reward={stats.mean_reward:.3f}", flush=True
+                    f"step {step} groups={len(groups)} reward={stats.mean_reward:.3f} "
+                    f"in_flight={rollout.in_flight}",
+                    flush=True,
                 )
                 if args.step_pause:
                     await asyncio.sleep(args.step_pause)
 
-    asyncio.run(train())
+    try:
+        asyncio.run(train())
+    finally:
+        if backend.shutdown is not None:
+            backend.shutdown()
     if isinstance(collector, StreamCollector) and not collector.drained:
         raise RuntimeError(f"stream not drained: cut {collector.ledger.cut}")
     log.close()
@@ -346,13 +513,3 @@ def run(args: argparse.Namespace) -> int:
 
 def _as_engine(engine: FlakyEngine) -> AsyncEngine:
     return engine
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m frontier_adapters.examples.grpo_worker")
-    configure(parser)
-    return run(parser.parse_args(argv))
-
-
-if __name__ == "__main__":
-    sys.exit(main())

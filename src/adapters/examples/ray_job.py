@@ -20,21 +20,22 @@ Ray's own signals:
 ``chaos`` kills workers and the ledger actor from inside the driver;
 ``torture`` SIGKILLs driver processes::
 
-    python -m frontier_adapters.examples.ray_job run --workdir /tmp/rj --rows 64
-    python -m frontier_adapters.examples.ray_job torture --workdir /tmp/rt --kills 5
+    python -m frontier_adapters.examples ray-run --workdir /tmp/rj --rows 64
+    python -m frontier_adapters.examples ray-torture --workdir /tmp/rt --kills 5
+
+Without ``--address`` both start a local 2-CPU cluster bound to 127.0.0.1
+(``local_ray.init_ray``); the torture's driver processes join it with the
+same loopback environment.
 """
 
 from __future__ import annotations
 
-import argparse
-import json
 import os
 import random
 import signal
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -54,7 +55,8 @@ from ..ray._fleet import (
     ledger_call,
     rollout_actor,
 )
-from ..torch._files import read_checkpoint, require_parts, write_checkpoint
+from ..torch._files import read_checkpoint, write_checkpoint
+from .local_ray import init_ray, loopback_env
 from .ray_workers import CpuEngineRollout, StandInRollout
 
 LOG_NAME = "train_log.jsonl"
@@ -189,11 +191,14 @@ class _Driver:
 
     def load(self) -> None:
         """(Re)start from the last checkpoint, or from scratch."""
-        loaded = read_checkpoint(self.root, fingerprint=self.cfg.fingerprint)
+        loaded = read_checkpoint(
+            self.root,
+            fingerprint=self.cfg.fingerprint,
+            require=["ledger", "driver", "model", "optim"],
+        )
         state: dict[str, Any] | None = None
         records = 0
         if loaded is not None:
-            require_parts(loaded, ["ledger", "driver", "model", "optim"])
             driver = loaded.json_parts["driver"]
             self.step, records, self.seq = driver["step"], driver["records"], loaded.step + 1
             state = loaded.json_parts["ledger"]
@@ -345,6 +350,20 @@ def _lines(path: Path) -> int:
         return 0
 
 
+def check_kills(cfg: JobConfig, kills: int) -> None:
+    """Refuse, before anything runs, a stream too short for ``kills``: each
+    kill waits for 2 to 4 new log lines, the resume marker among them, so up
+    to 3 steps of progress, and the job would otherwise finish first."""
+    steps = -(-cfg.stream_len // cfg.groups_per_step)
+    if kills * 3 >= steps:
+        rows = -(-(kills * 3 + 1) * cfg.groups_per_step // cfg.epochs)
+        raise ValueError(
+            f"{kills} kills need more than {kills * 3} training steps, but {cfg.rows} rows x "
+            f"{cfg.epochs} epochs at {cfg.groups_per_step} groups a step make {steps}: "
+            f"pass --rows {rows} or more"
+        )
+
+
 def torture(
     workdir: str | os.PathLike[str],
     cfg: JobConfig,
@@ -361,11 +380,12 @@ def torture(
     lands with work in flight), then let the last one finish and audit the
     log with the ``frontier audit`` command. ``chaos`` is the number of
     rollout worker and ledger actor kills each driver makes itself."""
+    check_kills(cfg, kills)
     workdir = Path(workdir)
     workdir.mkdir(parents=True, exist_ok=True)
     log = workdir / LOG_NAME
     rng = random.Random(seed)
-    cmd = [sys.executable, "-m", "frontier_adapters.examples.ray_job", "run"]
+    cmd = [sys.executable, "-m", "frontier_adapters.examples", "ray-run"]
     cmd += [f"--workdir={workdir}"]
     cmd += [f"--address={address}", *_job_args(cfg)]
     cmd += [f"--worker-kills={chaos[0]}", f"--ledger-kills={chaos[1]}", f"--chaos-seed={seed}"]
@@ -381,6 +401,7 @@ def torture(
                 stdout=subprocess.DEVNULL,
                 stderr=err,
                 cwd=workdir,
+                env=loopback_env(),
             )
             if done_kills < kills:
                 target = _lines(log) + rng.randint(2, 4)  # the resume marker counts
@@ -395,6 +416,10 @@ def torture(
             proc.wait(timeout=max(1.0, timeout - (time.monotonic() - start)))
             if proc.returncode != 0:
                 raise RuntimeError(f"driver exited with {proc.returncode}; see {err.name}")
+            if done_kills < kills:
+                raise RuntimeError(
+                    f"delivered {done_kills} of {kills} kills: the job finished first"
+                )
             break
     audit_exit = subprocess.run(
         [*AUDIT, str(workdir / LOG_NAME), f"--stream-len={cfg.stream_len}"],
@@ -410,87 +435,36 @@ def torture(
     )
 
 
-def _add_job_args(p: argparse.ArgumentParser) -> None:
-    d = JobConfig()
-    p.add_argument("--workdir", required=True)
-    p.add_argument("--address", default=None, help="a Ray cluster (default: start a local one)")
-    p.add_argument("--rows", type=int, default=d.rows)
-    p.add_argument("--epochs", type=int, default=d.epochs)
-    p.add_argument("--workers", type=int, default=d.workers)
-    p.add_argument("--per-call", type=int, default=d.per_call)
-    p.add_argument("--groups-per-step", type=int, default=d.groups_per_step)
-    p.add_argument("--latency", type=float, default=d.latency)
-    p.add_argument("--fail-rate", type=float, default=d.fail_rate)
-    p.add_argument("--crash-rate", type=float, default=d.crash_rate)
-    p.add_argument("--max-attempts", type=int, default=d.max_attempts)
-    p.add_argument("--engine", choices=["standin", "cpu"], default=d.engine)
-    p.add_argument("--seed", type=int, default=d.seed)
-    p.add_argument("--worker-kills", type=int, default=0, help="rollout workers to kill per run")
-    p.add_argument("--ledger-kills", type=int, default=0, help="ledger actors to kill per run")
-    p.add_argument("--chaos-seed", type=int, default=0)
-
-
-def _cfg(args: argparse.Namespace) -> JobConfig:
-    return JobConfig(
-        rows=args.rows,
-        epochs=args.epochs,
-        workers=args.workers,
-        per_call=args.per_call,
-        groups_per_step=args.groups_per_step,
-        latency=args.latency,
-        fail_rate=args.fail_rate,
-        crash_rate=args.crash_rate,
-        max_attempts=args.max_attempts,
-        engine=args.engine,
-        seed=args.seed,
-    )
-
-
-def init_ray(address: str | None) -> None:
-    """Connect to ``address``, or start a small local cluster (2 CPUs)."""
-    if address:
-        ray.init(address=address, log_to_driver=False)
-    else:
-        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m frontier_adapters.examples.ray_job")
-    sub = parser.add_subparsers(dest="cmd", required=True)
-    r = sub.add_parser("run", help="run or resume the job until its stream is done")
-    _add_job_args(r)
-    t = sub.add_parser("torture", help="SIGKILL driver processes, then audit the log")
-    _add_job_args(t)
-    t.add_argument("--kills", type=int, default=5)
-    args = parser.parse_args(argv)
-    cfg = _cfg(args)
-    if args.cmd == "run":
-        init_ray(args.address)
-        try:
-            chaos = Chaos(args.worker_kills, args.ledger_kills, seed=args.chaos_seed)
-            result = run_job(args.workdir, cfg, chaos=chaos)
-        finally:
-            ray.shutdown()
-        print(json.dumps(attrs.asdict(result)))
-        return 0
-    if args.address:
-        address = args.address
-    else:
-        init_ray(None)
-        address = ray.get_runtime_context().gcs_address
+def drive(
+    workdir: str | os.PathLike[str],
+    cfg: JobConfig,
+    *,
+    address: str | None = None,
+    chaos: Chaos | None = None,
+) -> JobResult:
+    """One driver process: join the cluster at ``address`` (or start a
+    local one on loopback), run or resume the job, shut Ray down."""
+    init_ray(address)
     try:
-        tortured = torture(
-            args.workdir,
-            cfg,
-            address=address,
-            kills=args.kills,
-            chaos=(args.worker_kills, args.ledger_kills),
-        )
+        return run_job(workdir, cfg, chaos=chaos)
     finally:
         ray.shutdown()
-    print(json.dumps(attrs.asdict(tortured), indent=1))
-    return 0 if tortured.audit_exit == 0 else 1
 
 
-if __name__ == "__main__":
-    sys.exit(main())
+def torture_cluster(
+    workdir: str | os.PathLike[str],
+    cfg: JobConfig,
+    *,
+    address: str | None = None,
+    kills: int,
+    seed: int = 0,
+    chaos: tuple[int, int] = (0, 0),
+) -> TortureResult:
+    """``torture`` on the cluster at ``address``, or on a local one started
+    on loopback for the purpose (and shut down after)."""
+    check_kills(cfg, kills)
+    gcs = init_ray(address)
+    try:
+        return torture(workdir, cfg, address=gcs, kills=kills, seed=seed, chaos=chaos)
+    finally:
+        ray.shutdown()

@@ -11,16 +11,16 @@ checkpoint, sometimes without its replay buffer or with part of it evicted.
 
 ``torture`` runs ``run`` in subprocesses and SIGKILLs them at random
 moments, some timed to land inside a checkpoint write, restarting each time
-until the stream is done; then it audits the log: every ordinal of the stream
-must be trained exactly once or dropped exactly once.
+until the stream is done; then it audits the log with the ``frontier audit``
+command: every ordinal of the stream must be trained exactly once or dropped
+exactly once. The result says that the audit ran, its report and its exit
+status.
 
-    python -m frontier_adapters.examples.torch_job torture --workdir /tmp/t --kills 100
+    python -m frontier_adapters.examples torch-torture --workdir /tmp/t --kills 100
 """
 
 from __future__ import annotations
 
-import argparse
-import importlib.util
 import json
 import os
 import random
@@ -29,28 +29,19 @@ import subprocess
 import sys
 import time
 import warnings
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import attrs
 import torch
 
-from frontier_core import (
-    FailurePolicy,
-    LedgerConfig,
-    TrainLogWriter,
-    fold_lineage,
-    read_train_log,
-)
-from frontier_core._audit import coverage_counts
+from frontier_core import FailurePolicy, LedgerConfig, TrainLogWriter
 
 from .._collector import StreamCollector
 from ..torch import make_seekable_loader
 from ..torch._files import (
     dataset_fingerprint,
     read_checkpoint,
-    require_parts,
     write_checkpoint,
 )
 from ..torch._sources import SeekableSource
@@ -70,12 +61,30 @@ def make_dataset(rows: int) -> list[torch.Tensor]:
     return out
 
 
-def run(args: argparse.Namespace) -> int:
+@attrs.frozen
+class RunArgs:
+    """The arguments of one life of the run (``python -m
+    frontier_adapters.examples torch-run``)."""
+
+    workdir: str
+    rows: int = 40
+    epochs: int = 2
+    seed: int = 0
+    batch_size: int = 5
+    group: int = 4  # groups per training step
+    capacity: int = 7  # prompts in flight at most
+    fail_rate: float = 0.15
+    write_pause: float = 0.0  # seconds between the parts of a checkpoint write
+    announce: bool = False  # print ready / ckpt-part lines for the torture
+
+
+def run(args: RunArgs) -> int:
+    """Resume from ``args.workdir`` (or start) and train to the end of the stream."""
     warnings.filterwarnings("ignore", message="'set_vital' is deprecated")
     workdir = Path(args.workdir)
     workdir.mkdir(parents=True, exist_ok=True)
     dataset = make_dataset(args.rows)
-    fingerprint = f"{dataset_fingerprint(dataset)};seed={args.seed};shuffle=1;epochs={args.epochs}"
+    fingerprint = dataset_fingerprint(dataset, seed=args.seed, shuffle=True)
     loader = make_seekable_loader(
         dataset, batch_size=args.batch_size, seed=args.seed, shuffle=True, epochs=args.epochs
     )
@@ -96,14 +105,15 @@ def run(args: argparse.Namespace) -> int:
     ckpt_root = workdir / CKPT_DIR
 
     buffer: dict[int, list[float]] = {}
-    loaded = read_checkpoint(ckpt_root, fingerprint=fingerprint)
+    loaded = read_checkpoint(
+        ckpt_root, fingerprint=fingerprint, require=["state", "model", "optim"]
+    )
     if loaded is None:
         step, resumes = 0, 0
         # A run killed before its first checkpoint left a dead branch.
         fresh = not log_path.exists() or log_path.stat().st_size == 0
         log = TrainLogWriter(log_path, resume_records=None if fresh else 0)
     else:
-        require_parts(loaded, ["state", "model", "optim"])
         state = loaded.json_parts["state"]
         step, resumes = loaded.step, state["resumes"] + 1
         saved = {int(o): row for o, row in state["buffer"].items()}
@@ -180,16 +190,27 @@ def run(args: argparse.Namespace) -> int:
 
 @attrs.frozen
 class TortureResult:
+    """What the torture did and what ``frontier audit`` said of the log.
+
+    ``audit`` is the command's JSON report (``audit["clean"]`` its verdict)
+    and ``audit_exit`` its exit status: 0 clean, 1 coverage violated. The
+    counts below are read from that report."""
+
     kills: int
     in_write_kills: int
     lives: int
     stream_len: int
-    trained: int
+    trained_once: int
     dropped: int
     skipped: tuple[int, ...]
     duplicated: tuple[int, ...]
-    audit_exit: int | None
+    audit: dict[str, Any]
+    audit_exit: int
     seconds: float
+
+    @property
+    def clean(self) -> bool:
+        return self.audit_exit == 0 and bool(self.audit["clean"])
 
 
 def torture(
@@ -203,7 +224,9 @@ def torture(
     timeout: float = 600.0,
     verbose: bool = False,
 ) -> TortureResult:
-    """SIGKILL ``run`` ``kills`` times, then let it finish; audit the log."""
+    """SIGKILL ``run`` ``kills`` times, then let it finish; audit the log
+    with ``frontier audit`` (raises ``RuntimeError`` if the audit cannot
+    read it)."""
     t0 = time.monotonic()
     workdir = Path(workdir)
     workdir.mkdir(parents=True, exist_ok=True)
@@ -212,8 +235,8 @@ def torture(
     cmd = [
         sys.executable,
         "-m",
-        "frontier_adapters.examples.torch_job",
-        "run",
+        "frontier_adapters.examples",
+        "torch-run",
         "--workdir",
         str(workdir),
         "--rows",
@@ -268,79 +291,40 @@ def torture(
         if "done" in out:
             break
     stream_len = rows * epochs
-    log_path = workdir / LOG_NAME
-    trained, dropped = coverage_counts(fold_lineage(read_train_log(log_path), path=str(log_path)))
-    both = trained + dropped
-    skipped = tuple(o for o in range(stream_len) if both[o] == 0)
-    duplicated = tuple(sorted(o for o, n in both.items() if n > 1 or o >= stream_len))
-    audit_exit = None
-    cli = importlib.util.find_spec("frontier_core._audit")
-    if cli is not None:
-        from frontier_core import _cli
-
-        if "audit" in _cli.COMMANDS:
-            audit_exit = subprocess.run(
-                [
-                    sys.executable,
-                    "-m",
-                    "frontier_core._cli",
-                    "audit",
-                    str(log_path),
-                    "--stream-len",
-                    str(stream_len),
-                ],
-                capture_output=True,
-                text=True,
-            ).returncode
+    audit_exit, report = run_audit(workdir / LOG_NAME, stream_len)
     return TortureResult(
         kills=killed,
         in_write_kills=in_write,
         lives=lives,
         stream_len=stream_len,
-        trained=sum(trained.values()),
-        dropped=sum(dropped.values()),
-        skipped=skipped,
-        duplicated=duplicated,
+        trained_once=int(report["trained_once"]),
+        dropped=int(report["dropped"]),
+        skipped=tuple(report["skipped_ordinals"]),
+        duplicated=tuple(
+            sorted({*report["duplicated_ordinals"], *report["out_of_range_ordinals"]})
+        ),
+        audit=report,
         audit_exit=audit_exit,
         seconds=round(time.monotonic() - t0, 1),
     )
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m frontier_adapters.examples.torch_job")
-    sub = parser.add_subparsers(dest="command", required=True)
-    r = sub.add_parser("run", help="train (or resume) until the stream is done")
-    r.add_argument("--workdir", required=True)
-    r.add_argument("--rows", type=int, default=40)
-    r.add_argument("--epochs", type=int, default=2)
-    r.add_argument("--seed", type=int, default=0)
-    r.add_argument("--batch-size", type=int, default=5)
-    r.add_argument("--group", type=int, default=4, help="groups per training step")
-    r.add_argument("--capacity", type=int, default=7, help="prompts in flight at most")
-    r.add_argument("--fail-rate", type=float, default=0.15)
-    r.add_argument("--write-pause", type=float, default=0.0)
-    r.add_argument("--announce", action="store_true")
-    t = sub.add_parser("torture", help="SIGKILL `run` repeatedly, then audit its log")
-    t.add_argument("--workdir", required=True)
-    t.add_argument("--kills", type=int, default=100)
-    t.add_argument("--seed", type=int, default=0)
-    t.add_argument("--rows", type=int, default=None)
-    t.add_argument("--epochs", type=int, default=2)
-    args = parser.parse_args(argv)
-    if args.command == "run":
-        return run(args)
-    result = torture(
-        args.workdir,
-        kills=args.kills,
-        seed=args.seed,
-        rows=args.rows,
-        epochs=args.epochs,
-        verbose=True,
+#: The audit as a user runs it: ``frontier audit LOG --stream-len N --json``.
+AUDIT = (sys.executable, "-m", "frontier_core._cli", "audit")
+
+
+def run_audit(log: str | os.PathLike[str], stream_len: int) -> tuple[int, dict[str, Any]]:
+    """Run ``frontier audit --json`` on ``log``: its exit status and report.
+
+    Raises ``RuntimeError`` when it printed no report (exit 2: the log is
+    unreadable or truncated)."""
+    proc = subprocess.run(
+        [*AUDIT, str(log), "--stream-len", str(stream_len), "--json"],
+        capture_output=True,
+        text=True,
+        check=False,
     )
-    print(json.dumps(attrs.asdict(result)))
-    ok = not result.skipped and not result.duplicated and result.audit_exit in (None, 0)
-    return 0 if ok else 1
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+    if proc.returncode not in (0, 1):
+        raise RuntimeError(f"frontier audit exited with {proc.returncode}: {proc.stderr.strip()}")
+    report: dict[str, Any] = json.loads(proc.stdout)
+    return proc.returncode, report

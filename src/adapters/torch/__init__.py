@@ -12,6 +12,11 @@ Swap a ``DataLoader`` for a seekable one and drive it through a collector::
 
 Every batch of a seekable loader is an ``OrdinalBatch`` whose ``ordinals``
 field carries its rows' stream positions.
+
+Data-parallel ranks that read their own data: ``make_seekable_loader(...,
+share=share)`` and ``RankCollector`` per rank, ``DistributedCheckpointer``
+for all-or-nothing multi-rank checkpoints, and ``frontier_core.reshard`` to
+resume on any world size (README, "Elastic resume").
 """
 
 from __future__ import annotations
@@ -21,6 +26,8 @@ from typing import Any
 
 from torch.utils.data import DataLoader
 
+from frontier_core import Share
+
 from .._collector import Pull as Pull
 from .._collector import StreamCollector as StreamCollector
 from .._collector import StreamSource as StreamSource
@@ -29,10 +36,22 @@ from .._errors import CheckpointFileVersionError as CheckpointFileVersionError
 from .._errors import DatasetChangedError as DatasetChangedError
 from .._errors import SnapshotMissingError as SnapshotMissingError
 from .._errors import StreamMisalignedError as StreamMisalignedError
+from ._distributed import Collectives as Collectives
+from ._distributed import DistributedCheckpointer as DistributedCheckpointer
+from ._distributed import LoadedDistributedCheckpoint as LoadedDistributedCheckpoint
+from ._distributed import RankCollector as RankCollector
+from ._distributed import RankPart as RankPart
+from ._distributed import TorchCollectives as TorchCollectives
+from ._distributed import WrittenPart as WrittenPart
+from ._distributed import committed_checkpoints as committed_checkpoints
+from ._distributed import owned_groups as owned_groups
+from ._distributed import read_distributed_checkpoint as read_distributed_checkpoint
 from ._files import LoadedCheckpoint as LoadedCheckpoint
 from ._files import dataset_fingerprint as dataset_fingerprint
 from ._files import latest_checkpoint as latest_checkpoint
+from ._files import published_checkpoints as published_checkpoints
 from ._files import read_checkpoint as read_checkpoint
+from ._files import read_checkpoint_dir as read_checkpoint_dir
 from ._files import write_checkpoint as write_checkpoint
 from ._sampler import CollateRows as CollateRows
 from ._sampler import OrdinalBatch as OrdinalBatch
@@ -55,6 +74,7 @@ def make_seekable_loader(
     epochs: int | None = 1,
     stateful: bool = True,
     collate_rows: Callable[[list[Any]], Any] | None = None,
+    share: Share | None = None,
     **loader_kwargs: Any,
 ) -> Any:
     """A loader over ``dataset`` whose order is a pure function of
@@ -66,11 +86,14 @@ def make_seekable_loader(
     the workers (``CollateRows``): with ``num_workers > 0`` one tensor per
     batch crosses the process boundary instead of one per row, which
     ``frontier bench`` measures at about the bare loader's cost.
-    ``loader_kwargs`` go to the loader (``num_workers``, ``pin_memory``, ...)."""
+    ``loader_kwargs`` go to the loader (``num_workers``, ``pin_memory``, ...).
+    ``share`` (a ``frontier_core.Share``) makes it one data-parallel rank's
+    loader: it yields that rank's part of the stream in local ordinals
+    (``SeekableSampler``; see ``RankCollector``)."""
     for key in ("sampler", "batch_sampler", "shuffle", "collate_fn"):
         if key in loader_kwargs:
             raise TypeError(f"make_seekable_loader sets {key!r} itself")
-    sampler = SeekableSampler(len(dataset), seed=seed, shuffle=shuffle, epochs=epochs)
+    sampler = SeekableSampler(len(dataset), seed=seed, shuffle=shuffle, epochs=epochs, share=share)
     cls: Any = DataLoader
     if stateful:
         from torchdata.stateful_dataloader import (  # type: ignore[import-untyped]
@@ -89,6 +112,16 @@ def make_seekable_loader(
 
 __all__ = [
     "CheckpointFileError",
+    "Collectives",
+    "DistributedCheckpointer",
+    "LoadedDistributedCheckpoint",
+    "RankCollector",
+    "RankPart",
+    "TorchCollectives",
+    "WrittenPart",
+    "committed_checkpoints",
+    "owned_groups",
+    "read_distributed_checkpoint",
     "CollateRows",
     "CheckpointFileVersionError",
     "DatasetChangedError",
@@ -109,7 +142,9 @@ __all__ = [
     "decode_snapshot",
     "encode_snapshot",
     "latest_checkpoint",
+    "published_checkpoints",
     "make_seekable_loader",
     "read_checkpoint",
+    "read_checkpoint_dir",
     "write_checkpoint",
 ]

@@ -1,10 +1,13 @@
-"""Real kill tests on a local Ray cluster (2 CPUs, one per module): rollout
-actors killed by ``ray.kill`` and by ``os._exit``, the ledger actor killed,
-driver processes SIGKILLed; the training log must cover every prompt exactly
-once (``frontier audit`` exit 0)."""
+"""Real kill tests on a local Ray cluster (2 CPUs, one per module, bound to
+127.0.0.1 only): rollout actors killed by ``ray.kill`` and by ``os._exit``,
+the ledger actor killed, driver processes SIGKILLed; the training log must
+cover every prompt exactly once (``frontier audit`` exit 0). The cluster's
+processes, and a driver that joins it, must listen on loopback only."""
 
 from __future__ import annotations
 
+import ipaddress
+import os
 import subprocess
 import sys
 import time
@@ -18,6 +21,7 @@ pytest.importorskip("ray")
 pytest.importorskip("torch")
 
 import ray
+from frontier_adapters.examples.local_ray import init_ray, is_loopback, loopback_env
 from frontier_adapters.examples.ray_job import Chaos, JobConfig, audit, run_job, torture
 from frontier_adapters.examples.ray_workers import StandInRollout
 from frontier_adapters.ray import (
@@ -34,13 +38,13 @@ from frontier_core import FailurePolicy, LedgerConfig
 
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[str]:
-    """One small local cluster for the module; its GCS address."""
+    """One small local cluster on loopback for the module; its GCS address."""
     try:
-        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+        address = init_ray(num_cpus=2)
     except Exception as exc:  # pragma: no cover - depends on the machine
         pytest.skip(f"Ray cannot start a local cluster here: {exc}")
     try:
-        yield ray.get_runtime_context().gcs_address
+        yield address
     finally:
         ray.shutdown()
 
@@ -166,3 +170,121 @@ def test_sigkilled_drivers_resume_the_job_until_done(cluster: str, tmp_path: Pat
     assert result.audit_exit == 0
     assert result.audit["skipped"] == 0 and result.audit["duplicated"] == 0
     assert result.audit["trained_once"] + result.audit["dropped"] == cfg.stream_len
+
+
+# -- loopback only --------------------------------------------------------------------
+
+
+def _proc_address(hex_address: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address:
+    """An address as /proc/net/tcp{,6} prints it: 32-bit words in host
+    (little-endian) order."""
+    raw = bytes.fromhex(hex_address)
+    words = b"".join(raw[i : i + 4][::-1] for i in range(0, len(raw), 4))
+    return ipaddress.ip_address(words)
+
+
+def _descendants(root: int) -> set[int]:
+    """``root`` and every process below it."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        ppid = int(stat.rpartition(")")[2].split()[1])
+        children.setdefault(ppid, []).append(int(entry))
+    found, todo = set(), [root]
+    while todo:
+        pid = todo.pop()
+        if pid not in found:
+            found.add(pid)
+            todo.extend(children.get(pid, ()))
+    return found
+
+
+def _listening(pids: set[int]) -> list[tuple[int, str, int]]:
+    """(pid, address, port) of every listening TCP socket the processes hold."""
+    owner: dict[str, int] = {}
+    for pid in pids:
+        try:
+            fds = os.listdir(f"/proc/{pid}/fd")
+        except OSError:
+            continue
+        for fd in fds:
+            try:
+                link = os.readlink(f"/proc/{pid}/fd/{fd}")
+            except OSError:
+                continue
+            if link.startswith("socket:["):
+                owner[link[len("socket:[") : -1]] = pid
+    found = []
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with open(table) as f:
+            next(f)
+            for line in f:
+                fields = line.split()
+                local, state, inode = fields[1], fields[3], fields[9]
+                if state == "0A" and inode in owner:  # TCP_LISTEN
+                    address, port = local.split(":")
+                    found.append((owner[inode], str(_proc_address(address)), int(port, 16)))
+    return found
+
+
+def test_the_socket_reader_tells_loopback_from_every_interface() -> None:
+    """The check below on known /proc/net lines: it must flag 0.0.0.0, ::
+    and an outward address, and accept 127.0.0.1, ::1 and ::ffff:127.0.0.1."""
+    assert str(_proc_address("0100007F")) == "127.0.0.1"
+    assert str(_proc_address("00000000")) == "0.0.0.0"
+    assert str(_proc_address("020200C0")) == "192.0.2.2"
+    assert str(_proc_address("00000000000000000000000000000000")) == "::"
+    assert str(_proc_address("00000000000000000000000001000000")) == "::1"
+    mapped = _proc_address("0000000000000000FFFF00000100007F")
+    assert mapped == ipaddress.ip_address("::ffff:127.0.0.1")
+    for host in ("127.0.0.1", "::1", "::ffff:127.0.0.1", str(mapped)):
+        assert is_loopback(host), host
+    for host in ("0.0.0.0", "::", "192.0.2.2", "::ffff:192.0.2.2", "localhost"):
+        assert not is_loopback(host), host
+
+
+def test_ray_listens_on_loopback_only(cluster: str) -> None:
+    """Every listening socket of this driver and of the processes Ray
+    started under it (GCS, raylet, workers, agents), and of a driver process
+    that joins the cluster as the torture's drivers do, is on loopback."""
+    assert is_loopback(cluster.rpartition(":")[0]), cluster
+    assert is_loopback(ray.util.get_node_ip_address())
+    # Start a worker, so that worker processes listen too.
+    assert ray.get(ray.remote(lambda: 1).remote()) == 1
+    listeners = _listening(_descendants(os.getpid()))
+    ports = {port for _, _, port in listeners}
+    assert int(cluster.rpartition(":")[2]) in ports, listeners  # the GCS is seen
+    assert len({pid for pid, _, _ in listeners}) >= 3, listeners  # gcs, raylet, a worker...
+    outward = [entry for entry in listeners if not is_loopback(entry[1])]
+    assert outward == [], f"Ray listens beyond loopback: {outward}"
+
+    code = (
+        "import sys\n"
+        "from frontier_adapters.examples.local_ray import init_ray\n"
+        f"init_ray({cluster!r})\n"
+        "print('joined', flush=True)\n"
+        "sys.stdin.read()\n"
+    )
+    joined = subprocess.Popen(
+        [sys.executable, "-c", code],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        env=loopback_env(),
+    )
+    try:
+        assert joined.stdout is not None and joined.stdout.readline() == "joined\n"
+        theirs = _listening(_descendants(joined.pid))
+        assert theirs, "the joining driver listens on nothing"
+        outward = [entry for entry in theirs if not is_loopback(entry[1])]
+        assert outward == [], f"a joining driver listens beyond loopback: {outward}"
+    finally:
+        assert joined.stdin is not None
+        joined.stdin.close()
+        joined.wait(timeout=60)

@@ -120,7 +120,7 @@ class CollectorIntegration(Integration):
         self.start()  # a new process: a new loader and collector
         if state is None:
             return []
-        self.collector.resume(state["collector"])
+        self.collector.resume(state["collector"], load_replay_buffer=True)
         self.buffer = {o: row for o, row in state["buffer"]}
         return list(self.buffer)
 
@@ -195,5 +195,5 @@ def test_a_snapshot_source_checkpoints_before_its_first_pull() -> None:
     integration.start()
     saved = integration.collector.state_dict()
     integration.start()
-    integration.collector.resume(json.loads(json.dumps(saved)))
+    integration.collector.resume(json.loads(json.dumps(saved)), load_replay_buffer=True)
     assert integration.collector.take(20)[0] == (0, 100)

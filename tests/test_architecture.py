@@ -1,0 +1,179 @@
+"""The import rule of ARCHITECTURE.md, enforced from the code's imports.
+
+Every ``import`` and ``from ... import`` in ``src/`` (lazy ones inside
+functions included) is resolved to an absolute module name and checked
+against the table: the core imports no adapter, a binding imports neither
+another binding nor the examples or benchmarks, the adapters' root imports
+no binding (its command module excepted), and each framework stays in the
+binding that owns it.
+"""
+
+from __future__ import annotations
+
+import ast
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGES = {
+    "frontier_core": ROOT / "src" / "frontier_core",
+    "frontier_adapters": ROOT / "src" / "adapters",
+}
+BINDINGS = ("torch", "rollout", "ray", "trl")
+#: The one layering between bindings: a TRL trainer is a torch trainer, so
+#: the trl binding builds on the torch binding's seekable sampler.
+BUILDS_ON = {"trl": {"torch"}}
+#: framework -> the adapter packages allowed to import it
+FRAMEWORKS = {
+    "torch": {"torch", "trl", "examples", "bench"},
+    "torchdata": {"torch", "trl", "examples", "bench"},
+    "ray": {"ray", "examples", "bench"},
+    "vllm": {"rollout", "examples", "bench"},
+    "transformers": {"trl", "examples", "bench"},
+    "trl": {"trl", "examples", "bench"},
+    "accelerate": {"trl", "examples", "bench"},
+    "datasets": {"trl", "examples", "bench"},
+}
+
+
+def module_name(path: Path) -> tuple[str, bool]:
+    """The dotted name of a source file, and whether it is a package."""
+    for name, base in PACKAGES.items():
+        if base in path.parents or path.parent == base:
+            parts = [name, *path.relative_to(base).with_suffix("").parts]
+            if parts[-1] == "__init__":
+                return ".".join(parts[:-1]), True
+            return ".".join(parts), False
+    raise AssertionError(path)
+
+
+def imports(path: Path) -> Iterator[tuple[int, str]]:
+    """(line, absolute module) for every import statement in ``path``."""
+    name, is_package = module_name(path)
+    package = name if is_package else name.rpartition(".")[0]
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                yield node.lineno, alias.name
+        elif isinstance(node, ast.ImportFrom):
+            if node.level == 0:
+                base = node.module or ""
+            else:
+                parts = package.split(".")
+                parts = parts[: len(parts) - (node.level - 1)]
+                base = ".".join([*parts, *([node.module] if node.module else [])])
+            # ``from . import x`` may name a submodule: count it as one.
+            yield node.lineno, base
+            for alias in node.names:
+                yield node.lineno, f"{base}.{alias.name}"
+
+
+def sources() -> list[Path]:
+    return sorted(p for base in PACKAGES.values() for p in base.rglob("*.py"))
+
+
+def area(module: str) -> str:
+    """Where a module of ours lives: ``core``, ``core.testing``, ``root``, a
+    binding's name, ``examples`` or ``bench``."""
+    parts = module.split(".")
+    if parts[0] == "frontier_core":
+        return "core.testing" if parts[1:2] == ["testing"] else "core"
+    if len(parts) > 1 and parts[1] in (*BINDINGS, "examples", "bench"):
+        return parts[1]
+    return "root"
+
+
+def existing(module: str) -> bool:
+    """Whether a dotted name of ours is a module (not an attribute)."""
+    top, *rest = module.split(".")
+    base = PACKAGES[top].joinpath(*rest)
+    return base.with_suffix(".py").is_file() or (base / "__init__.py").is_file()
+
+
+def violations() -> list[str]:
+    found = []
+    for path in sources():
+        me, _ = module_name(path)
+        mine = area(me)
+        where = path.relative_to(ROOT)
+        for line, target in imports(path):
+            top = target.split(".")[0]
+            if top in PACKAGES:
+                if not existing(target):
+                    continue  # an attribute imported from a module, checked as its module
+                theirs = area(target)
+                if mine in ("core", "core.testing") and theirs not in ("core", "core.testing"):
+                    found.append(f"{where}:{line}: the core imports {target}")
+                elif mine == "core" and theirs == "core.testing":
+                    found.append(f"{where}:{line}: the core imports its testing tools ({target})")
+                elif mine == "root" and theirs not in ("core", "root"):
+                    if me != "frontier_adapters._cli":
+                        found.append(f"{where}:{line}: the adapters' root imports {target}")
+                elif mine in BINDINGS and theirs not in (
+                    "core",
+                    "root",
+                    mine,
+                    *BUILDS_ON.get(mine, ()),
+                ):
+                    found.append(f"{where}:{line}: the {mine} binding imports {target}")
+            elif top in FRAMEWORKS and top not in sys.stdlib_module_names:
+                if mine not in FRAMEWORKS[top]:
+                    found.append(f"{where}:{line}: {me} ({mine}) imports {top}")
+    return found
+
+
+def test_the_code_keeps_the_import_rule() -> None:
+    assert violations() == []
+
+
+def test_the_checker_sees_lazy_and_relative_imports(tmp_path: Path) -> None:
+    """The rule checker itself: a relative import two levels up and a lazy
+    import inside a function both resolve to the absolute module."""
+    path = PACKAGES["frontier_adapters"] / "ray" / "_fleet.py"
+    found = {target for _, target in imports(path)}
+    assert "frontier_adapters._service" in found
+    assert "ray" in found
+    assert area("frontier_adapters.examples.cpu_engine") == "examples"
+    assert area("frontier_adapters._collector") == "root"
+    assert area("frontier_core.testing._harness") == "core.testing"
+
+
+@pytest.mark.parametrize(
+    ("code", "where", "expected"),
+    [
+        (
+            "from frontier_adapters import StreamCollector\n",
+            "frontier_core/_x.py",
+            "the core imports",
+        ),
+        ("from ..examples import demo\n", "adapters/torch/_x.py", "the torch binding imports"),
+        ("from ..rollout import RolloutLoop\n", "adapters/ray/_x.py", "the ray binding imports"),
+        ("def f():\n    import torch\n", "adapters/rollout/_x.py", "imports torch"),
+        ("from .torch import SeekableSource\n", "adapters/_x.py", "the adapters' root imports"),
+    ],
+)
+def test_a_planted_violation_is_caught(
+    code: str, where: str, expected: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    planted = ROOT / "src" / where
+    real_sources = sources()
+    real_read = Path.read_text
+
+    def read_text(self: Path, *args: object, **kwargs: object) -> str:
+        return code if self == planted else real_read(self)
+
+    monkeypatch.setattr(Path, "read_text", read_text)
+    monkeypatch.setitem(globals(), "sources", lambda: [*real_sources, planted])
+    assert any(expected in v for v in violations()), violations()
+
+
+def test_architecture_md_names_every_package_directory() -> None:
+    doc = (ROOT / "ARCHITECTURE.md").read_text()
+    for base in PACKAGES.values():
+        for init in base.rglob("__init__.py"):
+            rel = init.parent.relative_to(base)
+            if rel.parts:
+                assert f"{rel.parts[-1]}/" in doc, f"ARCHITECTURE.md does not name {rel}"
