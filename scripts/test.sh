@@ -1,8 +1,29 @@
 #!/usr/bin/env bash
-# The test command: set up ./.venv, then lint, type-check and run the tests.
+# The test command: set up ./.venv (the project) and ./.venv-vllm (the CPU
+# build of vLLM, scripts/setup-vllm.sh), then lint, type-check, run the
+# tests, and run the real-vLLM tests in .venv-vllm, where FRONTIER_REQUIRE_VLLM=1
+# turns a missing vllm into a failure instead of a skip. Arguments go to the
+# main pytest run; FRONTIER_VLLM_TESTS=0 leaves out the vLLM venv and tests.
+# The TRL binding's tests run the same way in ./.venv-trl (scripts/setup-trl.sh,
+# FRONTIER_REQUIRE_TRL=1); FRONTIER_TRL_TESTS=0 leaves them out.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh torch,dev,ray
+vllm_tests="${FRONTIER_VLLM_TESTS:-1}"
+if [ "$vllm_tests" != 0 ]; then
+    bash scripts/setup-vllm.sh
+fi
+trl_tests="${FRONTIER_TRL_TESTS:-1}"
+if [ "$trl_tests" != 0 ]; then
+    bash scripts/setup-trl.sh
+fi
 .venv/bin/ruff check src tests
 .venv/bin/mypy --strict src/frontier_core src/adapters
 .venv/bin/python -m pytest "$@"
+if [ "$vllm_tests" != 0 ]; then
+    FRONTIER_REQUIRE_VLLM=1 .venv-vllm/bin/python -m pytest -p no:cacheprovider \
+        tests/adapters/rollout/test_vllm.py tests/adapters/rollout/test_vllm_kill.py
+fi
+if [ "$trl_tests" != 0 ]; then
+    FRONTIER_REQUIRE_TRL=1 .venv-trl/bin/python -m pytest -p no:cacheprovider tests/adapters/trl
+fi

@@ -33,6 +33,12 @@ from ._ledger import Applied as Applied
 from ._ledger import Ledger as Ledger
 from ._ledger import LedgerConfig as LedgerConfig
 from ._ledger import Resumed as Resumed
+from ._shards import ShardCheckpoint as ShardCheckpoint
+from ._shards import ShardMismatchError as ShardMismatchError
+from ._shards import Share as Share
+from ._shards import merge_shards as merge_shards
+from ._shards import reshard as reshard
+from ._shards import split_checkpoint as split_checkpoint
 from ._trainlog import Lineage as Lineage
 from ._trainlog import TrainLogError as TrainLogError
 from ._trainlog import TrainLogWriter as TrainLogWriter
@@ -62,6 +68,9 @@ __all__ = [
     "LedgerConfig",
     "Lineage",
     "Resumed",
+    "Share",
+    "ShardCheckpoint",
+    "ShardMismatchError",
     "Status",
     "Applied",
     "Train",
@@ -69,5 +78,8 @@ __all__ = [
     "TrainLogWriter",
     "Stamp",
     "fold_lineage",
+    "merge_shards",
+    "reshard",
+    "split_checkpoint",
     "read_train_log",
 ]

@@ -1,0 +1,167 @@
+"""FrontierGRPOTrainer in-process on the tiny offline Llama: a run audits
+clean, a resume seeks (also with another batch size), saves stay between
+generation blocks, and what it cannot make exact is refused."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ._need import need_trl
+
+need_trl()
+
+from frontier_adapters.examples.tiny_llm import OFFLINE_ENV, tiny_llm  # noqa: E402
+from frontier_adapters.examples.trl_job import make_rows, reward  # noqa: E402
+from frontier_adapters.trl import (  # noqa: E402
+    LOG_NAME,
+    ORDINAL_COLUMN,
+    FrontierGRPOTrainer,
+    checkpoint_folders,
+    latest_checkpoint,
+    read_state,
+)
+
+from frontier_core._audit import audit_log  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def parts() -> Iterator[tuple[Any, Any]]:
+    os.environ.update(OFFLINE_ENV)
+    import torch
+    import transformers
+
+    torch.set_num_threads(1)
+    transformers.logging.set_verbosity_error()
+    path = tiny_llm()
+    yield path, transformers.AutoTokenizer.from_pretrained(path)
+
+
+def trainer(parts: tuple[Any, Any], out: Path, rows: int = 8, **overrides: Any) -> Any:
+    import datasets
+    import transformers
+    from trl import GRPOConfig
+
+    path, tokenizer = parts
+    settings: dict[str, Any] = dict(
+        output_dir=str(out),
+        use_cpu=True,
+        bf16=False,
+        report_to=[],
+        disable_tqdm=True,
+        gradient_checkpointing=False,
+        per_device_train_batch_size=4,
+        num_generations=2,
+        max_completion_length=3,
+        num_train_epochs=2,
+        save_steps=2,
+        logging_steps=10_000,
+        seed=0,
+        learning_rate=1e-3,
+    )
+    settings.update(overrides)
+    seen: list[int] = []
+
+    def spy(completions: Any, frontier_ordinal: list[int], **kwargs: Any) -> list[float]:
+        seen.extend(frontier_ordinal)
+        return reward(completions, **kwargs)
+
+    t = FrontierGRPOTrainer(
+        model=transformers.AutoModelForCausalLM.from_pretrained(path),
+        processing_class=tokenizer,
+        reward_funcs=spy,
+        args=GRPOConfig(**settings),
+        train_dataset=datasets.Dataset.from_list(make_rows(rows)),
+    )
+    t.seen_ordinals = seen
+    return t
+
+
+def test_a_run_trains_every_prompt_once_and_rewards_see_the_ordinals(
+    parts: tuple[Any, Any], tmp_path: Path
+) -> None:
+    t = trainer(parts, tmp_path)
+    out = t.train()
+    assert out.global_step == 8  # 16 ordinals, 2 prompts a step
+    report = audit_log(tmp_path / LOG_NAME, 16)
+    assert report.clean and report.trained_once == 16
+    # Every completion's reward call saw its row's ordinal, each prompt twice.
+    assert sorted(t.seen_ordinals) == sorted(o for o in range(16) for _ in range(2))
+    assert [s for s, _ in checkpoint_folders(tmp_path)] == [2, 4, 6, 8]
+    assert read_state(latest_checkpoint(tmp_path))["global_step"] == 8
+    assert t.state.epoch == 2.0
+
+
+def test_resume_seeks_with_another_batch_size(parts: tuple[Any, Any], tmp_path: Path) -> None:
+    first = trainer(parts, tmp_path)
+    first.add_callback(StopAt(5))
+    first.train()
+    first.frontier.close()
+    assert latest_checkpoint(tmp_path).name == "checkpoint-4"
+    # Killed after step 5: checkpoint-4 is the newest complete one. Resume
+    # with 4 prompts a step instead of 2: 8 ordinals were trained, 8 are left.
+    second = trainer(parts, tmp_path, per_device_train_batch_size=8)
+    out = second.train(resume_from_checkpoint=True)
+    assert out.global_step == 4 + 2
+    report = audit_log(tmp_path / LOG_NAME, 16)
+    assert report.clean and report.trained_once == 16, report
+    assert sorted(set(second.seen_ordinals)) == list(range(8, 16))
+
+
+def test_saves_wait_for_the_end_of_a_generation_block(
+    parts: tuple[Any, Any], tmp_path: Path
+) -> None:
+    """steps_per_generation=2: a block feeds two optimizer steps; a save
+    due at an odd step is deferred to the block's end."""
+    t = trainer(
+        parts, tmp_path, per_device_train_batch_size=2, steps_per_generation=2, save_steps=3
+    )
+    t.train()
+    assert [s for s, _ in checkpoint_folders(tmp_path)] == [4, 6, 10, 12, 16]
+    assert audit_log(tmp_path / LOG_NAME, 16).clean
+
+
+def test_what_cannot_be_exact_is_refused(parts: tuple[Any, Any], tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="max_steps"):
+        trainer(parts, tmp_path, max_steps=3)
+    with pytest.raises(ValueError, match="remove_unused_columns"):
+        trainer(parts, tmp_path, remove_unused_columns=True)
+    with pytest.raises(ValueError, match="save_total_limit"):
+        trainer(parts, tmp_path, save_total_limit=1)
+    with pytest.raises(ValueError, match="whole number"):
+        trainer(parts, tmp_path, num_train_epochs=1.5)
+
+
+def test_a_fresh_start_over_a_finished_run_is_refused(
+    parts: tuple[Any, Any], tmp_path: Path
+) -> None:
+    trainer(parts, tmp_path, num_train_epochs=1).train()
+    with pytest.raises(ValueError, match="complete checkpoint of an earlier run"):
+        trainer(parts, tmp_path, num_train_epochs=1).train()
+    # A torn save of a first attempt is removed, and the run starts afresh.
+    torn = tmp_path / "fresh"
+    (torn / "checkpoint-2").mkdir(parents=True)
+    assert trainer(parts, torn, num_train_epochs=1).train().global_step == 4
+    assert ORDINAL_COLUMN not in trainer(parts, torn).train_dataset.column_names
+
+
+class StopAt:
+    """A callback that stops training (as a kill would) after ``step``."""
+
+    def __init__(self, step: int) -> None:
+        self.step = step
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("on_"):
+            return lambda args, state, control, **kw: control
+        raise AttributeError(name)
+
+    def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> Any:
+        if state.global_step == self.step:
+            control.should_training_stop = True
+            control.should_save = False
+        return control
