@@ -16,16 +16,17 @@ not from the ledger's sets, so it checks the ledger rather than echoing it.
 from __future__ import annotations
 
 import json
-from collections import Counter
 from collections.abc import Iterable, Mapping
 from typing import IO, Any, Final
 
 import attrs
 
+from ._audit import coverage_counts
 from ._checkpoint import Checkpoint
 from ._errors import FrontierError
 from ._events import Buffer, Dispatch, Evict, Fail, FailurePolicy, Status, Train
 from ._ledger import Ledger, LedgerConfig
+from ._trainlog import Lineage
 
 #: The most ordinals one ``stamp`` op may stamp.
 MAX_STAMP: Final = 1_000_000
@@ -205,8 +206,15 @@ class Replayer:
         }
 
     def _coverage(self) -> dict[str, Any]:
-        trained = Counter(o for step in self._trained for o in step)
-        dropped = {o for event in self._dropped for o in event}
+        # Counted by the audit's one function, over the replayer's own
+        # lineage (never the ledger's sets).
+        lineage = Lineage(
+            steps=dict(enumerate(self._trained)),
+            dropped=tuple(self._dropped),
+            discarded_steps=0,
+        )
+        trained, dropped_counts = coverage_counts(lineage)
+        dropped = set(dropped_counts)
         if self.ledger is not None:
             live = {
                 o

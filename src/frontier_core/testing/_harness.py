@@ -324,7 +324,7 @@ class IntegrationMachine(RuleBasedStateMachine):
     def teardown(self) -> None:
         try:
             if self.started and not self.broken:
-                note("# teardown: drain (yield, dispatch, land, train all) and check")
+                note("# teardown: drain (stamp, dispatch, land, train all) and check")
                 self.drain()
                 self.check_exactly_once()
         finally:
