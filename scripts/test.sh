@@ -25,5 +25,7 @@ if [ "$vllm_tests" != 0 ]; then
         tests/adapters/rollout/test_vllm.py tests/adapters/rollout/test_vllm_kill.py
 fi
 if [ "$trl_tests" != 0 ]; then
-    FRONTIER_REQUIRE_TRL=1 .venv-trl/bin/python -m pytest -p no:cacheprovider tests/adapters/trl
+    # One intra-op thread: two on these shared cores made GRPO steps ~50x slower.
+    OMP_NUM_THREADS=1 FRONTIER_REQUIRE_TRL=1 .venv-trl/bin/python -m pytest -p no:cacheprovider \
+        tests/adapters/trl
 fi

@@ -2,11 +2,10 @@
 
 The stream is ``epochs * len(dataset)`` ordinals; ordinal ``o`` is position
 ``o % n`` of epoch ``o // n`` through that epoch's permutation, drawn from a
-``torch.Generator`` seeded from ``(seed, epoch)``: the same order as
-``frontier_adapters.torch``'s ``StreamOrder`` (the seed derivation is
-repeated here because a binding does not import another binding; a test
-keeps the two equal). Nothing depends on what was yielded before, so the
-stream position after a resume is the ledger's cut and nothing else.
+``torch.Generator`` seeded from ``(seed, epoch)``: the torch binding's
+``StreamOrder``, which this binding builds on (ARCHITECTURE.md). Nothing
+depends on what was yielded before, so the stream position after a resume
+is the ledger's cut and nothing else.
 
 ``Layout`` is ``RepeatSampler``'s: a *block* of ``prompts`` distinct
 ordinals (``generation_batch_size // num_generations``), each repeated
@@ -24,50 +23,10 @@ from collections.abc import Iterable
 from typing import Any, Final
 
 import attrs
-import torch
+
+from ..torch import StreamOrder as StreamOrder
 
 FINGERPRINT_FORMAT: Final = "frontier_adapters.trl.stream/1"
-
-
-def epoch_seed(seed: int, epoch: int) -> int:
-    """The generator seed of ``epoch``: a hash of ``(seed, epoch)``, 63 bits
-    (the derivation of ``frontier_adapters.torch``)."""
-    digest = hashlib.sha256(f"frontier:{seed}:{epoch}".encode()).digest()
-    return int.from_bytes(digest[:8], "big") >> 1
-
-
-@attrs.define
-class StreamOrder:
-    """Ordinal -> dataset index, a pure function of ``(seed, epoch)``; the
-    last two epochs' permutations are cached."""
-
-    dataset_len: int
-    seed: int
-    shuffle: bool
-    _cache: dict[int, list[int]] = attrs.field(factory=dict, init=False, repr=False)
-
-    def __attrs_post_init__(self) -> None:
-        if type(self.dataset_len) is not int or self.dataset_len < 1:
-            raise ValueError(f"dataset_len must be an int >= 1, got {self.dataset_len!r}")
-        if type(self.seed) is not int or self.seed < 0:
-            raise ValueError(f"seed must be an int >= 0, got {self.seed!r}")
-
-    def index(self, ordinal: int) -> int:
-        epoch, position = divmod(ordinal, self.dataset_len)
-        if not self.shuffle:
-            return position
-        return self.permutation(epoch)[position]
-
-    def permutation(self, epoch: int) -> list[int]:
-        perm = self._cache.get(epoch)
-        if perm is None:
-            g = torch.Generator()
-            g.manual_seed(epoch_seed(self.seed, epoch))
-            perm = [int(i) for i in torch.randperm(self.dataset_len, generator=g).tolist()]
-            if len(self._cache) >= 2:
-                self._cache.pop(min(self._cache))
-            self._cache[epoch] = perm
-        return perm
 
 
 @attrs.frozen

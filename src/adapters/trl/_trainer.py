@@ -21,7 +21,11 @@ What it changes, and through which extension point (TRL 1.16, transformers
   the block's end, and writes the state file in ``on_save``, after the
   Trainer wrote its own files.
 
-Nothing private is overridden. Two private names are read: none. The
+One underscore-named method is overridden, ``_get_train_sampler``: it is
+the hook TRL itself overrides to install ``RepeatSampler`` (transformers'
+``_get_dataloader`` calls it as ``sampler_fn``), and overriding it is the
+smallest change that replaces the sampler while keeping TRL's loader
+construction; nothing else private is overridden or read. The
 trainer refuses what it cannot make exact: several processes, an iterable
 dataset, ``remove_unused_columns=True`` (it would strip the ordinal
 column), ``max_steps`` set by hand (the stream defines the run) and
@@ -116,7 +120,6 @@ class FrontierGRPOMixin:
     accelerator: Any
     num_generations: Any
     num_iterations: Any
-    _train_batch_size: Any
 
     def __init__(
         self,
@@ -197,7 +200,7 @@ class FrontierGRPOMixin:
             repeat=int(self.num_iterations) * int(targs.steps_per_generation),
             grad_accum=int(targs.gradient_accumulation_steps),
         )
-        rows = int(self._train_batch_size) * int(targs.steps_per_generation)
+        rows = int(targs.train_batch_size) * int(targs.steps_per_generation)
         if rows != layout.rows_per_copy:
             raise ValueError(
                 f"the loader batches {rows} rows but a generation block holds "
