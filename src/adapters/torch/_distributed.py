@@ -57,7 +57,6 @@ import json
 import os
 import re
 import secrets
-import tempfile
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Final, Protocol
@@ -92,11 +91,13 @@ from ._files import (
     _TMP_PREFIX,
     _digest,
     _fsync_fd,
+    _is_int,
     _listing,
     _open_dir,
     _parse_json,
     _read_file,
     _remove,
+    _replace_json,
     _root_fd,
     _write_new,
 )
@@ -397,10 +398,6 @@ def _bad(path: Path, reason: str) -> CheckpointFileError:
     return CheckpointFileError(path, reason)
 
 
-def _is_int(value: object) -> bool:
-    return type(value) is int
-
-
 def _read_commit(root: Path, root_fd: int) -> list[dict[str, Any]] | None:
     """The committed lineage, newest first, validated; ``None`` when
     ``COMMIT`` is absent from a root with no step directory."""
@@ -573,18 +570,7 @@ def read_distributed_checkpoint(
 
 def _publish_commit(root: Path, root_fd: int, lineage: list[dict[str, Any]]) -> None:
     doc: dict[str, Any] = {"format": ROOT_FORMAT, "version": ROOT_VERSION, "lineage": lineage}
-    doc["sha256"] = _digest(doc)
-    fd, tmp = tempfile.mkstemp(prefix=f"{_TMP_PREFIX}{COMMIT}-", dir=root)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write((json.dumps(doc, sort_keys=True, indent=1) + "\n").encode())
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, root / COMMIT)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    _fsync_fd(root_fd)
+    _replace_json(root, root_fd, COMMIT, doc)
 
 
 class DistributedCheckpointer:

@@ -568,26 +568,32 @@ def _write_new(name: str, data: bytes, *, dir_fd: int) -> None:
         os.close(fd)
 
 
+def _replace_json(root: Path, root_fd: int, name: str, doc: dict[str, Any]) -> None:
+    """Seal ``doc`` with its SHA-256 and atomically replace ``root/name`` with
+    it: a temporary file under a random name created with ``O_EXCL`` (a
+    planted file or symlink at a predictable name can be neither followed
+    nor overwritten), fsync, ``os.replace``, fsync of the root."""
+    doc = {**doc, "sha256": _digest(doc)}
+    fd, tmp = tempfile.mkstemp(prefix=f"{_TMP_PREFIX}{name}-", dir=root)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write((json.dumps(doc, sort_keys=True, indent=1) + "\n").encode())
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, root / name)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    _fsync_fd(root_fd)
+
+
 def _publish_latest(root: Path, root_fd: int, lineage: list[_Entry]) -> None:
     doc: dict[str, Any] = {
         "format": ROOT_FORMAT,
         "version": ROOT_VERSION,
         "lineage": [e.to_json() for e in lineage],
     }
-    doc["sha256"] = _digest(doc)
-    # A random name, created with O_EXCL: a planted file or symlink at a
-    # predictable name can neither be followed nor overwritten.
-    fd, tmp = tempfile.mkstemp(prefix=f"{_TMP_PREFIX}{LATEST}-", dir=root)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write((json.dumps(doc, sort_keys=True, indent=1) + "\n").encode())
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, root / LATEST)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    _fsync_fd(root_fd)
+    _replace_json(root, root_fd, LATEST, doc)
 
 
 def _remove(root: Path, name: str) -> None:
