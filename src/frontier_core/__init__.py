@@ -24,7 +24,15 @@ from ._events import Effect as Effect
 from ._events import Event as Event
 from ._events import Evict as Evict
 from ._events import Fail as Fail
+from ._events import FailSample as FailSample
 from ._events import FailurePolicy as FailurePolicy
+from ._events import Granularity as Granularity
+from ._events import Lease as Lease
+from ._events import Restart as Restart
+from ._events import SampleEvent as SampleEvent
+from ._events import Seal as Seal
+from ._events import Sibling as Sibling
+from ._events import Setback as Setback
 from ._events import Stamp as Stamp
 from ._events import Status as Status
 from ._events import Train as Train
@@ -33,6 +41,10 @@ from ._ledger import Applied as Applied
 from ._ledger import Ledger as Ledger
 from ._ledger import LedgerConfig as LedgerConfig
 from ._ledger import Resumed as Resumed
+from ._samples import SampleApplied as SampleApplied
+from ._samples import SampleCheckpoint as SampleCheckpoint
+from ._samples import SampleLedger as SampleLedger
+from ._samples import SampleResumed as SampleResumed
 from ._shards import ShardCheckpoint as ShardCheckpoint
 from ._shards import ShardMismatchError as ShardMismatchError
 from ._shards import Share as Share
@@ -60,15 +72,27 @@ __all__ = [
     "Event",
     "Evict",
     "Fail",
+    "FailSample",
     "FailurePolicy",
+    "Granularity",
+    "Lease",
     "FingerprintMismatchError",
     "FrontierError",
     "IllegalTransitionError",
     "Ledger",
     "LedgerConfig",
     "Lineage",
+    "Restart",
     "Resumed",
+    "SampleApplied",
+    "SampleCheckpoint",
+    "SampleEvent",
+    "SampleLedger",
+    "SampleResumed",
+    "Seal",
+    "Setback",
     "Share",
+    "Sibling",
     "ShardCheckpoint",
     "ShardMismatchError",
     "Status",

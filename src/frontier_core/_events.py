@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Iterable
-from typing import ClassVar
+from typing import ClassVar, NamedTuple
 
 import attrs
 
@@ -46,6 +46,44 @@ class FailurePolicy(enum.Enum):
 
     DROP = "drop"
     RETRY = "retry"
+
+
+class Granularity(enum.Enum):
+    """What a failed sample fails, under the sample-level ledger.
+
+    ``SIBLING``: only that sample; it is generated again (under ``retry``)
+    while its group's other samples go on and keep what they sealed.
+    ``GROUP``: the whole group, as a prompt-level failure does; every one of
+    its samples is generated again.
+    """
+
+    SIBLING = "sibling"
+    GROUP = "group"
+
+
+class Sibling(enum.IntEnum):
+    """Where one sample of an outstanding group stands (sample-level ledger).
+
+    ``UNSTARTED -> RUNNING -> SEALED``: a sibling runs under one attempt at
+    a time and is sealed by exactly one attempt; a sibling failure under
+    ``sibling`` granularity sends it back to ``UNSTARTED``.
+    """
+
+    UNSTARTED = 0
+    RUNNING = 1
+    SEALED = 2
+
+
+class Lease(NamedTuple):
+    """One attempt at one sample: sibling ``sibling`` of prompt ``ordinal``,
+    generated under ``attempt``. The ledger numbers attempts from one counter
+    for the whole run, upwards across resumes, so an attempt names one try of
+    one sibling for good; a result is accepted only from the sibling's
+    current attempt (fencing)."""
+
+    ordinal: int
+    sibling: int
+    attempt: int
 
 
 def _ordinal_tuple(value: Iterable[int]) -> tuple[int, ...]:
@@ -112,6 +150,18 @@ class Fail(_OrdinalEvent):
 
 
 @attrs.frozen
+class Setback(_OrdinalEvent):
+    """One sample of each of these outstanding groups failed, and only that
+    sample is generated again (``sibling`` granularity): the failure counts
+    as one failed attempt of the group, which stays outstanding, or the
+    failure policy drops the group. The sample-level ledger
+    (``frontier_core.samples``) sends it; a prompt-level caller has no use
+    for it."""
+
+    name: ClassVar[str] = "setback"
+
+
+@attrs.frozen
 class Evict(_OrdinalEvent):
     """The replay buffer discarded these groups (too stale to train on); the
     failure policy decides their fate."""
@@ -126,7 +176,69 @@ class Train(_OrdinalEvent):
     name: ClassVar[str] = "train"
 
 
-Event = Stamp | Dispatch | Buffer | Fail | Evict | Train
+def _distinct(name: str, value: Iterable[Iterable[int]], width: int) -> list[tuple[int, ...]]:
+    """``value`` as tuples of ``width`` ints >= 0, each (ordinal, sibling)
+    at most once: the checks a sample-level event makes of itself."""
+    out = []
+    seen: set[tuple[int, int]] = set()
+    repeated: list[int] = []
+    for raw in value:
+        item = tuple(raw)
+        if len(item) != width or any(type(x) is not int or x < 0 for x in item):
+            raise IllegalTransitionError(name, (), f"expected {width} ints >= 0, got {raw!r:.80}")
+        key = (item[0], item[1])
+        if key in seen:
+            repeated.append(item[0])
+        seen.add(key)
+        out.append(item)
+    if repeated:
+        raise IllegalTransitionError(name, repeated, "a sibling is listed more than once")
+    return out
+
+
+def _pairs(value: Iterable[Iterable[int]]) -> tuple[tuple[int, int], ...]:
+    return tuple((o, s) for o, s in _distinct("restart", value, 2))
+
+
+def _seal_leases(value: Iterable[Iterable[int]]) -> tuple[Lease, ...]:
+    return tuple(Lease(*item) for item in _distinct("seal", value, 3))
+
+
+def _failed_leases(value: Iterable[Iterable[int]]) -> tuple[Lease, ...]:
+    return tuple(Lease(*item) for item in _distinct("fail_sample", value, 3))
+
+
+@attrs.frozen
+class Restart:
+    """Restart these unstarted siblings ``(ordinal, sibling)`` of outstanding
+    groups under new attempts (after a sibling failure under ``sibling``
+    granularity; ``dispatch`` starts a whole group's siblings itself)."""
+
+    name: ClassVar[str] = "restart"
+    siblings: tuple[tuple[int, int], ...] = attrs.field(converter=_pairs)
+
+
+@attrs.frozen
+class Seal:
+    """These attempts finished their samples. Each is accepted if it is its
+    sibling's current attempt, and fenced (ignored, reported) if not; a
+    group lands in the buffer when its last sibling seals."""
+
+    name: ClassVar[str] = "seal"
+    leases: tuple[Lease, ...] = attrs.field(converter=_seal_leases)
+
+
+@attrs.frozen
+class FailSample:
+    """These attempts failed their samples; the granularity and the failure
+    policy decide what is generated again. Fenced like ``Seal``."""
+
+    name: ClassVar[str] = "fail_sample"
+    leases: tuple[Lease, ...] = attrs.field(converter=_failed_leases)
+
+
+Event = Stamp | Dispatch | Buffer | Fail | Setback | Evict | Train
+SampleEvent = Restart | Seal | FailSample
 
 
 @attrs.frozen
@@ -145,6 +257,15 @@ class Effect:
     them yet, so the caller holds no row; they become pending when the
     source stamps them again.
     ``dropped``: ordinals the failure policy resolved as dropped.
+
+    The sample-level ledger (``SampleLedger``) says more: ``leases``, the
+    attempts it started (each one sibling to generate); ``reused``, siblings
+    a dispatch found sealed already (by a journaled or checkpointed attempt:
+    their samples come from there, not from generation); ``sealed`` and
+    ``fenced``, the results it accepted and those it ignored because their
+    attempt was no longer current; ``landed``, groups whose last sibling
+    sealed, now buffered; ``restart``, siblings ``(ordinal, sibling)`` a
+    sibling failure sent back to unstarted (``restart`` them).
     """
 
     event: str
@@ -154,3 +275,9 @@ class Effect:
     requeued: tuple[int, ...] = ()
     unstamped: tuple[int, ...] = ()
     dropped: tuple[int, ...] = ()
+    leases: tuple[Lease, ...] = ()
+    reused: tuple[Lease, ...] = ()
+    sealed: tuple[Lease, ...] = ()
+    fenced: tuple[Lease, ...] = ()
+    landed: tuple[int, ...] = ()
+    restart: tuple[tuple[int, int], ...] = ()

@@ -65,6 +65,8 @@ from ._events import (
     Evict,
     Fail,
     FailurePolicy,
+    Granularity,
+    Setback,
     Stamp,
     Status,
     Train,
@@ -75,11 +77,13 @@ from ._transitions import (
     LIVE,
     NOTING,
     RESOLVED,
+    SETBACK,
     STAMPABLE,
     Move,
     failure_outcome,
     recorded,
     resume_outcome,
+    setback_outcome,
     stamp_outcome,
 )
 from ._transitions import TRANSITIONS as TRANSITIONS
@@ -92,13 +96,14 @@ _ABSENT: Final = -1  # no entry: below the cut, or not yet stamped
 _ILLEGAL: Final = -2  # no move of this event from this status
 _FAILURE: Final = -3  # the target is ``failure_outcome``'s
 _FILTERED: Final = -4  # a stamp filters the ordinal out
+_SETBACK: Final = -5  # the target is ``setback_outcome``'s
 _UNSTAMPED: Final = int(Status.UNSTAMPED)
 _RESOLVED_INTS: Final = frozenset(int(s) for s in RESOLVED)
 #: event type -> {source status: target status, or _FAILURE}.
 _MOVES_BY_EVENT: Final[dict[type[Move], dict[int, int]]] = {}
 for (_event, _source), _target in TRANSITIONS.items():
     _MOVES_BY_EVENT.setdefault(_event, {})[int(_source)] = (
-        _FAILURE if _target is FAILURE else int(_target)
+        _FAILURE if _target is FAILURE else _SETBACK if _target is SETBACK else int(_target)
     )
 del _event, _source, _target
 #: What each moving event needs, for its error message.
@@ -153,6 +158,11 @@ class LedgerConfig:
     record's size and never a number written in it (a forged record of a few
     hundred bytes cannot ask for 10**12 ordinals). Raise it if a real run
     needs more than about a million prompts in flight.
+
+    ``samples`` is the size of a prompt's group (GRPO's n) and
+    ``granularity`` what a failed sample fails; only the sample-level ledger
+    (``SampleLedger``) reads them. The attempt limit counts the failures of
+    a group, a failed sample being one.
     """
 
     on_failure: FailurePolicy = attrs.field(default=FailurePolicy.DROP, converter=FailurePolicy)
@@ -160,6 +170,8 @@ class LedgerConfig:
     stream_len: int | None = attrs.field(default=None, validator=_stream_len)
     fingerprint: str = attrs.field(default="", validator=attrs.validators.instance_of(str))
     max_window: int = attrs.field(default=1 << 20, validator=_positive)
+    samples: int = attrs.field(default=1, validator=_positive)
+    granularity: Granularity = attrs.field(default=Granularity.SIBLING, converter=Granularity)
 
 
 @attrs.frozen
@@ -464,6 +476,12 @@ class Ledger:
         says which were requeued and which dropped."""
         return self.apply(Fail(ordinals))
 
+    def setback(self, ordinals: Iterable[int]) -> Applied:
+        """One sample of each of these outstanding groups failed and only it
+        is generated again; ``effect.dropped`` names the groups the failure
+        policy dropped instead. For the sample-level ledger."""
+        return self.apply(Setback(ordinals))
+
     def evict(self, ordinals: Iterable[int]) -> Applied:
         """The buffer discarded these groups as stale. ``effect`` says which
         were requeued and which dropped."""
@@ -631,6 +649,11 @@ class Ledger:
                 )
                 target = int(status)
                 reported[target].append(o)
+            elif target == _SETBACK:
+                status, attempts = setback_outcome(policy, max_attempts, attempts)
+                target = int(status)
+                if status is Status.DROPPED:
+                    dropped.append(o)
             elif target in _RESOLVED_INTS:
                 attempts = 0  # resolved ordinals keep no attempts
             changes.append((o, target | (attempts << _STATUS_BITS)))

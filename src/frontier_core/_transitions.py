@@ -16,6 +16,7 @@ The moves, with the rule that decides each::
     OUTSTANDING --buffer--->  BUFFERED                     TRANSITIONS
     BUFFERED    --train---->  TRAINED                      TRANSITIONS
     OUTSTANDING --fail----->  PENDING | UNSTAMPED | DROPPED    failure_outcome
+    OUTSTANDING --setback-->  OUTSTANDING | DROPPED        setback_outcome
     BUFFERED    --evict---->  PENDING | UNSTAMPED | DROPPED    failure_outcome
     checkpoint  --resume--->  TRAINED | DROPPED | BUFFERED | UNSTAMPED | no entry
                                                            resume_outcome
@@ -49,19 +50,37 @@ from __future__ import annotations
 import enum
 from typing import Final
 
-from ._events import Buffer, Dispatch, Evict, Fail, FailurePolicy, Status, Train
+from ._events import (
+    Buffer,
+    Dispatch,
+    Evict,
+    Fail,
+    FailSample,
+    FailurePolicy,
+    Granularity,
+    Restart,
+    Seal,
+    Setback,
+    Sibling,
+    Status,
+    Train,
+)
 
 
 class _Outcome(enum.Enum):
-    """A move whose target the failure policy picks (``failure_outcome``)."""
+    """A move whose target the failure policy picks: ``failure_outcome``'s
+    for a failure of the whole group, ``setback_outcome``'s for a failure of
+    one of its samples."""
 
     FAILURE = "failure"
+    SETBACK = "setback"
 
 
 FAILURE: Final = _Outcome.FAILURE
+SETBACK: Final = _Outcome.SETBACK
 
 #: The events that move the ordinals they list.
-Move = Dispatch | Buffer | Fail | Evict | Train
+Move = Dispatch | Buffer | Fail | Setback | Evict | Train
 
 #: (event type, current status) -> next status. A pair that is absent is an
 #: illegal transition. ``Stamp`` is not here (see the module docstring).
@@ -69,6 +88,7 @@ TRANSITIONS: Final[dict[tuple[type[Move], Status], Status | _Outcome]] = {
     (Dispatch, Status.PENDING): Status.OUTSTANDING,
     (Buffer, Status.OUTSTANDING): Status.BUFFERED,
     (Fail, Status.OUTSTANDING): FAILURE,
+    (Setback, Status.OUTSTANDING): SETBACK,
     (Evict, Status.BUFFERED): FAILURE,
     (Train, Status.BUFFERED): Status.TRAINED,
 }
@@ -100,6 +120,22 @@ def failure_outcome(
     attempts += 1
     if policy is FailurePolicy.RETRY and attempts < max_attempts:
         return (Status.PENDING if stamped else Status.UNSTAMPED), attempts
+    return Status.DROPPED, 0
+
+
+def setback_outcome(policy: FailurePolicy, max_attempts: int, attempts: int) -> tuple[Status, int]:
+    """Where a failed sample (``setback``) sends an outstanding group that
+    had failed ``attempts`` times, and its attempts after.
+
+    The same count and limit as ``failure_outcome``: a failed sample is one
+    failed attempt of its group. Under ``retry`` below ``max_attempts`` the
+    group stays ``OUTSTANDING`` (its other samples go on; only the failed one
+    is generated again); otherwise it is ``DROPPED``, since it can no longer
+    land with all its samples.
+    """
+    attempts += 1
+    if policy is FailurePolicy.RETRY and attempts < max_attempts:
+        return Status.OUTSTANDING, attempts
     return Status.DROPPED, 0
 
 
@@ -157,11 +193,59 @@ def recorded(status: Status, attempts: int) -> bool:
 
 #: The events after which a checkpoint records the ordinals they name: those
 #: with a move to a status a checkpoint records from one it does not (whatever
-#: the attempts). A failure always counts: ``failure_outcome`` drops the
-#: ordinal or adds an attempt, and a checkpoint records both. (A comprehension
+#: the attempts). A failure always counts: ``failure_outcome`` and
+#: ``setback_outcome`` drop the ordinal or add an attempt, and a checkpoint
+#: records both. (A comprehension
 #: rather than a function: module-level code runs once, at import.)
 NOTING: Final = frozenset(
     kind
     for (kind, source), target in TRANSITIONS.items()
-    if not recorded(source, 0) and (target is FAILURE or recorded(target, 0))
+    if not recorded(source, 0) and (isinstance(target, _Outcome) or recorded(target, 0))
 )
+
+
+# -- samples -----------------------------------------------------------------------
+#
+# The sample-level ledger (``SampleLedger``) keeps, for each outstanding
+# group, the status of each of its n siblings and the attempt it runs or was
+# sealed by. Its moves, one sibling at a time::
+#
+#     (group dispatched) ---------> RUNNING, a new attempt (SEALED if reused)
+#     UNSTARTED --restart-------->  RUNNING, a new attempt    SAMPLE_TRANSITIONS
+#     RUNNING   --seal----------->  SEALED                    SAMPLE_TRANSITIONS
+#     RUNNING   --fail_sample---->  UNSTARTED + setback of the group, or
+#                                   fail of the group         sample_failure
+#     all n SEALED --------------->  the group is buffered (buffer)
+#
+# A seal or a failure counts only from the sibling's current attempt
+# (``current_attempt``); any other is fenced. The group's own moves (and its
+# failure count) stay the prompt-level table's.
+
+#: (sample event, sibling status) -> next sibling status, for a result of the
+#: sibling's current attempt. A pair that is absent is fenced (seal,
+#: fail_sample) or illegal (start).
+SAMPLE_TRANSITIONS: Final[
+    dict[tuple[type[Restart | Seal | FailSample], Sibling], Sibling | _Outcome]
+] = {
+    (Restart, Sibling.UNSTARTED): Sibling.RUNNING,
+    (Seal, Sibling.RUNNING): Sibling.SEALED,
+    (FailSample, Sibling.RUNNING): FAILURE,
+}
+
+
+def sample_failure(granularity: Granularity) -> type[Fail | Setback]:
+    """The group-level move a failed sample makes: under ``sibling``
+    granularity a ``Setback`` (the group stays outstanding and the sibling is
+    generated again, or the group is dropped), under ``group`` a ``Fail`` of
+    the whole group (every sibling generated again, or the group dropped)."""
+    return Setback if granularity is Granularity.SIBLING else Fail
+
+
+def current_attempt(status: Sibling | None, attempt: int | None, result: int) -> bool:
+    """Whether a result of attempt ``result`` is from the current attempt of
+    a sibling in ``status`` under ``attempt`` (``None``: the ledger holds no
+    detail of it). Only a running sibling has one: a sealed sibling was
+    sealed by its first result, an unstarted one runs nothing, and a sibling
+    without detail belongs to a group that is not outstanding. The fencing
+    rule, in one place."""
+    return status is Sibling.RUNNING and attempt == result

@@ -124,9 +124,37 @@ def test_transitions_table_lists_every_legal_move() -> None:
         ("dispatch", Status.PENDING),
         ("buffer", Status.OUTSTANDING),
         ("fail", Status.OUTSTANDING),
+        ("setback", Status.OUTSTANDING),
         ("evict", Status.BUFFERED),
         ("train", Status.BUFFERED),
     }
+
+
+@pytest.mark.parametrize("policy", list(FailurePolicy))
+def test_a_setback_keeps_the_group_outstanding_until_the_attempt_limit(
+    policy: FailurePolicy,
+) -> None:
+    """A failed sample is one failed attempt of its group: under retry the
+    group stays outstanding (and a checkpoint counts the attempt); at the
+    limit, or at once under drop, the group is dropped on record."""
+    config = LedgerConfig(on_failure=policy, max_attempts=3, stream_len=4)
+    ledger = Ledger.start(config).stamp(4).ledger.dispatch([0, 1]).ledger
+    step = ledger.setback([1])
+    if policy is FailurePolicy.DROP:
+        assert step.effect.dropped == (1,)
+        assert step.ledger.status(1) is Status.DROPPED
+        return
+    assert step.effect.dropped == ()
+    ledger = step.ledger
+    assert ledger.status(1) is Status.OUTSTANDING and ledger.attempts(1) == 1
+    assert roundtrip(ledger.checkpoint()).attempts == ((1, 1),)
+    ledger = ledger.setback([1]).ledger
+    assert ledger.attempts(1) == 2
+    # A group failure counts on the same attempts.
+    step = ledger.setback([1])
+    assert step.effect.dropped == (1,) and step.ledger.status(1) is Status.DROPPED
+    with pytest.raises(IllegalTransitionError, match="setback needs outstanding"):
+        step.ledger.setback([2])
 
 
 @pytest.mark.parametrize(

@@ -21,6 +21,7 @@ from frontier_core import (
     IllegalTransitionError,
     Ledger,
     LedgerConfig,
+    Setback,
     Status,
     Train,
 )
@@ -28,6 +29,7 @@ from frontier_core._transitions import (
     COVERED,
     FAILURE,
     LIVE,
+    SETBACK,
     NOTING,
     RESOLVED,
     STAMPABLE,
@@ -35,6 +37,7 @@ from frontier_core._transitions import (
     failure_outcome,
     recorded,
     resume_outcome,
+    setback_outcome,
     stamp_outcome,
 )
 
@@ -49,18 +52,20 @@ U, P, OUT, B, T, D = (
     Status.DROPPED,
 )
 DROP, RETRY = FailurePolicy.DROP, FailurePolicy.RETRY
-EVENTS: tuple[type[Move], ...] = (Dispatch, Buffer, Fail, Evict, Train)
+EVENTS: tuple[type[Move], ...] = (Dispatch, Buffer, Fail, Setback, Evict, Train)
 
 # -- the statement ---------------------------------------------------------------
 
 #: The lifecycle as the README tells it: pending -> outstanding (dispatch) ->
 #: buffered (buffer) -> trained (train); a failure while outstanding or an
-#: eviction while buffered is up to the policy. Everything else is illegal.
+#: eviction while buffered is up to the policy; so is a failed sample of an
+#: outstanding group ("sample policy"). Everything else is illegal.
 LIFECYCLE: dict[tuple[type[Move], Status], Status | str] = {
     (Dispatch, P): OUT,
     (Buffer, OUT): B,
     (Train, B): T,
     (Fail, OUT): "policy",
+    (Setback, OUT): "sample policy",
     (Evict, B): "policy",
 }
 
@@ -74,6 +79,14 @@ def expected_failure(
     if policy is RETRY and left > 0:
         return (P, attempts + 1) if stamped else (U, attempts + 1)
     return (D, 0)  # dropped, on record; a resolved ordinal keeps no count
+
+
+def expected_setback(policy: FailurePolicy, max_attempts: int, attempts: int) -> tuple[Status, int]:
+    """A failed sample is an attempt of its group, which goes on generating
+    its other samples while attempts are left and is dropped after."""
+    if policy is RETRY and attempts + 1 < max_attempts:
+        return (OUT, attempts + 1)
+    return (D, 0)
 
 
 def expected_move(
@@ -90,6 +103,8 @@ def expected_move(
         return None
     if target == "policy":
         return expected_failure(policy, max_attempts, attempts, stamped)
+    if target == "sample policy":
+        return expected_setback(policy, max_attempts, attempts)
     assert isinstance(target, Status)
     return (target, 0) if target is T else (target, attempts)
 
@@ -140,7 +155,8 @@ def cases() -> Iterator[tuple[type[Move], Status, FailurePolicy, int, int, bool]
 def test_the_table_lists_exactly_the_lifecycle() -> None:
     assert set(TRANSITIONS) == set(LIFECYCLE)
     for key, target in LIFECYCLE.items():
-        assert TRANSITIONS[key] == (FAILURE if target == "policy" else target)
+        marker = {"policy": FAILURE, "sample policy": SETBACK}
+        assert TRANSITIONS[key] == marker.get(target, target)
 
 
 def test_every_move_is_the_stated_one() -> None:
@@ -152,6 +168,8 @@ def test_every_move_is_the_stated_one() -> None:
             got = None
         elif target is FAILURE:
             got = failure_outcome(policy, max_attempts, attempts, stamped=stamped)
+        elif target is SETBACK:
+            got = setback_outcome(policy, max_attempts, attempts)
         else:
             assert isinstance(target, Status)
             got = (target, 0 if target in RESOLVED else attempts)
@@ -175,6 +193,17 @@ def test_the_failure_outcome_under_each_policy() -> None:
     assert failure_outcome(RETRY, 1, 0, stamped=True) == (D, 0)
     assert failure_outcome(DROP, 3, 0, stamped=True) == (D, 0)
     assert failure_outcome(DROP, 3, 0, stamped=False) == (D, 0)
+
+
+def test_the_setback_outcome_under_each_policy() -> None:
+    for policy in FailurePolicy:
+        for max_attempts in range(1, 6):
+            for attempts in range(max_attempts + 2):
+                got = setback_outcome(policy, max_attempts, attempts)
+                assert got == expected_setback(policy, max_attempts, attempts)
+    assert setback_outcome(RETRY, 3, 0) == (OUT, 1)
+    assert setback_outcome(RETRY, 3, 2) == (D, 0)
+    assert setback_outcome(DROP, 3, 0) == (D, 0)
 
 
 def test_the_stamp_outcome_keeps_the_unstamped_and_filters_the_covered() -> None:
@@ -215,7 +244,7 @@ def test_the_status_sets() -> None:
 def test_noting_is_derived_from_the_table() -> None:
     """A checkpoint starts recording an ordinal when it lands in the buffer
     or fails; every other move stays inside or outside what it records."""
-    assert NOTING == {Buffer, Fail}
+    assert NOTING == {Buffer, Fail, Setback}
     for event, status, policy, max_attempts, attempts, stamped in cases():
         after = expected_move(event, status, policy, max_attempts, attempts, stamped)
         if after is None or recorded(status, attempts):

@@ -18,7 +18,10 @@ writes and the fsyncs:
 * ``replay``: the fold into the state a resume needs, with attempt fencing;
 * ``compact``: the minimal records that replay to the same state on a
   window of ordinals;
-* ``CommitPolicy``: when a group of appends must be fsynced.
+* ``CommitPolicy``: when a group of appends must be fsynced;
+* ``Reuse``/``reusable``: what a resume may take from a replayed journal
+  (the age of a token counted along the lineage: ``lineage_age``), and
+  ``continue_sample``: a durable prefix joined to what was generated after.
 
 Invariants, proofs and tests: ``proofs/JOURNAL.md``. Importing this package
 loads the standard library and ``attrs`` only.
@@ -56,6 +59,10 @@ from ._replay import JournalState as JournalState
 from ._replay import SiblingState as SiblingState
 from ._replay import accepts as accepts
 from ._replay import replay as replay
+from ._reuse import Reuse as Reuse
+from ._reuse import continue_sample as continue_sample
+from ._reuse import lineage_age as lineage_age
+from ._reuse import reusable as reusable
 
 __all__ = [
     "DEFAULT_MAX_FRAME",
@@ -78,16 +85,20 @@ __all__ = [
     "Payload",
     "Progress",
     "Record",
+    "Reuse",
     "Sealed",
     "SiblingState",
     "TokenPayload",
     "TornTail",
     "accepts",
     "compact",
+    "continue_sample",
     "decode",
     "encode",
     "encode_header",
     "encode_record",
     "encode_records",
+    "lineage_age",
     "replay",
+    "reusable",
 ]

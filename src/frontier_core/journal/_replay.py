@@ -39,6 +39,7 @@ from typing import Final
 
 import attrs
 
+from .._events import Lease
 from ._records import Mark, Payload, Progress, Record, Sealed
 
 Key = tuple[int, int]
@@ -87,6 +88,25 @@ class JournalState:
             group = self.groups[ordinal]
             for sibling in sorted(group):
                 yield ordinal, sibling, group[sibling]
+
+    def sealed(self) -> tuple[Lease, ...]:
+        """The sealed siblings ``(ordinal, sibling, attempt)``, ascending:
+        what ``SampleLedger.resume`` takes as ``sealed``."""
+        return tuple(Lease(o, s, st.attempt) for o, s, st in self.siblings() if st.sealed)
+
+    def progress(self) -> tuple[Lease, ...]:
+        """The unsealed siblings with a progress record, ascending, under
+        the attempt that made it: the ones a resume can continue."""
+        return tuple(Lease(o, s, st.attempt) for o, s, st in self.siblings() if not st.sealed)
+
+    @property
+    def next_attempt(self) -> int:
+        """One above every attempt the state names (0 if none): a floor for
+        the attempts of a resumed run (``SampleLedger.resume``'s
+        ``attempt_floor``)."""
+        return max(
+            (st.attempt + 1 for g in self.groups.values() for st in g.values()), default=0
+        )
 
     def restrict(self, window: Container[int]) -> JournalState:
         """The state of the ordinals in ``window`` only (cost: one membership

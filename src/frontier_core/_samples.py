@@ -1,0 +1,723 @@
+"""The sample-level ledger: a prompt's group of n samples, sibling by sibling.
+
+Theory of operation
+-------------------
+GRPO generates ``n`` samples (siblings) per prompt and trains on the group
+only when all of them are done. The prompt-level ``Ledger`` tracks the group
+as one ordinal; ``SampleLedger`` wraps it and adds, for each outstanding
+group only, the status of each sibling (``Sibling``: unstarted, running,
+sealed) and the *attempt* it runs under or was sealed by. So a crash, a dead
+worker or a failed sample costs only the samples that were not yet done:
+
+* ``dispatch`` moves a group to outstanding and starts every sibling that is
+  not sealed already under a new attempt (``effect.leases``): one counter
+  numbers the attempts of the whole run, upwards across resumes, so an
+  attempt names one try of one sibling for good.
+* ``seal`` accepts a sample from its sibling's current attempt and ignores
+  (*fences*) any other: a worker declared dead, a request that timed out and
+  answered late, an attempt of before a crash. When a group's last sibling
+  seals, the group lands in the buffer (``effect.landed``).
+* ``fail_sample`` fails one attempt. Under ``sibling`` granularity the
+  group's failure count grows by one (``Setback``) and only that sibling is
+  generated again (``effect.restart``; ``restart`` it), or the policy drops the
+  group. Under ``group`` granularity the whole group fails (``Fail``).
+* Everything else (stamp, a whole group's buffer or fail, evict, train) is
+  the prompt-level ledger's, unchanged; a group's buffer or fail discards its
+  siblings' detail, which fences their running attempts.
+
+A checkpoint (``SampleCheckpoint``) adds to the prompt-level record the
+attempt counter and, when the framework saves their samples with it, the
+sealed siblings of outstanding groups (``save_sealed``: NeMo-RL keeps these
+at the train boundary). A resume is given the sealed siblings whose samples
+the framework still holds (from that checkpoint, or from a rollout journal:
+``frontier_core.journal``) and keeps them for the groups that need
+generation; when such a group is dispatched again those siblings come back
+as ``effect.reused`` and only the others are generated. A group whose n
+siblings are all held lands at its dispatch without generating anything.
+
+Exactly-once, per sample: every prompt is trained once per lineage with
+exactly its n samples, each sealed by exactly one attempt, or dropped on
+record. With ``samples=1`` and only the prompt-level events it is the
+prompt-level ledger (``proofs/SAMPLES.md`` has the invariants).
+
+Rules of the house
+------------------
+* The sibling moves are ``_transitions.SAMPLE_TRANSITIONS`` and the rules
+  beside it; the group moves are the prompt-level table's, applied by the
+  wrapped ``Ledger``. Nothing here decides a group's fate by itself.
+* Values are immutable; an illegal event raises ``IllegalTransitionError``
+  and changes nothing. A fenced result is not an error: it is the expected
+  trace of a race, reported in ``effect.fenced``.
+* Per-sibling detail exists only for outstanding groups and for the sealed
+  siblings a resume keeps for groups not yet dispatched again: O(window).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Mapping
+from typing import Any, Final
+
+import attrs
+
+from ._checkpoint import Checkpoint, _checksum, _contains
+from ._errors import (
+    CheckpointCorruptError,
+    CheckpointMismatchError,
+    CheckpointVersionError,
+    IllegalTransitionError,
+)
+from ._events import (
+    Buffer,
+    Dispatch,
+    Effect,
+    Event,
+    Evict,
+    Fail,
+    FailSample,
+    Lease,
+    Restart,
+    SampleEvent,
+    Seal,
+    Setback,
+    Sibling,
+    Stamp,
+    Status,
+    Train,
+)
+from ._ledger import Ledger, LedgerConfig
+from ._transitions import SAMPLE_TRANSITIONS, current_attempt, sample_failure
+from ._trie import IntMap
+
+# Sibling values pack the status (2 bits) with the attempt above it.
+_SIBLING_BITS: Final = 2
+_SIBLING_MASK: Final = (1 << _SIBLING_BITS) - 1
+_RUNNING: Final = int(Sibling.RUNNING)
+_SEALED: Final = int(Sibling.SEALED)
+_UNSTARTED: Final = int(Sibling.UNSTARTED)
+
+
+@attrs.frozen
+class SampleApplied:
+    """A transition's result: the new sample-level ledger and what the
+    event did."""
+
+    ledger: SampleLedger
+    effect: Effect
+
+
+@attrs.frozen
+class SampleResumed:
+    """What a resume did: the source restarts at ``rewind_to``; the
+    ``covered`` ordinals at or above it are dropped at their stamp; the
+    ``reused`` siblings (of groups that need generation) come back sealed
+    when their group is dispatched, the ``ignored`` ones were not needed
+    (their group is resolved or in the restored buffer)."""
+
+    ledger: SampleLedger
+    rewind_to: int
+    covered: tuple[int, ...]
+    reused: tuple[Lease, ...]
+    ignored: tuple[Lease, ...]
+
+
+@attrs.frozen(eq=False)
+class SampleLedger:
+    """The immutable coverage state of one stream, sample by sample.
+
+    ``ledger`` is the prompt-level state of the groups; ``next_attempt`` the
+    number the next attempt gets. Build one with ``SampleLedger.start`` or
+    ``SampleLedger.resume``. Two compare equal when they hold the same
+    state (the prompt-level state, the counter and every sibling's detail).
+    """
+
+    ledger: Ledger
+    next_attempt: int
+    #: ``ordinal * samples + sibling`` -> status | attempt << 2.
+    _siblings: IntMap = attrs.field(repr=False, alias="siblings")
+    _identity: tuple[object, ...] | None = attrs.field(
+        default=None, init=False, repr=False, eq=False
+    )
+
+    # -- construction -----------------------------------------------------
+
+    @classmethod
+    def start(cls, config: LedgerConfig | None = None) -> SampleLedger:
+        """A ledger for a fresh run: nothing stamped, no attempt yet."""
+        return cls(ledger=Ledger.start(config), next_attempt=0, siblings=IntMap())
+
+    @classmethod
+    def resume(
+        cls,
+        config: LedgerConfig,
+        checkpoint: SampleCheckpoint,
+        *,
+        load_replay_buffer: bool,
+        sealed: Iterable[Iterable[int]],
+        evicted_on_restore: Iterable[int] = (),
+        rewind_to: int | None = None,
+        attempt_floor: int = 0,
+    ) -> SampleResumed:
+        """The ledger after a restart from ``checkpoint``.
+
+        The prompt-level arguments are ``Ledger.resume``'s. ``sealed``
+        (required: a resume must say what it holds, ``()`` for nothing)
+        lists the sealed siblings ``(ordinal, sibling, attempt)`` whose
+        samples the framework holds: those the checkpoint saved
+        (``checkpoint.sealed``) if it restored them, and those a rollout
+        journal replayed (``JournalState.sealed``), each sibling once. They
+        are kept for the groups that need generation and ignored for the
+        others. ``attempt_floor`` is a number no attempt of the crashed run
+        reached (the journal's ``next_attempt``), so that no result of before
+        the crash can pass for a new attempt; the counter starts at or above
+        it, the checkpoint's counter and every held attempt.
+
+        Raises what ``Ledger.resume`` raises, ``CheckpointMismatchError``
+        when the checkpoint's group size is not ``config.samples``, and
+        ``IllegalTransitionError`` for a sealed sibling outside the groups
+        (a sibling index >= n, an ordinal beyond the window or the stream)
+        or listed twice.
+        """
+        n = config.samples
+        if checkpoint.samples != n:
+            raise CheckpointMismatchError(
+                f"checkpoint has groups of {checkpoint.samples} samples, this run {n}"
+            )
+        if type(attempt_floor) is not int or attempt_floor < 0:
+            raise TypeError(f"attempt_floor must be an int >= 0, got {attempt_floor!r}")
+        resumed = Ledger.resume(
+            config,
+            checkpoint.ledger,
+            load_replay_buffer=load_replay_buffer,
+            evicted_on_restore=evicted_on_restore,
+            rewind_to=rewind_to,
+        )
+        ledger = resumed.ledger
+        held = Seal(sealed).leases  # shape checks: ints >= 0, each sibling once
+        top = ledger.cut + config.max_window
+        if config.stream_len is not None:
+            top = min(top, config.stream_len)
+        bad = [lease for lease in held if lease.sibling >= n or lease.ordinal >= top]
+        if bad:
+            raise IllegalTransitionError(
+                "resume",
+                (lease.ordinal for lease in bad),
+                f"sealed names siblings outside the groups (n={n}, ordinals below {top}): "
+                + ", ".join(map(str, bad[:5])),
+            )
+        reused: list[Lease] = []
+        ignored: list[Lease] = []
+        for lease in held:
+            status = ledger.status(lease.ordinal)
+            # Only a group that waits for the source needs generation: the
+            # others are resolved (None, trained, dropped) or restored.
+            (reused if status is Status.UNSTAMPED else ignored).append(lease)
+        reused.sort()
+        ignored.sort()
+        changes: list[tuple[int, int | None]] = [
+            (o * n + s, _SEALED | a << _SIBLING_BITS) for o, s, a in reused
+        ]
+        floor = max([checkpoint.next_attempt, attempt_floor] + [a + 1 for _, _, a in held])
+        return SampleResumed(
+            ledger=cls(ledger=ledger, next_attempt=floor, siblings=IntMap().updated(changes)),
+            rewind_to=resumed.rewind_to,
+            covered=resumed.covered,
+            reused=tuple(reused),
+            ignored=tuple(ignored),
+        )
+
+    # -- queries ----------------------------------------------------------
+
+    @property
+    def config(self) -> LedgerConfig:
+        return self.ledger.config
+
+    @property
+    def cut(self) -> int:
+        return self.ledger.cut
+
+    def status(self, ordinal: int) -> Status | None:
+        """The group's status (``Ledger.status``)."""
+        return self.ledger.status(ordinal)
+
+    def sibling(self, ordinal: int, sibling: int) -> tuple[Sibling, int | None] | None:
+        """``(status, attempt)`` of one sibling of an outstanding group
+        (attempt ``None`` while it is unstarted), or of a sealed sibling a
+        resume keeps; ``None`` if the ledger holds no detail of it."""
+        n = self.config.samples
+        if not 0 <= sibling < n:
+            raise ValueError(f"sibling must be in [0, {n}), got {sibling!r}")
+        value = self._siblings.get(ordinal * n + sibling)
+        if value is None:
+            return None
+        status = Sibling(value & _SIBLING_MASK)
+        # An unstarted sibling keeps its failed attempt only to fence it.
+        return status, (None if status is Sibling.UNSTARTED else value >> _SIBLING_BITS)
+
+    def running(self) -> Iterator[Lease]:
+        """The current attempts of the running siblings, ascending."""
+        n = self.config.samples
+        for key, value in self._siblings.items():
+            if value & _SIBLING_MASK == _RUNNING:
+                yield Lease(key // n, key % n, value >> _SIBLING_BITS)
+
+    def held(self) -> Iterator[Lease]:
+        """The sealed siblings of groups that have not landed (outstanding,
+        or kept by a resume until their group is dispatched), ascending."""
+        n = self.config.samples
+        for key, value in self._siblings.items():
+            if value & _SIBLING_MASK == _SEALED:
+                yield Lease(key // n, key % n, value >> _SIBLING_BITS)
+
+    def size(self) -> int:
+        """Sibling details held: O(outstanding groups x n), never the run."""
+        return len(self._siblings)
+
+    def _key(self) -> tuple[object, ...]:
+        if self._identity is None:
+            key = (self.ledger, self.next_attempt, tuple(self._siblings.items()))
+            object.__setattr__(self, "_identity", key)
+            return key
+        return self._identity
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, SampleLedger):
+            return NotImplemented
+        return self is other or self._key() == other._key()
+
+    def __hash__(self) -> int:
+        return hash(self._key())
+
+    # -- transitions ------------------------------------------------------
+
+    def apply(self, event: Event | SampleEvent) -> SampleApplied:
+        """Apply ``event``; raises ``IllegalTransitionError`` and changes
+        nothing if it is illegal. Prompt-level events act on whole groups."""
+        if isinstance(event, Seal):
+            return self._seal(event.leases)
+        if isinstance(event, FailSample):
+            return self._fail_sample(event.leases)
+        if isinstance(event, Restart):
+            return self._start(event.siblings)
+        if isinstance(event, Dispatch):
+            return self._dispatch(event.ordinals)
+        applied = self.ledger.apply(event)
+        siblings = self._siblings
+        if isinstance(event, Buffer | Fail | Setback):
+            # The group moved as a whole (a setback only when it dropped the
+            # group): its siblings' detail goes, which fences their running
+            # attempts from now on.
+            gone = [o for o in event.ordinals if applied.ledger.status(o) is not Status.OUTSTANDING]
+            siblings = self._forget(siblings, gone)
+        return SampleApplied(
+            self._replace(applied.ledger, self.next_attempt, siblings), applied.effect
+        )
+
+    def stamp(self, count: int) -> SampleApplied:
+        """The source yielded its next ``count`` prompts (``Ledger.stamp``)."""
+        return self.apply(Stamp(count))
+
+    def dispatch(self, ordinals: Iterable[int]) -> SampleApplied:
+        """These pending groups were handed to rollout: every sibling not
+        sealed already starts under a new attempt (``effect.leases``); the
+        sealed ones are ``effect.reused``; a group with all n sealed lands
+        at once (``effect.landed``)."""
+        return self.apply(Dispatch(ordinals))
+
+    def restart(self, siblings: Iterable[Iterable[int]]) -> SampleApplied:
+        """Restart these unstarted siblings ``(ordinal, sibling)`` under new
+        attempts (``effect.leases``)."""
+        return self.apply(Restart(siblings))
+
+    def seal(self, leases: Iterable[Iterable[int]]) -> SampleApplied:
+        """These attempts ``(ordinal, sibling, attempt)`` finished their
+        samples: ``effect.sealed`` were accepted, ``effect.fenced`` ignored,
+        ``effect.landed`` the groups that became complete."""
+        return self.apply(Seal(leases))
+
+    def fail_sample(self, leases: Iterable[Iterable[int]]) -> SampleApplied:
+        """These attempts failed. ``effect.restart`` are the siblings to
+        generate again (``sibling`` granularity); ``effect.requeued``,
+        ``unstamped`` and ``dropped`` the groups that failed as a whole;
+        ``effect.fenced`` the results ignored."""
+        return self.apply(FailSample(leases))
+
+    def buffer(self, ordinals: Iterable[int]) -> SampleApplied:
+        """These outstanding groups landed whole (``Ledger.buffer``)."""
+        return self.apply(Buffer(ordinals))
+
+    def train(self, ordinals: Iterable[int]) -> SampleApplied:
+        """``Ledger.train``."""
+        return self.apply(Train(ordinals))
+
+    def fail(self, ordinals: Iterable[int]) -> SampleApplied:
+        """These outstanding groups failed whole (``Ledger.fail``)."""
+        return self.apply(Fail(ordinals))
+
+    def evict(self, ordinals: Iterable[int]) -> SampleApplied:
+        """``Ledger.evict``."""
+        return self.apply(Evict(ordinals))
+
+    def checkpoint(self, *, save_buffer: bool = True, save_sealed: bool = True) -> SampleCheckpoint:
+        """The durable state at this moment. ``save_buffer`` is
+        ``Ledger.checkpoint``'s; ``save_sealed`` says whether the framework
+        saves the samples of the sealed siblings of outstanding groups with
+        it (if not, a resume gets them from a journal, or regenerates them).
+        O(what it records)."""
+        sealed = tuple(self.held()) if save_sealed else ()
+        return SampleCheckpoint(
+            ledger=self.ledger.checkpoint(save_buffer=save_buffer),
+            samples=self.config.samples,
+            next_attempt=self.next_attempt,
+            sealed=sealed,
+        )
+
+    # -- internals --------------------------------------------------------
+
+    def _replace(self, ledger: Ledger, next_attempt: int, siblings: IntMap) -> SampleLedger:
+        return SampleLedger(ledger=ledger, next_attempt=next_attempt, siblings=siblings)
+
+    def _forget(self, siblings: IntMap, ordinals: Iterable[int]) -> IntMap:
+        n = self.config.samples
+        keys = [k for o in ordinals for k in range(o * n, o * n + n)]
+        if not keys:
+            return siblings
+        return siblings.updated([(k, None) for k in keys if k in siblings])
+
+    def _dispatch(self, ordinals: tuple[int, ...]) -> SampleApplied:
+        applied = self.ledger.apply(Dispatch(ordinals))
+        n = self.config.samples
+        attempt = self.next_attempt
+        changes: list[tuple[int, int | None]] = []
+        leases: list[Lease] = []
+        reused: list[Lease] = []
+        complete: list[int] = []
+        for o in ordinals:
+            values = (
+                self._siblings.get_many(range(o * n, o * n + n)) if self._siblings else [None] * n
+            )
+            held = 0
+            for s, value in enumerate(values):
+                if value is not None and value & _SIBLING_MASK == _SEALED:
+                    # Kept by the resume (REUSE): its sample exists.
+                    reused.append(Lease(o, s, value >> _SIBLING_BITS))
+                    held += 1
+                else:
+                    changes.append((o * n + s, _RUNNING | attempt << _SIBLING_BITS))
+                    leases.append(Lease(o, s, attempt))
+                    attempt += 1
+            if held == n:
+                complete.append(o)
+        siblings = self._siblings.updated(changes) if changes else self._siblings
+        ledger = applied.ledger
+        if complete:
+            ledger = ledger.buffer(complete).ledger
+            siblings = self._forget(siblings, complete)
+        effect = attrs.evolve(
+            applied.effect, leases=tuple(leases), reused=tuple(reused), landed=tuple(complete)
+        )
+        return SampleApplied(self._replace(ledger, attempt, siblings), effect)
+
+    def _check_leases(self, name: str, leases: tuple[Lease, ...]) -> None:
+        n = self.config.samples
+        bad = [x for x in leases if x.sibling >= n or x.attempt >= self.next_attempt]
+        if bad:
+            raise IllegalTransitionError(
+                name,
+                (x.ordinal for x in bad),
+                f"{name} names attempts this run never started (siblings < {n}, attempts < "
+                f"{self.next_attempt}): " + ", ".join(map(str, bad[:5])),
+            )
+
+    def _current(self, leases: tuple[Lease, ...]) -> tuple[list[Lease], list[Lease]]:
+        """``leases`` split into the current attempts and the fenced ones."""
+        n = self.config.samples
+        values = self._siblings.get_many([x.ordinal * n + x.sibling for x in leases])
+        current: list[Lease] = []
+        fenced: list[Lease] = []
+        for lease, value in zip(leases, values, strict=True):
+            if value is None:
+                ok = current_attempt(None, None, lease.attempt)
+            else:
+                ok = current_attempt(
+                    Sibling(value & _SIBLING_MASK), value >> _SIBLING_BITS, lease.attempt
+                )
+            (current if ok else fenced).append(lease)
+        return current, fenced
+
+    def _seal(self, leases: tuple[Lease, ...]) -> SampleApplied:
+        self._check_leases(Seal.name, leases)
+        current, fenced = self._current(leases)
+        n = self.config.samples
+        target = _SEALED  # SAMPLE_TRANSITIONS[(Seal, RUNNING)]
+        siblings = self._siblings.updated(
+            [(x.ordinal * n + x.sibling, target | x.attempt << _SIBLING_BITS) for x in current]
+        )
+        complete = []
+        for o in dict.fromkeys(x.ordinal for x in current):
+            values = siblings.get_many(range(o * n, o * n + n))
+            if all(v is not None and v & _SIBLING_MASK == _SEALED for v in values):
+                complete.append(o)
+        ledger = self.ledger
+        if complete:
+            ledger = ledger.buffer(complete).ledger
+            siblings = self._forget(siblings, complete)
+        effect = Effect(
+            event=Seal.name, sealed=tuple(current), fenced=tuple(fenced), landed=tuple(complete)
+        )
+        return SampleApplied(self._replace(ledger, self.next_attempt, siblings), effect)
+
+    def _fail_sample(self, leases: tuple[Lease, ...]) -> SampleApplied:
+        self._check_leases(FailSample.name, leases)
+        current, fenced = self._current(leases)
+        n = self.config.samples
+        move = sample_failure(self.config.granularity)
+        ledger = self.ledger
+        siblings = self._siblings
+        requeued: list[int] = []
+        unstamped: list[int] = []
+        dropped: list[int] = []
+        restart: list[tuple[int, int]] = []
+        # Apply in rounds: an event lists a group once, and two failed
+        # siblings of one group are two failures of it (under ``sibling``
+        # granularity); a group the first one failed or dropped fences the rest.
+        pending = list(current)
+        while pending:
+            this_round: dict[int, Lease] = {}
+            later: list[Lease] = []
+            for lease in pending:
+                if lease.ordinal in this_round:
+                    later.append(lease)
+                elif ledger.status(lease.ordinal) is not Status.OUTSTANDING:
+                    fenced.append(lease)  # its group failed earlier in this event
+                else:
+                    this_round[lease.ordinal] = lease
+            step = ledger.apply(move(this_round))
+            ledger = step.ledger
+            requeued += step.effect.requeued
+            unstamped += step.effect.unstamped
+            dropped += step.effect.dropped
+            gone = [o for o in this_round if ledger.status(o) is not Status.OUTSTANDING]
+            siblings = self._forget(siblings, gone)
+            back = [
+                (x.ordinal * n + x.sibling, _UNSTARTED | x.attempt << _SIBLING_BITS)
+                for o, x in this_round.items()
+                if o not in gone
+            ]
+            siblings = siblings.updated(back) if back else siblings
+            restart += [(x.ordinal, x.sibling) for o, x in this_round.items() if o not in gone]
+            pending = later
+        effect = Effect(
+            event=FailSample.name,
+            requeued=tuple(requeued),
+            unstamped=tuple(unstamped),
+            dropped=tuple(dropped),
+            fenced=tuple(fenced),
+            restart=tuple(restart),
+        )
+        return SampleApplied(self._replace(ledger, self.next_attempt, siblings), effect)
+
+    def _start(self, pairs: tuple[tuple[int, int], ...]) -> SampleApplied:
+        n = self.config.samples
+        keys = [o * n + s for o, s in pairs]
+        values = self._siblings.get_many(keys)
+        illegal = [
+            (o, s)
+            for (o, s), v in zip(pairs, values, strict=True)
+            if s >= n
+            or v is None
+            or (Restart, Sibling(v & _SIBLING_MASK)) not in SAMPLE_TRANSITIONS
+        ]
+        if illegal:
+            raise IllegalTransitionError(
+                Restart.name,
+                (o for o, _ in illegal),
+                "restart needs unstarted siblings of outstanding groups: "
+                + ", ".join(map(str, illegal[:5])),
+            )
+        attempt = self.next_attempt
+        leases = [Lease(o, s, attempt + i) for i, (o, s) in enumerate(pairs)]
+        siblings = self._siblings.updated(
+            [(o * n + s, _RUNNING | a << _SIBLING_BITS) for o, s, a in leases]
+        )
+        effect = Effect(event=Restart.name, leases=tuple(leases))
+        return SampleApplied(self._replace(self.ledger, attempt + len(leases), siblings), effect)
+
+
+# -- the checkpoint ---------------------------------------------------------------
+
+FORMAT: Final = "frontier_core.samples"
+VERSION: Final = 1
+KEY_FORMAT: Final = "format"
+KEY_VERSION: Final = "version"
+KEY_SAMPLES: Final = "samples"
+KEY_NEXT_ATTEMPT: Final = "next_attempt"
+KEY_LEDGER: Final = "ledger"
+KEY_SEALED: Final = "sealed"
+KEY_CHECKSUM: Final = "checksum"
+_BODY_KEYS: Final = frozenset(
+    {KEY_FORMAT, KEY_VERSION, KEY_SAMPLES, KEY_NEXT_ATTEMPT, KEY_LEDGER, KEY_SEALED}
+)
+
+
+def _sealed_leases(value: Any) -> tuple[Lease, ...]:
+    if isinstance(value, str | bytes) or not isinstance(value, Iterable):
+        raise CheckpointCorruptError(f"sealed must be a sequence of leases, got {value!r:.80}")
+    out = []
+    for item in value:
+        if not isinstance(item, tuple | list) or len(item) != 3:
+            raise CheckpointCorruptError(
+                f"sealed holds {item!r:.80}, not (ordinal, sibling, attempt)"
+            )
+        out.append(Lease(*item))
+    return tuple(out)
+
+
+@attrs.frozen
+class SampleCheckpoint:
+    """The sample-level ledger's durable state: the prompt-level
+    ``Checkpoint`` of the groups (``ledger``), the group size, the attempt
+    counter, and the sealed siblings of outstanding groups whose samples the
+    framework saved with it (``sealed``, ascending; empty unless
+    ``save_sealed``).
+
+    Checked whenever one is built, so that no value that breaks these
+    exists: ``samples >= 1``, ``next_attempt >= 0``; every sealed sibling is
+    an index below ``samples``, of an ordinal at or above the cut that the
+    record does not resolve or retain (its group was outstanding), under an
+    attempt below ``next_attempt``, listed once and ascending; no group has
+    all its siblings sealed (it would have landed). ``CheckpointCorruptError``
+    names the broken rule. The record (``state_dict``) is JSON with its own
+    format tag, version and SHA-256 checksum, around the prompt-level record.
+    """
+
+    ledger: Checkpoint
+    samples: int = 1
+    next_attempt: int = 0
+    sealed: tuple[Lease, ...] = attrs.field(default=(), converter=_sealed_leases)
+
+    def __attrs_post_init__(self) -> None:
+        if not isinstance(self.ledger, Checkpoint):
+            raise CheckpointCorruptError(
+                f"ledger must be a Checkpoint, got {type(self.ledger).__name__}"
+            )
+        _check_count(KEY_SAMPLES, self.samples, least=1)
+        _check_count(KEY_NEXT_ATTEMPT, self.next_attempt, least=0)
+        cut = self.ledger.cut
+        resolved_or_retained = (
+            self.ledger.trained_above_cut,
+            self.ledger.dropped_above_cut,
+            self.ledger.retained,
+        )
+        previous: tuple[int, int] | None = None
+        per_group = 0
+        for lease in self.sealed:
+            for name, x in zip(("ordinal", "sibling", "attempt"), lease, strict=True):
+                _check_count(f"a sealed sibling's {name}", x, least=0)
+            o, s, a = lease
+            if previous is not None and (o, s) <= previous:
+                raise CheckpointCorruptError(
+                    f"sealed siblings must ascend, {lease} follows {previous}"
+                )
+            per_group = per_group + 1 if previous is not None and previous[0] == o else 1
+            previous = (o, s)
+            if o < cut or s >= self.samples or a >= self.next_attempt:
+                raise CheckpointCorruptError(
+                    f"sealed sibling {lease}: ordinals >= the cut {cut}, siblings < "
+                    f"{self.samples}, attempts < next_attempt {self.next_attempt}"
+                )
+            if per_group == self.samples:
+                raise CheckpointCorruptError(
+                    f"all {self.samples} siblings of ordinal {o} are sealed: it would have landed"
+                )
+            if any(_contains(r, o) for r in resolved_or_retained):
+                raise CheckpointCorruptError(
+                    f"sealed sibling {lease} belongs to a group the record resolves or retains"
+                )
+            if self.ledger.stream_len is not None and o >= self.ledger.stream_len:
+                raise CheckpointCorruptError(f"sealed sibling {lease} lies beyond the stream")
+
+    def state_dict(self) -> dict[str, Any]:
+        """The record: JSON types only, checksummed."""
+        sealed: list[list[int]] = []
+        floor = self.ledger.cut
+        for o, s, a in self.sealed:
+            sealed.append([o - floor, s, a])
+            floor = o
+        body: dict[str, Any] = {
+            KEY_FORMAT: FORMAT,
+            KEY_VERSION: VERSION,
+            KEY_SAMPLES: self.samples,
+            KEY_NEXT_ATTEMPT: self.next_attempt,
+            KEY_LEDGER: self.ledger.state_dict(),
+            KEY_SEALED: sealed,
+        }
+        body[KEY_CHECKSUM] = _checksum(body)
+        return body
+
+    @classmethod
+    def from_state_dict(
+        cls, record: Mapping[str, Any], *, fingerprint: str | None = None
+    ) -> SampleCheckpoint:
+        """Validate ``record`` and return its checkpoint; raises as
+        ``Checkpoint.from_state_dict`` does (its inner record is read by it)."""
+        if not isinstance(record, Mapping):
+            raise CheckpointCorruptError(
+                f"checkpoint record must be a dict, got {type(record).__name__}"
+            )
+        if record.get(KEY_FORMAT) != FORMAT:
+            raise CheckpointVersionError(
+                f"not a frontier_core sample checkpoint: {KEY_FORMAT!r} is "
+                f"{record.get(KEY_FORMAT)!r:.80}, expected {FORMAT!r}"
+            )
+        version = record.get(KEY_VERSION)
+        if version != VERSION or type(version) is not int:
+            raise CheckpointVersionError(
+                f"sample checkpoint schema version {version!r:.20} is not supported "
+                f"(this library reads version {VERSION})"
+            )
+        keys = set(record)
+        missing = sorted((_BODY_KEYS | {KEY_CHECKSUM}) - keys)
+        extra = sorted(map(str, keys - _BODY_KEYS - {KEY_CHECKSUM}))
+        if missing or extra:
+            raise CheckpointCorruptError(
+                f"sample checkpoint record has missing keys {missing} and unknown keys {extra}"
+            )
+        body = {k: record[k] for k in _BODY_KEYS}
+        try:
+            expected = _checksum(body)
+        except (TypeError, ValueError, RecursionError) as exc:
+            raise CheckpointCorruptError(
+                f"sample checkpoint record is not JSON data: {str(exc)[:200]}"
+            ) from None
+        if record[KEY_CHECKSUM] != expected:
+            raise CheckpointCorruptError(
+                "sample checkpoint checksum mismatch: the record was altered or truncated"
+            )
+        ledger = Checkpoint.from_state_dict(record[KEY_LEDGER], fingerprint=fingerprint)
+        raw = record[KEY_SEALED]
+        if not isinstance(raw, list):
+            raise CheckpointCorruptError(
+                f"{KEY_SEALED!r} must be a list of [gap, sibling, attempt]"
+            )
+        sealed = []
+        floor = ledger.cut
+        for item in raw:
+            if not (isinstance(item, list) and len(item) == 3):
+                raise CheckpointCorruptError(
+                    f"{KEY_SEALED!r} holds {item!r:.80}, not [gap, sibling, attempt]"
+                )
+            gap, s, a = (_check_count(KEY_SEALED, x, least=0) for x in item)
+            floor += gap
+            sealed.append(Lease(floor, s, a))
+        return cls(
+            ledger=ledger,
+            samples=record[KEY_SAMPLES],
+            next_attempt=record[KEY_NEXT_ATTEMPT],
+            sealed=tuple(sealed),
+        )
+
+
+def _check_count(name: str, value: object, *, least: int) -> int:
+    if type(value) is not int or value < least:
+        raise CheckpointCorruptError(f"{name!r} must be an int >= {least}, got {value!r:.80}")
+    return value
