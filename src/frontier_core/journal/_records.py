@@ -330,6 +330,8 @@ class TokenPayload:
     def versions(self) -> array[int]:
         """The policy version of each token, expanded from the runs."""
         out = array("I")
+        if not self.version_runs:
+            return out  # no tokens
         stops = [start for start, _ in self.version_runs[1:]] + [len(self)]
         for (start, version), stop in zip(self.version_runs, stops, strict=True):
             out.extend(array("I", (version,)) * (stop - start))
