@@ -31,8 +31,8 @@ from ._events import Lease as Lease
 from ._events import Restart as Restart
 from ._events import SampleEvent as SampleEvent
 from ._events import Seal as Seal
-from ._events import Sibling as Sibling
 from ._events import Setback as Setback
+from ._events import Sibling as Sibling
 from ._events import Stamp as Stamp
 from ._events import Status as Status
 from ._events import Train as Train
