@@ -16,6 +16,8 @@ modules expose plain functions. Commands:
   on the loopback master address only;
 * ``elastic-torture``: SIGKILL a rank of ``torchrun`` lives of
   ``elastic-rank``, resuming on other world sizes, then ``frontier audit``;
+* ``durable-run``: one life of the sample-level job with a rollout journal;
+* ``durable-torture``: SIGKILL ``durable-run`` lives, then audit each sample;
 * ``trl-life``: one life of the TRL GRPO job (``frontier`` or ``trl`` mode);
 * ``trl-torture``: SIGKILL ``trl-life`` lives, then ``frontier audit``;
 * ``trl-ab``: TRL's own resume against frontier, same script, same kills.
@@ -132,6 +134,39 @@ def _run_torch_torture(args: argparse.Namespace) -> int:
         verbose=True,
     )
     print(json.dumps(attrs.asdict(result)))
+    return 0 if result.clean else 1
+
+
+# -- durable-run, durable-torture -----------------------------------------------------
+
+
+def _configure_durable(p: argparse.ArgumentParser, *, torture: bool) -> None:
+    from .durable_job import DurableArgs
+
+    for f in attrs.fields(DurableArgs):
+        flag = f"--{f.name.replace('_', '-')}"
+        if f.name == "workdir":
+            p.add_argument(flag, required=True)
+        elif f.name == "reuse":
+            p.add_argument(flag, choices=["everything", "nothing"], default=f.default)
+        else:
+            p.add_argument(flag, type=type(f.default), default=f.default)
+    if torture:
+        p.add_argument("--kills", type=int, default=20)
+        p.add_argument("--kill-seed", type=int, default=0)
+
+
+def _run_durable_run(args: argparse.Namespace) -> int:
+    from .durable_job import DurableArgs, run_life
+
+    return run_life(_fill(DurableArgs, args))
+
+
+def _run_durable_torture(args: argparse.Namespace) -> int:
+    from .durable_job import DurableArgs, torture
+
+    result = torture(_fill(DurableArgs, args), kills=args.kills, seed=args.kill_seed)
+    print(json.dumps({**attrs.asdict(result), "tokens_redone": result.tokens_redone}))
     return 0 if result.clean else 1
 
 
@@ -366,6 +401,16 @@ COMMANDS: dict[
         "torchrun with its rendezvous store bound to --master-addr (a loopback address) only",
         _configure_torchrun_loopback,
         _run_torchrun_loopback,
+    ),
+    "durable-run": (
+        "one life of the sample-level job with a rollout journal: resume, generate, train",
+        lambda p: _configure_durable(p, torture=False),
+        _run_durable_run,
+    ),
+    "durable-torture": (
+        "SIGKILL durable-run lives at random moments, then audit every sample of the lineage",
+        lambda p: _configure_durable(p, torture=True),
+        _run_durable_torture,
     ),
     "trl-life": (
         "one life of the TRL GRPO job (mode frontier or trl): resume, train, die as planned",

@@ -1,0 +1,382 @@
+"""A sample-level rollout job with a rollout journal, killed and resumed.
+
+One life (``run_life``) generates GRPO groups of ``samples`` siblings with a
+deterministic stand-in engine (sibling ``s`` of prompt ``o`` is a fixed
+token sequence of a heavy-tailed length, one token per sibling per tick, so
+a kill lands mid-generation), through a ``SampleLedger`` and a
+``RolloutJournal``: every sealed sample is journaled, every running one every
+``progress_every`` tokens; every ``checkpoint_every`` steps the journal is
+marked and synced, the checkpoint (ledger, step, buffer, journal position)
+is written atomically, and the journal is compacted to the checkpoint's
+window. A resume replays the journal under the reuse policy: sealed siblings
+come back without generation, running ones continue from their last durable
+prefix, and only the rest is generated.
+
+``torture`` SIGKILLs lives at random moments (whole process groups) and then
+``audit``s the training log *per sample*: every prompt trained exactly once
+in the surviving lineage, with exactly its n siblings, each from one attempt
+(no attempt used twice), each exactly the engine's full sequence (so no
+token was lost or duplicated across a continuation), and it counts the
+tokens generated again. The training log is ours (JSON lines, fsynced per
+step, with a resume marker per life that discards the dead branch's steps).
+
+Not API: an example and a test fixture, like the other jobs here.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import random
+import secrets
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import attrs
+
+from frontier_core import Lease, LedgerConfig, SampleCheckpoint, SampleLedger
+from frontier_core.journal import CommitPolicy, Reuse, TokenPayload
+
+from ..rollout import RolloutJournal, resumed_sample
+
+FINGERPRINT = "durable-demo"
+
+
+@attrs.frozen
+class DurableArgs:
+    """One life's settings (the torture passes the same to every life)."""
+
+    workdir: str
+    prompts: int = 24
+    samples: int = 4
+    groups_per_step: int = 2
+    checkpoint_every: int = 2
+    in_flight: int = 6
+    progress_every: int = 8  # 0: no progress records (sealed siblings only)
+    reuse: str = "everything"  # or "nothing": coverage only
+    tick: float = 0.0005
+    seed: int = 0
+
+
+def length(o: int, s: int, seed: int) -> int:
+    """Heavy-tailed sample lengths, a pure function of the sibling."""
+    h = int.from_bytes(hashlib.blake2b(f"{seed}:{o}:{s}".encode(), digest_size=8).digest())
+    u = (h % 10_000) / 10_000
+    return 4 + int(8 / max(1e-3, 1 - u) ** 0.7)  # Pareto-like, 12 at the median
+
+
+def token(o: int, s: int, i: int) -> int:
+    return (o * 7919 + s * 104_729 + i * 31) % 50_000
+
+
+def full_sample(o: int, s: int, seed: int) -> list[int]:
+    return [token(o, s, i) for i in range(min(length(o, s, seed), 400))]
+
+
+def digest(tokens: Sequence[int]) -> str:
+    return hashlib.sha256(json.dumps(list(tokens)).encode()).hexdigest()[:16]
+
+
+def _write_atomic(path: Path, data: bytes) -> None:
+    tmp = path.with_name(f"{path.name}.tmp-{secrets.token_hex(4)}")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    try:
+        os.write(fd, data)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+    dfd = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(dfd)
+    finally:
+        os.close(dfd)
+
+
+def _append_line(path: Path, line: dict[str, Any], *, sync: bool) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    try:
+        os.write(fd, (json.dumps(line) + "\n").encode())
+        if sync:
+            os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _drop_torn_line(path: Path) -> None:
+    """A kill inside a log append can leave a last line without its newline."""
+    if not path.exists():
+        return
+    data = path.read_bytes()
+    if data and not data.endswith(b"\n"):
+        with open(path, "r+b") as f:
+            f.truncate(data.rfind(b"\n") + 1)
+
+
+def _payload(tokens: Sequence[int], start: int, version: int) -> TokenPayload:
+    return TokenPayload.of(
+        tokens, [-0.05 - ((start + i) % 7) / 10 for i in range(len(tokens))], version
+    )
+
+
+def run_life(args: DurableArgs) -> int:
+    """One life: resume (or start), generate, train, checkpoint, until every
+    prompt is trained. Returns 0."""
+    work = Path(args.workdir)
+    work.mkdir(parents=True, exist_ok=True)
+    lineage_path = work / "lineage"
+    if not lineage_path.exists():
+        _write_atomic(lineage_path, secrets.token_hex(8).encode())
+    lineage = lineage_path.read_text()
+    trained_log = work / "trained.jsonl"
+    generated_log = work / "generated.log"
+    _drop_torn_line(trained_log)
+    _drop_torn_line(generated_log)
+    config = LedgerConfig(stream_len=args.prompts, samples=args.samples, fingerprint=FINGERPRINT)
+    journal = RolloutJournal(
+        work / "journal",
+        fingerprint=FINGERPRINT,
+        lineage=lineage,
+        policy=CommitPolicy(max_delay=0.002),
+        progress_every=max(1, args.progress_every),
+    )
+    reuse = Reuse.everything() if args.reuse == "everything" else Reuse.nothing()
+    ck_path = work / "checkpoint.json"
+    buffer: dict[int, list[list[Any]]] = {}  # ordinal -> [[sibling, attempt, tokens], ...]
+    step = 0
+    if ck_path.exists():
+        saved = json.loads(ck_path.read_text())
+        checkpoint = SampleCheckpoint.from_state_dict(saved["ledger"], fingerprint=FINGERPRINT)
+        step = saved["step"]
+        buffer = {int(o): g for o, g in saved["buffer"].items()}
+        recovered = journal.recover(
+            checkpoint,
+            position=saved["position"],
+            checkpoint_id=saved["id"],
+            reuse=reuse,
+            fork=step,
+            step=step,
+        )
+        ledger = SampleLedger.resume(
+            config,
+            checkpoint,
+            load_replay_buffer=True,
+            sealed=recovered.sealed,
+            attempt_floor=recovered.attempt_floor,
+        ).ledger
+        _append_line(trained_log, {"resume": step}, sync=True)
+    else:
+        recovered = journal.recover(
+            None, position=None, checkpoint_id=None, reuse=reuse, fork=0, step=0
+        )
+        ledger = SampleLedger.start(config)
+        _append_line(trained_log, {"resume": 0}, sync=True)
+
+    def save_checkpoint() -> None:
+        # Mark and sync the journal first: the checkpoint then refers only
+        # to durable records; compact only once the checkpoint is durable.
+        position = journal.mark(step)
+        record = {
+            "ledger": ledger.checkpoint(save_sealed=False).state_dict(),
+            "step": step,
+            "position": position,
+            "id": step,
+            "buffer": {str(o): g for o, g in buffer.items()},
+        }
+        _write_atomic(ck_path, json.dumps(record).encode())
+        journal.compact(range(ledger.cut, 1 << 62))
+
+    if not ck_path.exists():
+        # A first checkpoint before anything is generated: from now on a
+        # journal with samples always has a checkpoint to resume from, and
+        # one without is a lost checkpoint, which ``recover`` refuses.
+        save_checkpoint()
+    samples: dict[tuple[int, int], tuple[int, list[int]]] = {}
+    # lease -> [prefix state or None, tokens generated in this attempt, recorded]
+    running: dict[Lease, list[Any]] = {}
+
+    def land(ordinals: Sequence[int]) -> None:
+        for o in ordinals:
+            buffer[o] = [[s, *samples.pop((o, s))] for s in range(args.samples)]
+
+    def dispatch() -> None:
+        nonlocal ledger
+        room = args.in_flight - ledger.ledger.in_flight()
+        if room <= 0 or ledger.ledger.exhausted:
+            return
+        step_ = ledger.stamp(room)
+        ledger = step_.ledger
+        applied = ledger.dispatch(step_.effect.kept)
+        ledger = applied.ledger
+        for lease in applied.effect.reused:
+            payload = recovered.sample(lease)
+            assert isinstance(payload, TokenPayload)
+            samples[(lease.ordinal, lease.sibling)] = (lease.attempt, list(payload.tokens()))
+        for lease in applied.effect.leases:
+            prefix = recovered.prefix(lease.ordinal, lease.sibling) if args.progress_every else None
+            running[lease] = [prefix, [], 0]
+        land(applied.effect.landed)
+
+    while not ledger.ledger.drained:
+        dispatch()
+        # One engine tick: every running sibling makes one token.
+        made = 0
+        for lease in list(running):
+            prefix, new, recorded = running[lease]
+            have = len(prefix.payload) if prefix is not None else 0
+            full = full_sample(lease.ordinal, lease.sibling, args.seed)
+            if have + len(new) < len(full):
+                new.append(full[have + len(new)])
+                made += 1
+            if have + len(new) == len(full):
+                rest = _payload(new, have, step)
+                payload = resumed_sample(prefix, rest)
+                applied = ledger.seal([lease])
+                ledger = applied.ledger
+                del running[lease]
+                if lease in applied.effect.sealed:
+                    journal.sealed(lease, payload)
+                    samples[(lease.ordinal, lease.sibling)] = (
+                        lease.attempt,
+                        list(payload.tokens()),
+                    )
+                    land(applied.effect.landed)
+            elif args.progress_every and journal.due(recorded, len(new)):
+                journal.progress(lease, resumed_sample(prefix, _payload(new, have, step)))
+                running[lease][2] = len(new)
+        journal.poll()
+        if made:
+            # Not fsynced: a SIGKILL loses no written bytes (the page cache
+            # survives the process); the count is what was generated.
+            _append_line(generated_log, {"tokens": made}, sync=False)
+            time.sleep(args.tick)
+        # Train when a step's worth landed (or the stream's last groups).
+        ready = sorted(buffer)
+        tail = ledger.ledger.exhausted and not running
+        if len(ready) >= args.groups_per_step or (tail and ready):
+            chosen = ready[: args.groups_per_step]
+            ledger = ledger.train(chosen).ledger
+            step += 1
+            _append_line(
+                trained_log,
+                {
+                    "step": step,
+                    "groups": {
+                        str(o): [[s, a, len(t), digest(t)] for s, a, t in buffer.pop(o)]
+                        for o in chosen
+                    },
+                },
+                sync=True,
+            )
+            if step % args.checkpoint_every == 0 or ledger.ledger.drained:
+                save_checkpoint()
+    journal.close()
+    return 0
+
+
+@attrs.frozen
+class Audit:
+    """The per-sample verdict of a run's surviving lineage."""
+
+    prompts: int
+    trained: int
+    lost: tuple[int, ...]
+    duplicated: tuple[int, ...]
+    bad_groups: tuple[int, ...]  # wrong siblings, a reused attempt, wrong tokens
+    tokens_needed: int
+    tokens_generated: int
+    lives: int
+
+    @property
+    def clean(self) -> bool:
+        return not (self.lost or self.duplicated or self.bad_groups)
+
+    @property
+    def tokens_redone(self) -> int:
+        return self.tokens_generated - self.tokens_needed
+
+
+def audit(args: DurableArgs) -> Audit:
+    """Fold the training log (a resume marker discards the dead branch's
+    steps after it) and check every sample of the lineage."""
+    work = Path(args.workdir)
+    steps: list[tuple[int, dict[str, Any]]] = []
+    lives = 0
+    for line in (work / "trained.jsonl").read_text().splitlines():
+        entry = json.loads(line)
+        if "resume" in entry:
+            lives += 1
+            steps = [(k, g) for k, g in steps if k <= entry["resume"]]
+        else:
+            steps.append((entry["step"], entry["groups"]))
+    seen: dict[int, int] = {}
+    bad: set[int] = set()
+    attempts: set[int] = set()
+    for _, groups in steps:
+        for key, group in groups.items():
+            o = int(key)
+            seen[o] = seen.get(o, 0) + 1
+            if sorted(s for s, _, _, _ in group) != list(range(args.samples)):
+                bad.add(o)
+            for s, a, n, d in group:
+                want = full_sample(o, s, args.seed)
+                if a in attempts or n != len(want) or d != digest(want):
+                    bad.add(o)
+                attempts.add(a)
+    generated = 0
+    path = work / "generated.log"
+    if path.exists():
+        for line in path.read_text().splitlines():
+            generated += json.loads(line)["tokens"]
+    needed = sum(
+        len(full_sample(o, s, args.seed)) for o in range(args.prompts) for s in range(args.samples)
+    )
+    return Audit(
+        prompts=args.prompts,
+        trained=len(seen),
+        lost=tuple(o for o in range(args.prompts) if o not in seen),
+        duplicated=tuple(sorted(o for o, k in seen.items() if k > 1)),
+        bad_groups=tuple(sorted(bad)),
+        tokens_needed=needed,
+        tokens_generated=generated,
+        lives=lives,
+    )
+
+
+def _life_command(args: DurableArgs) -> list[str]:
+    cmd = [sys.executable, "-m", "frontier_adapters.examples", "durable-run"]
+    for f in attrs.fields(DurableArgs):
+        cmd += [f"--{f.name.replace('_', '-')}", str(getattr(args, f.name))]
+    return cmd
+
+
+def torture(args: DurableArgs, *, kills: int, seed: int = 0, max_delay: float = 1.5) -> Audit:
+    """SIGKILL ``kills`` lives of ``durable-run`` at random moments (each
+    life in its own process group, killed whole), run a last life to the
+    end, and audit. A life that ends by itself before its kill is fine."""
+    rng = random.Random(seed)
+    cmd = _life_command(args)
+    for _ in range(kills):
+        child = subprocess.Popen(cmd, start_new_session=True, stderr=subprocess.PIPE)
+        try:
+            child.wait(timeout=rng.uniform(0.05, max_delay))
+        except subprocess.TimeoutExpired:
+            os.killpg(child.pid, signal.SIGKILL)
+            child.wait()
+        else:
+            if child.returncode != 0:
+                err = child.stderr.read().decode() if child.stderr else ""
+                raise RuntimeError(f"durable-run failed ({child.returncode}): {err[-2000:]}")
+        finally:
+            if child.stderr:
+                child.stderr.close()
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    if done.returncode != 0:
+        raise RuntimeError(f"durable-run failed ({done.returncode}): {done.stderr[-2000:]}")
+    return audit(args)
