@@ -49,7 +49,7 @@ import os
 import secrets
 import stat
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Final
 
@@ -65,8 +65,8 @@ from frontier_core.journal import (
     decode,
     encode,
     encode_header,
-    encode_record,
 )
+from frontier_core.journal._format import append_frames
 
 #: The default bound on a journal file read whole at open.
 DEFAULT_MAX_BYTES: Final = 4 << 30
@@ -259,6 +259,8 @@ class JournalWriter:
         self._clock = clock
         self._fd = -1
         self._failed: BaseException | None = None
+        # The pending group: its frames, in parts, and their size. It holds
+        # the records from ``_durable + 1`` to ``_next - 1``.
         self._pending: list[bytes] = []
         self._pending_bytes = 0
         self._oldest = 0.0
@@ -305,7 +307,7 @@ class JournalWriter:
     @property
     def pending(self) -> int:
         """Records appended but not yet committed."""
-        return len(self._pending)
+        return self._next - 1 - self._durable
 
     # -- appending --------------------------------------------------------------
 
@@ -313,22 +315,12 @@ class JournalWriter:
         """Queue ``record`` for the next group and return its sequence number;
         commits the group if the policy says it is due. Raises
         ``ValueError`` (and queues nothing) for a record over ``max_frame``."""
-        self._usable()
-        frame = encode_record(record, self._next, max_frame=self._max_frame)
-        self._queue([frame])
-        return self._next - 1
+        return self._queue((record,))
 
     def extend(self, records: Iterable[Record]) -> int:
         """Queue ``records`` (all or none) and return the last one's sequence
         number; commits if due."""
-        self._usable()
-        frames = [
-            encode_record(r, seq, max_frame=self._max_frame)
-            for seq, r in enumerate(records, start=self._next)
-        ]
-        if frames:
-            self._queue(frames)
-        return self._next - 1
+        return self._queue(tuple(records))
 
     def poll(self) -> float | None:
         """Commit the pending group if it is due; return the seconds until the
@@ -435,27 +427,33 @@ class JournalWriter:
             if entry.name.startswith(prefix) and entry.is_file(follow_symlinks=False):
                 Path(entry.path).unlink(missing_ok=True)
 
-    def _queue(self, frames: list[bytes]) -> None:
-        if not self._pending:
+    def _queue(self, records: Sequence[Record]) -> int:
+        self._usable()
+        if not records:
+            return self._next - 1
+        starts_group = not self._pending
+        # ``max_frame`` was checked at the open and ``_next`` comes from the
+        # journal, so ``append_frames``, not ``encode_records``: the frames go
+        # into the group as they are, without the argument checks.
+        self._pending_bytes += append_frames(self._pending, records, self._next, self._max_frame)
+        if starts_group:
             self._oldest = self._clock()
-        self._pending += frames
-        self._pending_bytes += sum(map(len, frames))
-        self._next += len(frames)
+        self._next += len(records)
         if self._due() == 0.0:
             self._commit()
+        return self._next - 1
 
     def _due(self) -> float | None:
         return self.policy.due_in(
             pending_bytes=self._pending_bytes,
-            pending_records=len(self._pending),
+            pending_records=self.pending,
             elapsed=self._clock() - self._oldest,
         )
 
     def _commit(self) -> None:
         """One write and one fsync for the whole pending group."""
-        data = b"".join(self._pending)
         try:
-            _write_all(self._fd, data)
+            _write_all(self._fd, b"".join(self._pending))
             os.fsync(self._fd)
         except BaseException as exc:
             self._failed = exc

@@ -38,7 +38,7 @@ def test_quick_bench_reports_every_installed_section(
     doc = json.loads(out.read_text())
     assert doc["quick"] is True and doc["rounds"] == 1
     assert doc["machine"]["python"]
-    expected = {"ledger", "checkpoint", "memory", "simulator", "shards"}
+    expected = {"ledger", "checkpoint", "memory", "simulator", "shards", "journal"}
     expected |= {"loader", "resume", "fingerprint"} if HAVE_TORCH else set()
     expected |= {"ray"} if HAVE_RAY else set()
     expected |= {"vllm"} if HAVE_VLLM else set()
@@ -65,6 +65,39 @@ def test_quick_bench_reports_every_installed_section(
         assert any("bare StatefulDataLoader" in n for n in names)
         assert any("NeMo-RL ring" in n for n in names)
         assert any("StatefulDataLoader" in n and "into the epoch" in n for n in names)
+
+
+def test_the_journal_section_reports_every_question(tmp_path: Path) -> None:
+    """Append throughput against raw write + fsync (small records at two
+    cadences, large token payloads, the encoding's own cost), the size
+    after compaction at two run lengths, resume times: every row, with its
+    baseline. The compacted sizes are equal by construction (one record per
+    sibling of the same window), so that target must be met; the timed
+    ones are only reported."""
+    out = tmp_path / "bench.json"
+    assert main(["bench", "--quick", "--rounds", "1", "--only", "journal", "--json", str(out)]) == 0
+    rows = {r["name"]: r for r in json.loads(out.read_text())["rows"]}
+    assert {r["section"] for r in rows.values()} == {"journal"}
+    for cadence in ("256 a commit", "a commit per record"):
+        base = f"small records: raw write + fsync, {cadence}"
+        assert f"{base} (baseline)" in rows
+        assert rows[f"small records: append, {cadence}"]["baseline"] == base
+    assert rows["small records: append, 256 a commit"]["target"] == ">= 50k/s and >= 0.9x raw"
+    assert "8,192-token samples: raw write + fsync, 16 a commit (baseline)" in rows
+    assert rows["8,192-token samples: append, 16 a commit"]["target"] == "within 10% of raw"
+    for label in ("small records", "8,192-token samples"):
+        encoding = rows[f"{label}: encoding alone"]
+        assert encoding["unit"] == "us/record cpu"
+        assert all(0 < c < 1 for c in encoding["ceiling"])
+    small, large = 1_000, 10_000
+    for kind in ("uncompacted", "compacted"):
+        for n in (small, large):
+            assert _positive(rows[f"journal after {n:,} samples, {kind}"]["median"])
+            assert _positive(rows[f"resume after {n:,} samples, {kind}"]["median"])
+    compacted = rows[f"journal after {large:,} samples, compacted"]
+    assert compacted["met"] is True and compacted["ratios"] == [1.0]
+    assert rows[f"journal after {large:,} samples, uncompacted"]["ratios"][0] > 5
+    assert rows[f"resume after {large:,} samples, compacted"]["target"]
 
 
 def test_only_runs_the_named_section(tmp_path: Path) -> None:

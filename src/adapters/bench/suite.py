@@ -3,8 +3,9 @@
 The conventions (rounds, medians, ratios to a baseline of the same run)
 are ``frontier_core.bench``'s.
 
-Sections: ``loader``, ``ledger``, ``checkpoint``, ``resume``, ``memory``,
-``simulator``, ``ray``, ``vllm``. ``quick`` runs every section at a smoke size (CI
+Sections: ``loader``, ``ledger``, ``checkpoint``, ``resume``,
+``fingerprint``, ``memory``, ``simulator``, ``shards``, ``journal``, ``ray``,
+``trl``, ``vllm``. ``quick`` runs every section at a smoke size (CI
 proves the suite runs; no timing is asserted anywhere). The table goes to
 stdout, the full results to a JSON file. A section whose extra is not
 installed (``loader`` and ``resume`` need ``torch``, ``ray`` needs ``ray``,
@@ -60,6 +61,8 @@ SECTIONS: dict[str, Section] = {
     "memory": Section("frontier_core.bench", "bench_memory"),
     "simulator": Section("frontier_core.bench", "bench_simulator"),
     "shards": Section("frontier_core.bench.shards", "bench_shards"),
+    # The journal's file writer is the adapters' (the core does no I/O).
+    "journal": Section("frontier_adapters.bench.journal", "bench_journal"),
     "ray": Section("frontier_adapters.bench.ray_ledger", "bench_ray", "ray", ("ray",)),
     "trl": Section(
         "frontier_adapters.bench.trl", "bench_trl", "trl", ("trl", "datasets", "accelerate")
