@@ -244,15 +244,53 @@ def _configure_simulate(parser: argparse.ArgumentParser) -> None:
         "--runs",
         type=pos,
         default=1,
-        help="sweep N seeds from --seed with randomized configurations; report the worst",
+        help="sweep N seeds from --seed with randomized configurations; report the worst "
+        "(--waste: every run's exactness and the tokens redone in all, with the journal's "
+        "knobs drawn too)",
+    )
+    parser.add_argument(
+        "--waste",
+        action="store_true",
+        help="measure the tokens the kills make the run generate again, in five modes: "
+        "legacy, coverage, siblings, journal, progress",
+    )
+    parser.add_argument(
+        "--commit-delay",
+        type=_delay,
+        default=d.commit_delay,
+        metavar="STEPS",
+        help="--waste: the journal's group-commit delay, in training steps (%(default)s)",
+    )
+    parser.add_argument(
+        "--progress-every",
+        type=pos,
+        default=d.progress_every,
+        metavar="TOKENS",
+        help="--waste: journal a running sample's progress every TOKENS tokens (%(default)s)",
     )
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.add_argument(
-        "--log", metavar="PATH", help="write the training logs to PATH.legacy and PATH.frontier"
+        "--log",
+        metavar="PATH",
+        help="write the training logs to PATH.legacy and PATH.frontier (--waste: PATH.MODE "
+        "and PATH.MODE.samples)",
     )
     parser.add_argument(
-        "--plot", metavar="FILE.png", help="draw coverage per ordinal (needs matplotlib)"
+        "--plot",
+        metavar="FILE.png",
+        help="draw coverage per ordinal (--waste: tokens redone per kill and mode; needs "
+        "matplotlib)",
     )
+
+
+def _delay(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not (value >= 0.0 and value != float("inf")):
+        raise argparse.ArgumentTypeError(f"must be finite and >= 0, got {value}")
+    return value
 
 
 def _progress(total: int, quiet: bool) -> Any:
@@ -299,10 +337,14 @@ def _run_simulate(args: argparse.Namespace) -> int:
             after_resume_kills=args.after_resume_kills,
             double_kills=args.double_kills,
             length_sigma=args.length_sigma,
+            commit_delay=args.commit_delay,
+            progress_every=args.progress_every,
         )
     except ValueError as exc:
         print(f"frontier simulate: {exc}", file=sys.stderr)
         return 2
+    if args.waste:
+        return _run_waste(args, base)
     if args.runs > 1:
         with _progress(args.runs, args.json) as bar:
             swept = sweep(base, args.runs, on_run=lambda: bar.update(1))
@@ -340,6 +382,46 @@ def _run_simulate(args: argparse.Namespace) -> int:
     return 0 if result.frontier.lossless else 1
 
 
+def _run_waste(args: argparse.Namespace, base: Any) -> int:
+    """``frontier simulate --waste``: exit 1 only when a mode that claims
+    exactness lost or duplicated a prompt or a sample, or a run raised; the
+    5% goal is reported, not a verdict."""
+    from ._errors import FrontierError
+    from .sim import SimulationError
+    from .sim._waste import format_waste, format_waste_sweep, plot_waste, run_waste, sweep_waste
+
+    if args.runs > 1:
+        with _progress(args.runs, args.json) as bar:
+            swept = sweep_waste(base, args.runs, on_run=lambda: bar.update(1))
+        for line in swept.errors[:20]:
+            print(f"frontier simulate: {line}", file=sys.stderr)
+        print(json.dumps(swept.to_json()) if args.json else format_waste_sweep(swept))
+        return 0 if swept.clean else 1
+    try:
+        with _progress(1, args.json) as bar:
+            result = run_waste(base, args.log)
+            bar.update(1)
+    except (SimulationError, FrontierError) as exc:
+        print(f"frontier simulate: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 1
+    if args.plot:
+        try:
+            plot_waste(result, args.plot)
+        except ImportError:
+            print(
+                "frontier simulate --plot needs the plot extra: pip install 'frontier-core[plot]'",
+                file=sys.stderr,
+            )
+            return 2
+    if args.json:
+        print(json.dumps(result.summary()))
+    else:
+        print(format_waste(result))
+        if args.log:
+            print(f"\ntraining logs: {args.log}.MODE and {args.log}.MODE.samples")
+    return 0 if result.clean else 1
+
+
 #: The core's own commands: name -> command.
 BUILTIN: dict[str, Subcommand] = {
     "replay": Subcommand(
@@ -348,7 +430,8 @@ BUILTIN: dict[str, Subcommand] = {
         _run_replay,
     ),
     "simulate": Subcommand(
-        "simulate async GRPO under kills: the legacy/frontier coverage A/B",
+        "simulate async GRPO under kills: the legacy/frontier coverage A/B, or the "
+        "tokens each recovery mode redoes (--waste)",
         _configure_simulate,
         _run_simulate,
     ),

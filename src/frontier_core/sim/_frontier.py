@@ -17,6 +17,13 @@ from .._ledger import Ledger, LedgerConfig
 from ._workload import Workload
 
 
+def requeued_pending(ledger: Ledger, ordinals: Sequence[int]) -> list[int]:
+    """The requeued ordinals that go back to the pending queue. One the
+    source has not re-yielded yet (restored, then evicted) comes back
+    through the source instead."""
+    return [o for o in ordinals if ledger.status(o) is Status.PENDING]
+
+
 class FrontierBackend:
     """Drives a ``Ledger`` for the pipeline (see ``_pipeline.Backend``)."""
 
@@ -70,9 +77,7 @@ class FrontierBackend:
         return self._requeued(step.effect.requeued), list(step.effect.dropped)
 
     def _requeued(self, ordinals: Sequence[int]) -> list[int]:
-        # A requeued ordinal the source has not re-yielded yet (restored,
-        # then evicted) comes back through the source, not the pending queue.
-        return [o for o in ordinals if self.ledger.status(o) is Status.PENDING]
+        return requeued_pending(self.ledger, ordinals)
 
     def buffered(self) -> set[int]:
         return set(self.ledger.ordinals(Status.BUFFERED))

@@ -43,10 +43,17 @@ class ModeResult:
     reached_mean_tokens: float
     #: Per ordinal: times trained in the surviving lineage, -1 if dropped.
     coverage: tuple[int, ...]
+    #: The per-sample audit (sample ``s`` of ordinal ``o`` is ``o * n + s``)
+    #: when the run kept a sample log.
+    samples: AuditReport | None = None
 
     @property
     def lossless(self) -> bool:
-        return not (self.audit.skipped or self.audit.duplicated or self.audit.out_of_range)
+        prompts = self.audit.skipped or self.audit.duplicated or self.audit.out_of_range
+        samples = self.samples is not None and bool(
+            self.samples.skipped or self.samples.duplicated or self.samples.out_of_range
+        )
+        return not (prompts or samples)
 
     def summary(self) -> dict[str, Any]:
         """The per-mode JSON object of ``frontier simulate --json``."""
@@ -91,16 +98,32 @@ class ABResult:
 
 
 def run_mode(
-    workload: Workload, mode: str, kills: tuple[Kill, ...], log_path: str | os.PathLike[str]
+    workload: Workload,
+    mode: str,
+    kills: tuple[Kill, ...],
+    log_path: str | os.PathLike[str],
+    *,
+    factory: Callable[[Workload], Backend] | None = None,
+    sample_log_path: str | os.PathLike[str] | None = None,
 ) -> ModeResult:
-    """Simulate ``mode`` and audit its log (``log_path`` is truncated first)."""
+    """Simulate ``mode`` (``MODES[mode]`` unless ``factory`` is given) and
+    audit its log, and its sample log if ``sample_log_path`` is given (both
+    truncated first)."""
     Path(log_path).write_bytes(b"")
-    stats = simulate(workload, MODES[mode], kills, log_path)
+    if sample_log_path is not None:
+        Path(sample_log_path).write_bytes(b"")
+    stats = simulate(
+        workload, factory or MODES[mode], kills, log_path, sample_log_path=sample_log_path
+    )
     lineage = fold_lineage(read_train_log(log_path), path=str(log_path))
     n = workload.stream_len
     report = audit_lineage(lineage, n)
     trained, dropped = coverage_counts(lineage)
     coverage = tuple(-1 if dropped[o] and not trained[o] else trained[o] for o in range(n))
+    samples = None
+    if sample_log_path is not None:
+        sample_lineage = fold_lineage(read_train_log(sample_log_path), path=str(sample_log_path))
+        samples = audit_lineage(sample_lineage, n * workload.num_generations)
     return ModeResult(
         mode=mode,
         audit=report,
@@ -108,6 +131,7 @@ def run_mode(
         skipped_mean_tokens=workload.mean_tokens(report.skipped),
         reached_mean_tokens=workload.mean_tokens(range(stats.reached)),
         coverage=coverage,
+        samples=samples,
     )
 
 
@@ -118,15 +142,22 @@ def run_ab(workload: Workload, log_base: str | os.PathLike[str] | None = None) -
     run of the same workload. Logs go to ``log_base`` + ``.legacy`` /
     ``.frontier`` (a temporary directory when ``None``)."""
     with tempfile.TemporaryDirectory(prefix="frontier-sim-") as tmp:
-        calm = simulate(workload, FrontierBackend, (), Path(tmp) / "calm.jsonl")
-        warmup = calm.first_checkpoint if calm.first_checkpoint is not None else calm.sim_time
-        kills = workload.kill_schedule(calm.sim_time, warmup)
+        kills = kill_schedule(workload, Path(tmp) / "calm.jsonl")
         base = Path(tmp) / "train" if log_base is None else Path(log_base)
         results = {
             mode: run_mode(workload, mode, kills, f"{base}.{mode}")
             for mode in ("legacy", "frontier")
         }
     return ABResult(workload, kills, results["legacy"], results["frontier"])
+
+
+def kill_schedule(workload: Workload, log_path: str | os.PathLike[str]) -> tuple[Kill, ...]:
+    """The kill schedule of ``workload``, drawn over the middle of an
+    uninterrupted frontier run of it (logged to ``log_path``): every mode
+    compared on the workload runs under these kills."""
+    calm = simulate(workload, FrontierBackend, (), log_path)
+    warmup = calm.first_checkpoint if calm.first_checkpoint is not None else calm.sim_time
+    return workload.kill_schedule(calm.sim_time, warmup)
 
 
 def random_workload(seed: int, base: Workload) -> Workload:
@@ -173,18 +204,24 @@ _ROWS = (
 )
 
 
-def format_ab(result: ABResult) -> str:
-    """The A/B table, one column per mode."""
-    w = result.workload
-    legacy, frontier = result.legacy.summary(), result.frontier.summary()
-    kinds = ", ".join(f"{k.kind.value}@{k.time:.1f}" for k in result.kills) or "none"
-    lines = [
+def format_workload(w: Workload) -> str:
+    """The workload's line in the reports."""
+    return (
         f"workload: seed {w.seed}, {w.dataset_len} prompts x {w.epochs} epoch(s)"
         f"{' shuffled' if w.shuffle else ''}, {w.prompts_per_step}/step, batches of "
         f"{w.batch_size}, {w.num_generations} generations, {w.workers} workers, "
         f"max age {w.max_age}, checkpoint every {w.checkpoint_every}, failures "
         f"{w.failure_rate:g} ({w.on_failure.value}), buffer "
-        f"{'restored' if w.load_replay_buffer else 'not restored'}",
+        f"{'restored' if w.load_replay_buffer else 'not restored'}"
+    )
+
+
+def format_ab(result: ABResult) -> str:
+    """The A/B table, one column per mode."""
+    legacy, frontier = result.legacy.summary(), result.frontier.summary()
+    kinds = ", ".join(f"{k.kind.value}@{k.time:.1f}" for k in result.kills) or "none"
+    lines = [
+        format_workload(result.workload),
         f"kills: {kinds}",
         "",
         f"{'':28}{'legacy':>12}{'frontier':>12}",

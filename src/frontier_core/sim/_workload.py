@@ -3,10 +3,10 @@
 A ``Workload`` is a frozen configuration; every random quantity of a run is
 a pure function of ``(seed, what, ordinal, attempt, ...)``, computed with a
 ``random.Random`` seeded by a string (hashed with SHA-512 by the stdlib), so
-the legacy and the frontier mode see the same prompt order, the same rollout
-lengths and the same failures for the same (ordinal, attempt), however
+every mode sees the same prompt order, the same rollout lengths and the
+same failures for the same (ordinal, attempt), however
 differently they schedule the work. Kill times are drawn once per workload
-and shared by both modes.
+and shared by every mode.
 """
 
 from __future__ import annotations
@@ -60,6 +60,11 @@ def _check_rate(_inst: object, attribute: attrs.Attribute[float], value: float) 
         raise ValueError(f"{attribute.name} must be in [0, 1), got {value}")
 
 
+def _check_delay(_inst: object, attribute: attrs.Attribute[float], value: float) -> None:
+    if not (math.isfinite(value) and value >= 0.0):
+        raise ValueError(f"{attribute.name} must be finite and >= 0, got {value}")
+
+
 @attrs.frozen
 class Workload:
     """One simulated async GRPO run, up to its kills.
@@ -100,6 +105,16 @@ class Workload:
     train_time: float = 1.0
     checkpoint_time: float = 0.4
     restart_time: float = 2.0
+    #: The rollout journal's group commit (the journal modes of ``frontier
+    #: simulate --waste``): a record is durable at most this long after its
+    #: append (``CommitPolicy.max_delay``; the simulator takes the worst
+    #: case, every record waits the whole delay), in training steps. The
+    #: default is 5 ms against a step of 5 s or more (a median rollout of
+    #: 1000 tokens at 200 tokens/s per sequence, or slower).
+    commit_delay: float = attrs.field(default=0.001, validator=_check_delay)
+    #: Journal plus progress: a running sample's progress is journaled every
+    #: this many new tokens (``RolloutJournal``'s default ``progress_every``).
+    progress_every: int = attrs.field(default=256, validator=_check_positive)
 
     @property
     def in_flight_targets(self) -> int:
@@ -131,16 +146,19 @@ class Workload:
         draw = self.rng("len", prompt).lognormvariate(0.0, self.length_sigma)
         return min(self.median_tokens * draw, self.max_tokens)
 
+    def sibling_tokens(self, ordinal: int, attempt: int) -> tuple[float, ...]:
+        """The lengths of the ``num_generations`` rollouts (siblings) of the
+        ``attempt``-th generation of ``ordinal``'s group: around the prompt's
+        typical length, each with its own spread, truncated at
+        ``max_tokens``. Sibling ``s`` generated afresh for the ``k``-th time
+        has length ``sibling_tokens(ordinal, k)[s]``, in every mode."""
+        return _sibling_tokens(self, ordinal, attempt)
+
     def group_time(self, ordinal: int, attempt: int) -> float:
         """How long the ``attempt``-th generation of ``ordinal``'s group runs:
-        until the longest of its ``num_generations`` rollouts finishes."""
-        base = self.prompt_tokens(self.prompt_id(ordinal))
-        rng = self.rng("gen", ordinal, attempt)
-        longest = max(
-            min(base * rng.lognormvariate(0.0, 0.35), self.max_tokens)
-            for _ in range(self.num_generations)
-        )
-        return longest / self.tokens_per_time
+        until the longest of its ``num_generations`` rollouts finishes (each
+        generates ``tokens_per_time`` tokens per unit of time)."""
+        return max(self.sibling_tokens(ordinal, attempt)) / self.tokens_per_time
 
     def fails(self, ordinal: int, attempt: int) -> bool:
         """Whether that generation attempt fails (a tolerated failure)."""
@@ -177,6 +195,15 @@ class Workload:
         """Mean typical rollout length of the prompts at these ordinals."""
         values = [self.prompt_tokens(self.prompt_id(o)) for o in ordinals]
         return math.fsum(values) / len(values) if values else 0.0
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _sibling_tokens(w: Workload, ordinal: int, attempt: int) -> tuple[float, ...]:
+    base = w.prompt_tokens(w.prompt_id(ordinal))
+    rng = w.rng("gen", ordinal, attempt)
+    return tuple(
+        min(base * rng.lognormvariate(0.0, 0.35), w.max_tokens) for _ in range(w.num_generations)
+    )
 
 
 @functools.lru_cache(maxsize=64)
