@@ -2,10 +2,11 @@
 train with it.
 
 The package root holds what every binding shares and what needs no
-framework: the stamping collector (``StreamCollector``) and its source
-protocol, an in-memory source, the single-writer ledger service behind
-leases, and the errors. The bindings are subpackages, each importing its
-framework only when it is itself imported:
+framework: the stamping collector (``StreamCollector``; ``SampleCollector``
+for groups of samples) and its source protocol, an in-memory source, the
+single-writer ledger service behind leases, and the errors. The bindings
+are subpackages, each importing its framework only when it is itself
+imported:
 
 * ``frontier_adapters.torch``: seekable and snapshot data loaders, checkpoint
   directories;
@@ -25,6 +26,8 @@ from ._collector import Pull as Pull
 from ._collector import StreamCollector as StreamCollector
 from ._collector import StreamSource as StreamSource
 from ._errors import ConcurrentUseError as ConcurrentUseError
+from ._samples import SampleCollector as SampleCollector
+from ._samples import Taken as Taken
 from ._service import Lease as Lease
 from ._service import LedgerService as LedgerService
 from ._service import Reported as Reported
@@ -37,8 +40,10 @@ __all__ = [
     "LedgerService",
     "Pull",
     "Reported",
+    "SampleCollector",
     "SequenceSource",
     "Snapshot",
     "StreamCollector",
     "StreamSource",
+    "Taken",
 ]

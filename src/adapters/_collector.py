@@ -39,6 +39,9 @@ from frontier_core import (
     Ledger,
     LedgerConfig,
     Resumed,
+    SampleCheckpoint,
+    SampleLedger,
+    SampleResumed,
     Status,
 )
 
@@ -46,11 +49,12 @@ from ._errors import ConcurrentUseError, StreamMisalignedError
 
 _P = ParamSpec("_P")
 _R = TypeVar("_R")
+_C = TypeVar("_C", bound="StreamCollector")
 
 
 def _exclusive(
-    method: Callable[Concatenate[StreamCollector, _P], _R],
-) -> Callable[Concatenate[StreamCollector, _P], _R]:
+    method: Callable[Concatenate[_C, _P], _R],
+) -> Callable[Concatenate[_C, _P], _R]:
     """Refuse a call that overlaps a call from another thread.
 
     The collector is a mutable façade with no lock of its own; two threads
@@ -60,7 +64,7 @@ def _exclusive(
     ``ConcurrentUseError`` instead of corrupting the state."""
 
     @functools.wraps(method)
-    def guarded(self: StreamCollector, /, *args: _P.args, **kwargs: _P.kwargs) -> _R:
+    def guarded(self: _C, /, *args: _P.args, **kwargs: _P.kwargs) -> _R:
         if not self._entry.acquire(blocking=False):
             raise ConcurrentUseError(
                 f"StreamCollector.{method.__name__} called from thread "
@@ -144,18 +148,22 @@ class StreamCollector:
             )
         self.source = source
         self.config = config
-        self._ledger = Ledger.start(config)
+        self._ledger: Ledger | SampleLedger = self._fresh(config)
         self._rows: dict[int, Any] = {}
         self._pending: deque[int] = deque()
         self._retry: deque[int] = deque()
         self._source_done = False
 
+    def _fresh(self, config: LedgerConfig) -> Ledger | SampleLedger:
+        return Ledger.start(config)
+
     # -- queries ------------------------------------------------------------
 
     @property
     def ledger(self) -> Ledger:
-        """The current ledger (an immutable value)."""
-        return self._ledger
+        """The current (prompt-level) ledger, an immutable value."""
+        state = self._ledger
+        return state if isinstance(state, Ledger) else state.ledger
 
     @property
     def pending(self) -> int:
@@ -237,6 +245,14 @@ class StreamCollector:
         """Up to ``n`` pending ``(ordinal, row)`` items, retried ordinals
         first, pulling batches as needed; the rest of a batch stays pending.
         The items are reported dispatched. Fewer than ``n`` only at the end."""
+        chosen = self._choose(n)
+        if chosen:
+            self._ledger = self._ledger.dispatch(chosen).ledger
+        return [(o, self._rows[o]) for o in chosen]
+
+    def _choose(self, n: int) -> list[int]:
+        """Up to ``n`` pending ordinals, retried ones first, pulling batches
+        as needed (not yet dispatched)."""
         chosen: list[int] = []
         while len(chosen) < n:
             if self._retry:
@@ -245,9 +261,7 @@ class StreamCollector:
                 chosen.append(self._pending.popleft())
             elif not self.pull():
                 break
-        if chosen:
-            self._ledger = self._ledger.dispatch(chosen).ledger
-        return [(o, self._rows[o]) for o in chosen]
+        return chosen
 
     # -- what happened to the ordinals ---------------------------------------
 
@@ -283,7 +297,7 @@ class StreamCollector:
         step = self._ledger.evict(ordinals)
         return self._settle(step.ledger, step.effect)
 
-    def _settle(self, ledger: Ledger, effect: Effect) -> Effect:
+    def _settle(self, ledger: Ledger | SampleLedger, effect: Effect) -> Effect:
         missing = [o for o in effect.requeued if o not in self._rows]
         if missing:
             # Validate before committing anything, as the ledger does: the
@@ -309,7 +323,9 @@ class StreamCollector:
     def checkpoint_state(self, *, save_buffer: bool = True) -> dict[str, Any]:
         """The ledger record and the stream position at its cut, JSON types
         only, from one moment. ``save_buffer`` as in ``Ledger.checkpoint``."""
-        checkpoint = self._ledger.checkpoint(save_buffer=save_buffer)
+        return self._envelope(self._ledger.checkpoint(save_buffer=save_buffer))
+
+    def _envelope(self, checkpoint: Checkpoint | SampleCheckpoint) -> dict[str, Any]:
         return {
             KEY_FORMAT: FORMAT,
             KEY_VERSION: VERSION,
@@ -349,6 +365,20 @@ class StreamCollector:
         ``False`` they are generated again. Raises the core's
         ``CheckpointError`` subclasses for a bad, foreign or mismatched state,
         and leaves the collector unchanged then."""
+        resumed = self._resume(
+            state, load_replay_buffer=load_replay_buffer, evicted_on_restore=evicted_on_restore
+        )
+        assert isinstance(resumed, Resumed)
+        return resumed
+
+    def _resume(
+        self,
+        state: Mapping[str, Any],
+        *,
+        load_replay_buffer: bool,
+        evicted_on_restore: Iterable[int],
+        **extra: Any,
+    ) -> Resumed | SampleResumed:
         if not isinstance(load_replay_buffer, bool):
             raise TypeError(
                 f"load_replay_buffer must be a bool, got {type(load_replay_buffer).__name__}"
@@ -366,7 +396,7 @@ class StreamCollector:
             raise CheckpointCorruptError(
                 f"collector state has keys {sorted(state)}, expected {sorted(_KEYS)}"
             )
-        checkpoint = Checkpoint.from_state_dict(state[KEY_LEDGER])
+        checkpoint = self._read_record(state[KEY_LEDGER])
         saved, now = checkpoint.stream_len, self.config.stream_len
         # A longer stream (more epochs) continues the saved one: an
         # ordinal's row does not depend on the stream's length. A shorter
@@ -377,12 +407,12 @@ class StreamCollector:
                 f"{now}: a resume may lengthen the stream, never shorten it"
             )
         base = self.source.base(state[KEY_STREAM], checkpoint.cut)
-        resumed = Ledger.resume(
-            self.config,
+        resumed = self._resume_ledger(
             checkpoint,
             load_replay_buffer=load_replay_buffer,
             evicted_on_restore=evicted_on_restore,
             rewind_to=base,
+            **extra,
         )
         self.source.restore(state[KEY_STREAM], checkpoint.cut)
         self._ledger = resumed.ledger
@@ -391,3 +421,24 @@ class StreamCollector:
         self._retry.clear()
         self._source_done = False
         return resumed
+
+    def _read_record(self, record: Any) -> Checkpoint | SampleCheckpoint:
+        return Checkpoint.from_state_dict(record)
+
+    def _resume_ledger(
+        self,
+        checkpoint: Checkpoint | SampleCheckpoint,
+        *,
+        load_replay_buffer: bool,
+        evicted_on_restore: Iterable[int],
+        rewind_to: int,
+        **extra: Any,
+    ) -> Resumed | SampleResumed:
+        assert isinstance(checkpoint, Checkpoint)
+        return Ledger.resume(
+            self.config,
+            checkpoint,
+            load_replay_buffer=load_replay_buffer,
+            evicted_on_restore=evicted_on_restore,
+            rewind_to=rewind_to,
+        )

@@ -83,6 +83,7 @@ from ._events import (
     Stamp,
     Status,
     Train,
+    _distinct,
 )
 from ._ledger import Ledger, LedgerConfig
 from ._transitions import SAMPLE_TRANSITIONS, current_attempt, sample_failure
@@ -192,7 +193,8 @@ class SampleLedger:
             rewind_to=rewind_to,
         )
         ledger = resumed.ledger
-        held = Seal(sealed).leases  # shape checks: ints >= 0, each sibling once
+        # Shape checks: ints >= 0, each sibling once.
+        held = tuple(Lease(*x) for x in _distinct("resume", sealed, 3))
         top = ledger.cut + config.max_window
         if config.stream_len is not None:
             top = min(top, config.stream_len)
@@ -235,9 +237,26 @@ class SampleLedger:
     def cut(self) -> int:
         return self.ledger.cut
 
+    @property
+    def next_ordinal(self) -> int:
+        return self.ledger.next_ordinal
+
+    @property
+    def exhausted(self) -> bool:
+        return self.ledger.exhausted
+
+    @property
+    def drained(self) -> bool:
+        return self.ledger.drained
+
     def status(self, ordinal: int) -> Status | None:
         """The group's status (``Ledger.status``)."""
         return self.ledger.status(ordinal)
+
+    def attempts(self, ordinal: int) -> int:
+        """The group's failed attempts (``Ledger.attempts``), failed samples
+        included."""
+        return self.ledger.attempts(ordinal)
 
     def sibling(self, ordinal: int, sibling: int) -> tuple[Sibling, int | None] | None:
         """``(status, attempt)`` of one sibling of an outstanding group
@@ -584,8 +603,9 @@ class SampleCheckpoint:
     exists: ``samples >= 1``, ``next_attempt >= 0``; every sealed sibling is
     an index below ``samples``, of an ordinal at or above the cut that the
     record does not resolve or retain (its group was outstanding), under an
-    attempt below ``next_attempt``, listed once and ascending; no group has
-    all its siblings sealed (it would have landed). ``CheckpointCorruptError``
+    attempt below ``next_attempt``, listed once and ascending. A group may
+    have all its siblings sealed: a resume keeps them for a group that waits
+    for its stamp, and it lands at its dispatch. ``CheckpointCorruptError``
     names the broken rule. The record (``state_dict``) is JSON with its own
     format tag, version and SHA-256 checksum, around the prompt-level record.
     """
@@ -609,7 +629,6 @@ class SampleCheckpoint:
             self.ledger.retained,
         )
         previous: tuple[int, int] | None = None
-        per_group = 0
         for lease in self.sealed:
             for name, x in zip(("ordinal", "sibling", "attempt"), lease, strict=True):
                 _check_count(f"a sealed sibling's {name}", x, least=0)
@@ -618,16 +637,11 @@ class SampleCheckpoint:
                 raise CheckpointCorruptError(
                     f"sealed siblings must ascend, {lease} follows {previous}"
                 )
-            per_group = per_group + 1 if previous is not None and previous[0] == o else 1
             previous = (o, s)
             if o < cut or s >= self.samples or a >= self.next_attempt:
                 raise CheckpointCorruptError(
                     f"sealed sibling {lease}: ordinals >= the cut {cut}, siblings < "
                     f"{self.samples}, attempts < next_attempt {self.next_attempt}"
-                )
-            if per_group == self.samples:
-                raise CheckpointCorruptError(
-                    f"all {self.samples} siblings of ordinal {o} are sealed: it would have landed"
                 )
             if any(_contains(r, o) for r in resolved_or_retained):
                 raise CheckpointCorruptError(
@@ -635,6 +649,14 @@ class SampleCheckpoint:
                 )
             if self.ledger.stream_len is not None and o >= self.ledger.stream_len:
                 raise CheckpointCorruptError(f"sealed sibling {lease} lies beyond the stream")
+
+    @property
+    def cut(self) -> int:
+        return self.ledger.cut
+
+    @property
+    def stream_len(self) -> int | None:
+        return self.ledger.stream_len
 
     def state_dict(self) -> dict[str, Any]:
         """The record: JSON types only, checksummed."""

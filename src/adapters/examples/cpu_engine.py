@@ -171,6 +171,7 @@ class CpuEngine:
         n = params.n
         seqs = torch.tensor([prompt_ids] * n, dtype=torch.long)
         samples: list[list[int]] = [[] for _ in range(n)]
+        logprobs: list[list[float]] = [[] for _ in range(n)]
         reasons: list[str | None] = [None] * n
         stops = set(params.stop_token_ids)
         final_sent = False
@@ -185,22 +186,27 @@ class CpuEngine:
                     logits = self.model(seqs)[:, -1, :]
                     if params.temperature <= 0:
                         nxt = logits.argmax(-1)
+                        scaled = logits
                     else:
-                        probs = torch.softmax(logits / params.temperature, -1)
+                        scaled = logits / params.temperature
+                        probs = torch.softmax(scaled, -1)
                         nxt = torch.multinomial(probs, 1, generator=g).squeeze(1)
+                    # The behaviour policy's log-prob of each sampled token.
+                    chosen = torch.log_softmax(scaled, -1).gather(1, nxt.unsqueeze(1)).squeeze(1)
                 seqs = torch.cat([seqs, nxt.unsqueeze(1)], 1)
-                for i, tok in enumerate(nxt.tolist()):
+                for i, (tok, lp) in enumerate(zip(nxt.tolist(), chosen.tolist(), strict=True)):
                     if reasons[i] is None:
                         samples[i].append(int(tok))
+                        logprobs[i].append(float(lp))
                         if tok in stops:
                             reasons[i] = STOP
                 if all(r is not None for r in reasons) or step == params.max_tokens - 1:
                     break
                 if params.output_kind == CUMULATIVE:
-                    yield _output(request_id, samples, reasons, finished=False)
+                    yield _output(request_id, samples, logprobs, reasons, finished=False)
             reasons = [r if r is not None else LENGTH for r in reasons]
             final_sent = True
-            yield _output(request_id, samples, reasons, finished=True)
+            yield _output(request_id, samples, logprobs, reasons, finished=True)
         except (asyncio.CancelledError, GeneratorExit):
             if not final_sent:
                 self.aborted.append(request_id)
@@ -210,13 +216,18 @@ class CpuEngine:
 
 
 def _output(
-    request_id: str, samples: Sequence[list[int]], reasons: Sequence[str | None], *, finished: bool
+    request_id: str,
+    samples: Sequence[list[int]],
+    logprobs: Sequence[list[float]],
+    reasons: Sequence[str | None],
+    *,
+    finished: bool,
 ) -> RequestOutput:
     return RequestOutput(
         request_id=request_id,
         outputs=tuple(
-            Completion(index=i, token_ids=tuple(s), finish_reason=r)
-            for i, (s, r) in enumerate(zip(samples, reasons, strict=True))
+            Completion(index=i, token_ids=tuple(s), finish_reason=r, logprobs=tuple(lp))
+            for i, (s, lp, r) in enumerate(zip(samples, logprobs, reasons, strict=True))
         ),
         finished=finished,
     )

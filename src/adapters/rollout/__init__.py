@@ -49,6 +49,8 @@ from ._loop import RolloutEvent as RolloutEvent
 from ._loop import RolloutLoop as RolloutLoop
 from ._loop import SampleProgress as SampleProgress
 from ._loop import default_request_id as default_request_id
+from ._sample_loop import SampleRolloutLoop as SampleRolloutLoop
+from ._sample_loop import sample_request_id as sample_request_id
 from ._vllm import VllmEngine as VllmEngine
 from ._vllm import loopback_environ as loopback_environ
 from ._vllm import vllm_sampling_params as vllm_sampling_params
@@ -70,10 +72,12 @@ __all__ = [
     "RolloutJournal",
     "RolloutLoop",
     "SampleProgress",
+    "SampleRolloutLoop",
     "VllmEngine",
     "check_event_loop",
     "default_request_id",
     "loopback_environ",
     "resumed_sample",
+    "sample_request_id",
     "vllm_sampling_params",
 ]

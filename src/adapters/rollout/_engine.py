@@ -93,11 +93,15 @@ class AsyncEngine(Protocol):
 
 @attrs.frozen
 class Completion:
-    """The CPU engine's ``CompletionOutput``."""
+    """The CPU engine's ``CompletionOutput``. ``logprobs`` holds the
+    sampled token's log-prob for each of ``token_ids`` (vLLM's holds, per
+    token, a dict from token id to a ``Logprob``; ``token_logprobs`` reads
+    both)."""
 
     index: int
     token_ids: tuple[int, ...]
     finish_reason: str | None = None
+    logprobs: tuple[float, ...] | None = None
 
 
 @attrs.frozen
@@ -107,6 +111,28 @@ class RequestOutput:
     request_id: str
     outputs: tuple[Completion, ...]
     finished: bool
+
+
+def token_logprobs(completion: Any, token_ids: Sequence[int]) -> list[float] | None:
+    """The log-prob of each of ``token_ids`` in ``completion.logprobs``
+    (aligned with ``completion.token_ids``, whose last ``len(token_ids)``
+    they are), or ``None`` when the engine reported none. Accepts plain
+    floats (the CPU engine) and vLLM's per-token dicts of ``Logprob``
+    (``SamplingParams(logprobs=0)`` asks vLLM for the sampled token's)."""
+    entries = getattr(completion, "logprobs", None)
+    if entries is None:
+        return None
+    entries = list(entries)[len(entries) - len(token_ids) :] if token_ids else []
+    if len(entries) != len(token_ids):
+        raise ValueError(f"{len(entries)} log-probs for {len(token_ids)} tokens")
+    out = []
+    for tok, entry in zip(token_ids, entries, strict=True):
+        if isinstance(entry, float | int):
+            out.append(float(entry))
+        else:
+            chosen = entry[tok]
+            out.append(float(getattr(chosen, "logprob", chosen)))
+    return out
 
 
 class EngineLoopError(RuntimeError):

@@ -78,14 +78,21 @@ from __future__ import annotations
 
 import asyncio
 import sys
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Hashable, Iterable, Sequence
 from typing import Any, Protocol
 
 import attrs
 
 from frontier_core import Effect, FrontierError
 
-from ._engine import ABORT, USABLE, AsyncEngine, EngineLoopError, check_event_loop
+from ._engine import (
+    ABORT,
+    USABLE,
+    AsyncEngine,
+    EngineLoopError,
+    check_event_loop,
+    token_logprobs,
+)
 
 
 class RolloutError(Exception):
@@ -125,6 +132,9 @@ class Group:
     version: int
     attempt: int
     request_id: str
+    #: Each sample's ``TokenPayload`` (ids, log-probs, versions), in sibling
+    #: order, when the sample-level loop built the group; empty otherwise.
+    samples: tuple[Any, ...] = ()
 
 
 class GroupSink(Protocol):
@@ -200,7 +210,9 @@ def _default_fatal_errors(engine: Any) -> tuple[type[BaseException], ...]:
 class _Request:
     __slots__ = (
         "attempt",
+        "key",
         "landed",
+        "logprobs",
         "ordinal",
         "reasons",
         "refused",
@@ -211,7 +223,18 @@ class _Request:
         "version",
     )
 
-    def __init__(self, ordinal: int, row: Any, attempt: int, request_id: str, version: int) -> None:
+    def __init__(
+        self,
+        ordinal: int,
+        row: Any,
+        attempt: int,
+        request_id: str,
+        version: int,
+        key: Hashable | None = None,
+    ) -> None:
+        #: What the loop files the request under: the ordinal (one request
+        #: per prompt), or the sample's lease (one request per sample).
+        self.key: Hashable = ordinal if key is None else key
         self.ordinal = ordinal
         self.row = row
         self.attempt = attempt
@@ -227,6 +250,8 @@ class _Request:
         #: Each sample's tokens so far and its finish reason, by index.
         self.tokens: dict[int, list[int]] = {}
         self.reasons: dict[int, str | None] = {}
+        #: Each sample's log-probs so far, when the engine reports them.
+        self.logprobs: dict[int, list[float]] = {}
 
 
 class RolloutLoop:
@@ -301,8 +326,8 @@ class RolloutLoop:
         if fatal_errors is None:
             fatal_errors = _default_fatal_errors(engine)
         self.fatal_errors = fatal_errors
-        self._tasks: dict[int, asyncio.Task[None]] = {}
-        self._requests: dict[int, _Request] = {}
+        self._tasks: dict[Hashable, asyncio.Task[None]] = {}
+        self._requests: dict[Hashable, _Request] = {}
         #: Ordinals whose worker exited without landing or failing them (the
         #: loop stopped): outstanding in the ledger, generating nowhere.
         self._stranded: set[int] = set()
@@ -324,7 +349,7 @@ class RolloutLoop:
         """Ordinals this loop dispatched and neither landed nor failed:
         those generating, and those left outstanding by a stop or a
         shutdown (the ledger holds them OUTSTANDING until a resume)."""
-        live = {o for o, r in self._requests.items() if not r.released}
+        live = {r.ordinal for r in self._requests.values() if not r.released}
         return tuple(sorted(live | self._stranded))
 
     def partial(self, ordinal: int) -> dict[int, tuple[int, ...]]:
@@ -466,16 +491,12 @@ class RolloutLoop:
 
     async def _work(self, req: _Request) -> None:
         o, rid = req.ordinal, req.request_id
-        params = (
-            self.sampling_params(o, req.attempt)
-            if callable(self.sampling_params)
-            else self.sampling_params
-        )
         detail = "done"
         gen: Any = None
-        delta = is_delta(params)
         try:
-            gen = self.engine.generate(self.prompt_of(req.row), params, rid)
+            prompt, params = self._request_args(req)
+            delta = is_delta(params)
+            gen = self.engine.generate(prompt, params, rid)
             self._emit("submit", o, rid)
             try:
                 if self.timeout is None:
@@ -526,14 +547,23 @@ class RolloutLoop:
                         pass
             finally:
                 # Even if ``aclose`` cancels the abort above.
-                self._tasks.pop(o, None)
-                self._requests.pop(o, None)
+                self._tasks.pop(req.key, None)
+                self._requests.pop(req.key, None)
                 if not req.released:
                     # Cancelled, or the loop stopped: the ledger still holds
                     # the ordinal outstanding, and ``aclose`` must return it.
                     self._stranded.add(o)
                 self._emit("exit", o, rid, detail)
                 self._notify()
+
+    def _request_args(self, req: _Request) -> tuple[Any, Any]:
+        """The engine prompt and sampling parameters of ``req``."""
+        params = (
+            self.sampling_params(req.ordinal, req.attempt)
+            if callable(self.sampling_params)
+            else self.sampling_params
+        )
+        return self.prompt_of(req.row), params
 
     async def _consume(self, gen: Any, req: _Request, delta: bool) -> None:
         tokens, reasons = req.tokens, req.reasons
@@ -565,6 +595,9 @@ class RolloutLoop:
                 reason = c.finish_reason
                 if not new and i in reasons and reasons[i] == reason:
                     continue
+                lps = token_logprobs(c, new)
+                if lps is not None:
+                    req.logprobs.setdefault(i, []).extend(lps)
                 have.extend(new)
                 reasons[i] = reason
                 if self.on_progress is not None:

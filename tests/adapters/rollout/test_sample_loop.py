@@ -1,0 +1,220 @@
+"""The sample-level rollout loop (``SampleRolloutLoop``) against a scripted
+streaming engine and a real journal file: one request per sibling, groups
+landing when their last sibling seals, a failed sibling generated alone
+again, and a resume that reuses sealed siblings and continues a durable
+prefix, generating only the rest. No torch."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from frontier_adapters import SampleCollector, SequenceSource
+from frontier_adapters.rollout import (
+    Group,
+    RolloutJournal,
+    SampleRolloutLoop,
+    sample_request_id,
+)
+from frontier_adapters.rollout._engine import Completion, RequestOutput
+
+from frontier_core import FailurePolicy, Lease, LedgerConfig, Status
+from frontier_core.journal import Reuse
+
+N = 3
+FP = "sample-loop"
+
+
+def full(o: int, s: int) -> list[int]:
+    """The sibling's whole sample: what the engine generates, whatever the
+    prefix it is asked to continue."""
+    return [100 * o + 10 * s + i for i in range(3 + (o + s) % 4)]
+
+
+class Sink:
+    def __init__(self, refuse: set[int] | None = None) -> None:
+        self.groups: dict[int, Group] = {}
+        self.refuse = refuse or set()
+
+    def add(self, group: Group) -> None:
+        if group.ordinal in self.refuse:
+            raise RuntimeError("the trainer refused the group")
+        assert group.ordinal not in self.groups
+        self.groups[group.ordinal] = group
+
+    def __len__(self) -> int:
+        return len(self.groups)
+
+
+class StreamEngine:
+    """Streams each sample one token per step, cumulatively, with log-probs;
+    ``fail`` names request ids that raise after their first token, ``hold``
+    maps request ids to a token count at which they stop until ``gate`` is
+    set."""
+
+    def __init__(self, fail: set[str] | None = None, hold: dict[str, int] | None = None) -> None:
+        self.fail = fail or set()
+        self.hold = hold or {}
+        self.gate = asyncio.Event()
+        self.submitted: list[tuple[str, tuple[int, ...]]] = []
+        self.generated = 0
+
+    async def abort(self, request_id: str) -> None:
+        pass
+
+    async def generate(
+        self, prompt: Any, sampling_params: Any, request_id: str
+    ) -> AsyncIterator[RequestOutput]:
+        (o, row), prefix = prompt
+        lease = sampling_params
+        assert row == f"r{o}" and request_id == sample_request_id(lease)
+        self.submitted.append((request_id, prefix))
+        want = full(o, lease.sibling)
+        assert tuple(want[: len(prefix)]) == prefix  # a prefix is the sample's start
+        out: list[int] = []
+        for i in range(len(prefix), len(want)):
+            await asyncio.sleep(0)
+            if request_id in self.fail and out:
+                raise RuntimeError("the worker died")
+            if self.hold.get(request_id) == len(prefix) + len(out):
+                await self.gate.wait()
+            out.append(want[i])
+            self.generated += 1
+            done = i == len(want) - 1
+            yield RequestOutput(
+                request_id,
+                (
+                    Completion(
+                        0,
+                        tuple(out),
+                        "stop" if done else None,
+                        logprobs=tuple(-0.5 for _ in out),
+                    ),
+                ),
+                finished=done,
+            )
+
+
+def collector(n_prompts: int, **config: Any) -> SampleCollector:
+    source = SequenceSource([(o, f"r{o}") for o in range(n_prompts)], batch_size=2)
+    return SampleCollector(
+        source, LedgerConfig(stream_len=n_prompts, samples=N, fingerprint=FP, **config)
+    )
+
+
+def loop(c: SampleCollector, engine: StreamEngine, sink: Sink, **kw: Any) -> SampleRolloutLoop:
+    return SampleRolloutLoop(
+        c,
+        engine,
+        sink,
+        prompt_of=lambda row, prefix: (row, prefix),
+        sampling_params=lambda lease, prefix_len: lease,
+        max_in_flight=6,
+        **kw,
+    )
+
+
+def test_every_group_lands_with_each_sibling_from_its_own_request() -> None:
+    async def main() -> None:
+        c, engine, sink = collector(4), StreamEngine(), Sink()
+        async with loop(c, engine, sink) as rollout:
+            await rollout.until(lambda: len(sink) == 4)
+        for o, group in sink.groups.items():
+            assert group.completions == tuple(tuple(full(o, s)) for s in range(N))
+            assert [list(p.tokens()) for p in group.samples] == [full(o, s) for s in range(N)]
+            assert c.ledger.status(o) is Status.BUFFERED
+        assert len(engine.submitted) == 4 * N  # one request per sibling, none twice
+
+    asyncio.run(main())
+
+
+def test_a_failed_sibling_alone_is_generated_again() -> None:
+    async def main() -> None:
+        c = collector(1, on_failure=FailurePolicy.RETRY, max_attempts=3)
+        failing = sample_request_id(Lease(0, 1, 1))  # the first attempt of sibling 1
+        engine, sink = StreamEngine(fail={failing}), Sink()
+        async with loop(c, engine, sink) as rollout:
+            await rollout.until(lambda: len(sink) == 1)
+        ids = [rid for rid, _ in engine.submitted]
+        assert ids[:3] == [sample_request_id(Lease(0, s, s)) for s in range(N)]
+        assert ids[3:] == [sample_request_id(Lease(0, 1, 3))]  # only sibling 1, a new attempt
+        assert c.ledger.attempts(0) == 1  # the failed sample counts one attempt of its group
+        assert sink.groups[0].completions[1] == tuple(full(0, 1))
+
+    asyncio.run(main())
+
+
+def test_a_refusing_sink_leaves_the_group_unresolved() -> None:
+    async def main() -> None:
+        c, engine, sink = collector(1), StreamEngine(), Sink(refuse={0})
+        with pytest.raises(RuntimeError, match="refused"):
+            async with loop(c, engine, sink) as rollout:
+                await rollout.until(lambda: len(sink) == 1)
+        assert c.ledger.status(0) is Status.OUTSTANDING
+
+    asyncio.run(main())
+
+
+def test_a_resume_reuses_sealed_siblings_and_continues_the_durable_prefix(tmp_path: Path) -> None:
+    """Life 1 (prompt 0's siblings have 3, 4 and 5 tokens): sibling 0 seals,
+    sibling 1 streams 2 tokens (a progress record every 2), sibling 2 only
+    1; then the process dies. Life 2 reuses sibling 0 without a request,
+    generates sibling 1 from token 2 and sibling 2 from nothing."""
+    journal_path = tmp_path / "journal"
+
+    async def life1() -> tuple[dict[str, Any], int]:
+        c = collector(1)
+        journal = RolloutJournal(journal_path, fingerprint=FP, lineage="L", progress_every=2)
+        position = journal.mark(0)
+        state = c.checkpoint_state()
+        held = {sample_request_id(Lease(0, 1, 1)): 2, sample_request_id(Lease(0, 2, 2)): 1}
+        engine = StreamEngine(hold=held)
+        sink = Sink()
+        rollout = loop(c, engine, sink, journal=journal)
+        async with rollout:
+            await rollout.until(
+                lambda: (0, 0) in {(x.ordinal, x.sibling) for x in c.samples.held()}
+            )
+            await rollout.until(
+                lambda: (
+                    len(rollout.partial(0).get(1, ())) == 2
+                    and len(rollout.partial(0).get(2, ())) == 1
+                )
+            )
+            journal.writer.sync()
+            # The kill: nothing after this point reaches the disk.
+        journal.close()
+        return state, position
+
+    state, position = asyncio.run(life1())
+
+    async def life2() -> tuple[StreamEngine, Sink]:
+        c = collector(1)
+        journal = RolloutJournal(journal_path, fingerprint=FP, lineage="L", progress_every=2)
+        from frontier_core import SampleCheckpoint
+
+        checkpoint = SampleCheckpoint.from_state_dict(state["ledger"])
+        got = journal.recover(
+            checkpoint, position=position, checkpoint_id=0, reuse=Reuse.everything(), fork=0, step=0
+        )
+        c.resume(state, load_replay_buffer=True, sealed=got.sealed, attempt_floor=got.attempt_floor)
+        engine, sink = StreamEngine(), Sink()
+        async with loop(c, engine, sink, journal=journal, recovered=got) as rollout:
+            await rollout.until(lambda: len(sink) == 1)
+        journal.close()
+        return engine, sink
+
+    engine, sink = asyncio.run(life2())
+    prefixes = {rid.split("-a")[0]: prefix for rid, prefix in engine.submitted}
+    assert set(prefixes) == {"o0-s1", "o0-s2"}  # sibling 0 is reused, not requested
+    assert prefixes["o0-s1"] == tuple(full(0, 1)[:2])  # continued from its durable prefix
+    assert prefixes["o0-s2"] == ()  # 1 token was not due for a progress record
+    assert engine.generated == (len(full(0, 1)) - 2) + len(full(0, 2))
+    group = sink.groups[0]
+    assert group.completions == tuple(tuple(full(0, s)) for s in range(N))
+    continued = group.samples[1]
+    assert list(continued.tokens()) == full(0, 1)  # no token lost or repeated
+    assert len(continued.logprobs()) == len(full(0, 1))
