@@ -22,6 +22,16 @@ which the new lineage never had: its distance is counted through the fork,
 that generated it and those that train on it along the tree of lineages.
 ``proofs/SAMPLES.md`` (REUSE-OFF-POLICY) says what each policy means for
 off-policy-ness.
+
+Limit: a version is a step number, and a dead branch reuses the numbers of
+the lineage that replaced it. The rule above is exact for tokens of the
+lineage and of the branch that died at the last crash. A token of an
+*earlier* dead branch (journaled, reused by the next life without being
+trained, and still unresolved at a later checkpoint) has a version the rule
+takes for the lineage's, so its age is understated by twice its distance
+from that branch's fork. Telling them apart needs weight identities unique
+across the tree of lives, which the journal does not record yet; until then
+``Reuse.within`` bounds the age exactly only across one crash at a time.
 """
 
 from __future__ import annotations
