@@ -248,7 +248,14 @@ def run_life(args: DurableArgs) -> int:
                     )
                     land(applied.effect.landed)
             elif args.progress_every and journal.due(recorded, len(new)):
-                journal.progress(lease, resumed_sample(prefix, _payload(new, have, step)))
+                if recorded == 0:
+                    # The attempt's first record: a snapshot, prefix included.
+                    journal.progress(lease, resumed_sample(prefix, _payload(new, have, step)))
+                else:
+                    # Then only the tokens since: each is journaled once.
+                    journal.extend(
+                        lease, have + recorded, _payload(new[recorded:], have + recorded, step)
+                    )
                 running[lease][2] = len(new)
         journal.poll()
         if made:

@@ -37,6 +37,7 @@ import attrs
 from frontier_core import Lease, SampleCheckpoint
 from frontier_core.journal import (
     CommitPolicy,
+    Extend,
     JournalHeader,
     JournalState,
     Mark,
@@ -120,8 +121,17 @@ class RolloutJournal:
 
     def progress(self, lease: Lease, payload: Payload) -> int:
         """Journal a running sample's state so far (every token since the
-        sample began, prefix included: each record is a whole snapshot)."""
+        sample began, prefix included: a whole snapshot). An attempt's first
+        progress record is one; ``extend`` records the tokens after it."""
         return self.writer.append(Progress(lease.ordinal, lease.sibling, lease.attempt, payload))
+
+    def extend(self, lease: Lease, start: int, payload: TokenPayload) -> int:
+        """Journal a running sample's tokens from ``start`` on (it holds
+        ``start`` tokens in the journal already): each token is written once,
+        however long the sample grows."""
+        return self.writer.append(
+            Extend(lease.ordinal, lease.sibling, lease.attempt, start, payload)
+        )
 
     def poll(self) -> float | None:
         """Commit a due group; the seconds until the next is due."""

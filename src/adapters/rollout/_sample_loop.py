@@ -64,7 +64,7 @@ def sample_request_id(lease: Lease) -> str:
 
 
 class _SampleRequest(_Request):
-    __slots__ = ("lease", "prefix", "recorded")
+    __slots__ = ("journaled", "lease", "prefix", "recorded")
 
     def __init__(self, lease: Lease, row: Any, version: int, prefix: TokenPayload | None) -> None:
         super().__init__(
@@ -73,8 +73,10 @@ class _SampleRequest(_Request):
         self.lease = lease
         #: The durable prefix this attempt continues, if any.
         self.prefix = prefix
-        #: How many new tokens the last progress record held.
+        #: How many new tokens (after the prefix) the journal holds.
         self.recorded = 0
+        #: Whether this attempt has its first progress record (a snapshot).
+        self.journaled = False
 
 
 class SampleRolloutLoop(RolloutLoop):
@@ -241,7 +243,20 @@ class SampleRolloutLoop(RolloutLoop):
             if self.journal is not None and reason is None:
                 have = len(req.tokens.get(0, ()))
                 if self.journal.due(req.recorded, have):
-                    self.journal.progress(req.lease, self._payload(req))
+                    if not req.journaled:
+                        # The attempt's first record: a whole snapshot (the
+                        # prefix it continues and its tokens so far).
+                        self.journal.progress(req.lease, self._payload(req))
+                        req.journaled = True
+                    else:
+                        offset = len(req.prefix) if req.prefix is not None else 0
+                        new_tokens = req.tokens[0][req.recorded : have]
+                        new_lps = req.logprobs[0][req.recorded : have]
+                        self.journal.extend(
+                            req.lease,
+                            offset + req.recorded,
+                            TokenPayload.of(new_tokens, new_lps, req.version),
+                        )
                     req.recorded = have
             if self._user_progress is not None:
                 offset = len(req.prefix) if req.prefix is not None else 0

@@ -2,7 +2,8 @@
 
 A journal records, as they happen, the samples a run generates: a sibling
 sealed with its sample (``Sealed``), a running sibling's partial state
-(``Progress``), a checkpoint committing (``Mark``). After a crash, the
+(``Progress``, a whole snapshot) or its next tokens (``Extend``), a
+checkpoint committing (``Mark``). After a crash, the
 checkpoint says which prompts still need generation and the journal says
 which of their samples (or prefixes) already exist, so only what was not yet
 durable is generated again.
@@ -47,6 +48,7 @@ from ._format import encode_header as encode_header
 from ._format import encode_record as encode_record
 from ._format import encode_records as encode_records
 from ._records import BytesPayload as BytesPayload
+from ._records import Extend as Extend
 from ._records import JournalHeader as JournalHeader
 from ._records import JsonPayload as JsonPayload
 from ._records import Mark as Mark
@@ -72,6 +74,7 @@ __all__ = [
     "BytesPayload",
     "CommitPolicy",
     "Decoded",
+    "Extend",
     "JournalBehindError",
     "JournalCorruptError",
     "JournalError",

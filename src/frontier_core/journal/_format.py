@@ -7,7 +7,7 @@ A journal is a sequence of frames, all little-endian::
     offset  size  field
     0       4     B, the body's length in bytes (u32), at most ``max_frame``
     4       8     sequence number (u64): the header's is the base, then +1 per frame
-    12      1     kind (u8): 0 header, 1 sealed, 2 progress, 3 mark
+    12      1     kind (u8): 0 header, 1 sealed, 2 progress, 3 mark, 4 extend
     13      3     reserved, zero
     16      4     head check: CRC-32 of bytes 0..16
     20      B     body (per kind, below)
@@ -28,6 +28,9 @@ take the middle of the journal for a torn tail. Bodies::
                   (u32 first token, u32 version): the per-token policy
                   versions as maximal runs (a sample spans few versions),
                   the first starting at token 0
+    extend    u64 ordinal, u32 sibling, u32 attempt, u32 start, u8 payload
+              kind (2: tokens), a token payload as above without a reward
+              (has_reward 0): a running sample's tokens from ``start`` on
     mark      u64 checkpoint
 
 Each body must be consumed exactly, and strictly: trailing bytes, a reserved
@@ -88,6 +91,7 @@ from ._records import (
     MAX_U32,
     MAX_U64,
     BytesPayload,
+    Extend,
     JournalHeader,
     JsonPayload,
     Mark,
@@ -110,8 +114,9 @@ KIND_HEADER: Final = 0
 KIND_SEALED: Final = 1
 KIND_PROGRESS: Final = 2
 KIND_MARK: Final = 3
+KIND_EXTEND: Final = 4
 
-_RECORD_KINDS: Final = frozenset({KIND_SEALED, KIND_PROGRESS, KIND_MARK})
+_RECORD_KINDS: Final = frozenset({KIND_SEALED, KIND_PROGRESS, KIND_MARK, KIND_EXTEND})
 
 PAYLOAD_BYTES: Final = 0
 PAYLOAD_JSON: Final = 1
@@ -126,6 +131,7 @@ _ZERO3: Final = bytes(3)
 _ZERO8: Final = bytes(8)
 
 _SIBLING: Final = struct.Struct("<QIIB")  # ordinal, sibling, attempt, payload kind
+_EXTEND: Final = struct.Struct("<QIIIB")  # ordinal, sibling, attempt, start, payload kind
 _TOKENS: Final = struct.Struct("<IIBd")  # n, runs, has_reward, reward
 _MARK: Final = struct.Struct("<Q")
 _RUN: Final = struct.Struct("<II")  # first token, version
@@ -167,11 +173,14 @@ def _check_max_frame(max_frame: object) -> int:
 _CHECKED_SIBLING: Final = struct.Struct("<I" + _SIBLING.format[1:])
 _CHECKED_TOKENS: Final = struct.Struct("<I" + _SIBLING.format[1:] + _TOKENS.format[1:])
 _TOKENS_FIXED: Final = _SIBLING.size + _TOKENS.size
+_CHECKED_EXTEND: Final = struct.Struct("<I" + _EXTEND.format[1:] + _TOKENS.format[1:])
+_EXTEND_FIXED: Final = _EXTEND.size + _TOKENS.size
 
 _RECORD_KIND: Final[dict[type, int]] = {
     Sealed: KIND_SEALED,
     Progress: KIND_PROGRESS,
     Mark: KIND_MARK,
+    Extend: KIND_EXTEND,
 }
 _PAYLOAD_KIND: Final[dict[type, int]] = {
     BytesPayload: PAYLOAD_BYTES,
@@ -252,22 +261,37 @@ def append_frames(parts: list[bytes], records: Sequence[Record], seq: int, max_f
                     if len(runs) == 1
                     else b"".join([_RUN.pack(*run) for run in runs])
                 )
-                size = _TOKENS_FIXED + 2 * len(data) + len(flat)
+                extend = kind == KIND_EXTEND
+                size = (_EXTEND_FIXED if extend else _TOKENS_FIXED) + 2 * len(data) + len(flat)
                 if size > max_frame:
                     raise _too_large(size, max_frame)
                 head = _HEAD.pack(size, seq, kind, _ZERO3)
                 check = zlib.crc32(head)
-                fixed = _CHECKED_TOKENS.pack(
-                    check,
-                    record.ordinal,
-                    record.sibling,
-                    record.attempt,
-                    PAYLOAD_TOKENS,
-                    len(data) >> 2,
-                    len(runs),
-                    reward is not None,
-                    0.0 if reward is None else reward,
-                )
+                if extend:
+                    fixed = _CHECKED_EXTEND.pack(
+                        check,
+                        record.ordinal,
+                        record.sibling,
+                        record.attempt,
+                        record.start,
+                        PAYLOAD_TOKENS,
+                        len(data) >> 2,
+                        len(runs),
+                        False,  # an Extend has no reward (its constructor checked)
+                        0.0,
+                    )
+                else:
+                    fixed = _CHECKED_TOKENS.pack(
+                        check,
+                        record.ordinal,
+                        record.sibling,
+                        record.attempt,
+                        PAYLOAD_TOKENS,
+                        len(data) >> 2,
+                        len(runs),
+                        reward is not None,
+                        0.0 if reward is None else reward,
+                    )
                 crc = zlib.crc32(
                     flat, zlib.crc32(logprobs, zlib.crc32(data, zlib.crc32(fixed, check)))
                 )
@@ -505,6 +529,15 @@ def _decode_fields(body: _Body, kind: int) -> Record:
         (checkpoint,) = body.unpack(_MARK, "a mark")
         body.done("mark")
         return trusted(Mark, checkpoint)
+    if kind == KIND_EXTEND:
+        ordinal, sibling, attempt, start, payload_kind = body.unpack(_EXTEND, "an extend")
+        if payload_kind != PAYLOAD_TOKENS:
+            raise body.fail(f"an extend carries tokens (payload kind 2), not kind {payload_kind}")
+        tokens = _decode_tokens(body)
+        body.done("payload")
+        if tokens.reward is not None:
+            raise body.fail("an extend carries no reward")
+        return trusted(Extend, ordinal, sibling, attempt, start, tokens)
     ordinal, sibling, attempt, payload_kind = body.unpack(_SIBLING, "a sibling record")
     payload = _decode_payload(body, payload_kind)
     body.done("payload")

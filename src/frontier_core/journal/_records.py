@@ -321,6 +321,23 @@ class TokenPayload:
     def __len__(self) -> int:
         return len(self.token_data) // 4
 
+    def followed_by(self, rest: TokenPayload) -> TokenPayload:
+        """This sample's tokens, log-probs and versions, then exactly
+        ``rest``'s, with ``rest``'s reward; the version runs stay maximal
+        (a run that goes on across the join is one run)."""
+        offset = len(self)
+        runs = list(self.version_runs)
+        for i, (first, version) in enumerate(rest.version_runs):
+            if i == 0 and runs and runs[-1][1] == version:
+                continue  # the same weights went on: one run
+            runs.append((first + offset, version))
+        return TokenPayload(
+            self.token_data + rest.token_data,
+            self.logprob_data + rest.logprob_data,
+            tuple(runs),
+            rest.reward,
+        )
+
     def tokens(self) -> array[int]:
         return _unpacked("I", self.token_data)
 
@@ -396,6 +413,30 @@ class Progress:
     payload: Payload = attrs.field(validator=_check_payload)
 
 
+def _token_prefix(_inst: object, _attribute: attrs.Attribute[TokenPayload], value: object) -> None:
+    if not isinstance(value, TokenPayload):
+        raise TypeError(f"an Extend carries a TokenPayload, got {type(value).__name__}")
+    if value.reward is not None:
+        raise ValueError("an Extend continues a running sample: it carries no reward")
+
+
+@attrs.frozen
+class Extend:
+    """The next tokens of a running sibling under ``attempt``: ``payload``
+    holds its tokens ``start``, ``start + 1``, ... (its version runs counted
+    from its own first token). It continues the attempt's current tokens
+    exactly: replay appends it when the sibling holds ``start`` tokens of
+    this attempt, unsealed, and ignores it otherwise. So a long sample costs
+    its tokens once in the journal, not once per snapshot; the first record
+    of an attempt is a whole snapshot (``Progress`` or ``Sealed``)."""
+
+    ordinal: int = attrs.field(validator=_uint(MAX_U64))
+    sibling: int = attrs.field(validator=_uint(MAX_U32))
+    attempt: int = attrs.field(validator=_uint(MAX_U32))
+    start: int = attrs.field(validator=_uint(MAX_U32))
+    payload: TokenPayload = attrs.field(validator=_token_prefix)
+
+
 @attrs.frozen
 class Mark:
     """A checkpoint commits here. The binding appends a ``Mark`` with its
@@ -407,11 +448,11 @@ class Mark:
     checkpoint: int = attrs.field(validator=_uint(MAX_U64))
 
 
-Record = Sealed | Progress | Mark
+Record = Sealed | Progress | Extend | Mark
 
 _FIELDS: Final[dict[type, tuple[str, ...]]] = {
     cls: tuple(f.name for f in attrs.fields(cls))
-    for cls in (Sealed, Progress, Mark, BytesPayload, TokenPayload)
+    for cls in (Sealed, Progress, Extend, Mark, BytesPayload, TokenPayload)
 }
 
 

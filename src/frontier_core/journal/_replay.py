@@ -19,8 +19,12 @@ record's attempt, ``c`` the sibling's current attempt, if any):
   the seal: fenced. Exactly one record seals an attempt, the first.
 * ``a == c``, not sealed: accepted; a ``Progress`` replaces the previous
   progress (each is a whole snapshot), a ``Sealed`` seals.
+* an ``Extend`` is accepted only when ``a == c``, the sibling is not sealed
+  and holds exactly ``start`` tokens of that attempt: its tokens are
+  appended. Any other ``Extend`` is ignored (it cannot begin an attempt, and
+  it never leaves a gap or an overlap in a sample).
 
-Fenced records are ignored rather than refused: they are the expected trace
+Fenced records (and ignored extends) are ignored rather than refused: they are the expected trace
 of a race the single writer lost (the journal is a log of what was said, not
 a proof that it was current), and refusing them would make a journal
 unusable for a reason that loses nothing. Their count is reported. A
@@ -40,7 +44,7 @@ from typing import Final
 import attrs
 
 from .._events import Lease
-from ._records import Mark, Payload, Progress, Record, Sealed
+from ._records import Extend, Mark, Payload, Progress, Record, Sealed, TokenPayload
 
 Key = tuple[int, int]
 
@@ -120,9 +124,17 @@ class JournalState:
         return tuple(state.record(o, s) for o, s, state in self.siblings())
 
 
-def accepts(current: SiblingState | None, record: Sealed | Progress) -> bool:
+def accepts(current: SiblingState | None, record: Sealed | Progress | Extend) -> bool:
     """Whether the fencing rules accept ``record`` for a sibling in state
     ``current`` (``None``: no state yet). The whole rule, in one place."""
+    if isinstance(record, Extend):
+        return (
+            current is not None
+            and record.attempt == current.attempt
+            and not current.sealed
+            and isinstance(current.payload, TokenPayload)
+            and len(current.payload) == record.start
+        )
     if current is None or record.attempt > current.attempt:
         return True
     return record.attempt == current.attempt and not current.sealed
@@ -136,18 +148,25 @@ def replay(records: Iterable[Record]) -> JournalState:
     for record in records:
         if isinstance(record, Mark):
             continue
-        if not isinstance(record, Sealed | Progress):
+        if not isinstance(record, Sealed | Progress | Extend):
             raise TypeError(f"not a journal record: {type(record).__name__}")
         group = groups.get(record.ordinal)
+        current = None if group is None else group.get(record.sibling)
+        if not accepts(current, record):
+            fenced += 1
+            continue
         if group is None:
             group = groups[record.ordinal] = {}
-        if accepts(group.get(record.sibling), record):
+        if isinstance(record, Extend):
+            assert current is not None and isinstance(current.payload, TokenPayload)
+            group[record.sibling] = SiblingState(
+                record.attempt, current.payload.followed_by(record.payload), False
+            )
+        else:
             group[record.sibling] = SiblingState(
                 record.attempt, record.payload, isinstance(record, Sealed)
             )
-        else:
-            fenced += 1
-    # Every group holds a sibling: a key's first record is always accepted.
+    # Every group holds a sibling: one is made only for an accepted record.
     return JournalState(
         MappingProxyType({o: MappingProxyType(g) for o, g in groups.items()}), fenced
     )

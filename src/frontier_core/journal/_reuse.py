@@ -162,15 +162,4 @@ def continue_sample(prefix: TokenPayload, rest: TokenPayload) -> TokenPayload:
     prefix carries a reward (a sealed sample is not continued)."""
     if prefix.reward is not None:
         raise ValueError("a sealed sample (it has a reward) is not a prefix to continue")
-    offset = len(prefix)
-    runs = list(prefix.version_runs)
-    for first, version in rest.version_runs:
-        if runs and runs[-1][1] == version:
-            continue  # the same weights went on: one run
-        runs.append((first + offset, version))
-    return TokenPayload(
-        prefix.token_data + rest.token_data,
-        prefix.logprob_data + rest.logprob_data,
-        tuple(runs),
-        rest.reward,
-    )
+    return prefix.followed_by(rest)

@@ -218,3 +218,26 @@ def test_a_resume_reuses_sealed_siblings_and_continues_the_durable_prefix(tmp_pa
     continued = group.samples[1]
     assert list(continued.tokens()) == full(0, 1)  # no token lost or repeated
     assert len(continued.logprobs()) == len(full(0, 1))
+
+
+def test_a_running_sample_is_journaled_once_a_snapshot_then_extends(tmp_path: Path) -> None:
+    from frontier_core.journal import Extend, Progress, Sealed
+
+    async def main() -> None:
+        c = collector(1)
+        journal = RolloutJournal(tmp_path / "j", fingerprint=FP, lineage="L", progress_every=1)
+        async with loop(c, StreamEngine(), Sink(), journal=journal) as rollout:
+            await rollout.until(lambda: c.ledger.status(0) is Status.BUFFERED)
+        records = journal.writer.read().records
+        journal.close()
+        for s in range(N):
+            mine = [r for r in records if not hasattr(r, "checkpoint") and r.sibling == s]
+            kinds = [type(r) for r in mine]
+            want = full(0, s)
+            # One snapshot of the first token, one extend per later token but
+            # the last (the seal carries the whole sample).
+            assert kinds == [Progress] + [Extend] * (len(want) - 2) + [Sealed]
+            assert [r.start for r in mine if isinstance(r, Extend)] == list(range(1, len(want) - 1))
+            assert list(mine[-1].payload.tokens()) == want
+
+    asyncio.run(main())

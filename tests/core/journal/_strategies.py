@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 
 from frontier_core.journal import (
     BytesPayload,
+    Extend,
     JournalHeader,
     JsonPayload,
     Mark,
@@ -100,11 +101,33 @@ def sibling_records(
     )
 
 
+_STARTS = st.integers(0, 50)
+
+
+@st.composite
+def extends(
+    draw: st.DrawFn,
+    ordinals: st.SearchStrategy[int] = _FEW_ORDINALS,
+    siblings: st.SearchStrategy[int] = _FEW,
+    attempts: st.SearchStrategy[int] = _FEW,
+    starts: st.SearchStrategy[int] = _STARTS,
+) -> Extend:
+    p = draw(token_payloads())
+    return Extend(
+        draw(ordinals),
+        draw(siblings),
+        draw(attempts),
+        draw(starts),
+        TokenPayload(p.token_data, p.logprob_data, p.version_runs),
+    )
+
+
 #: Records over a few keys and attempts, so that fencing happens often.
 records: st.SearchStrategy[Record] = st.one_of(
     sibling_records(),
     sibling_records(),
     sibling_records(),
+    extends(),
     st.builds(Mark, st.integers(0, 50)),
 )
 
@@ -131,6 +154,7 @@ fold_records: st.SearchStrategy[Record] = st.one_of(
 wide_records: st.SearchStrategy[Record] = st.one_of(
     records,
     sibling_records(st.integers(0, U64), st.integers(0, U32), st.integers(0, U32)),
+    extends(st.integers(0, U64), st.integers(0, U32), st.integers(0, U32), st.integers(0, U32)),
     st.builds(Mark, st.integers(0, U64)),
 )
 

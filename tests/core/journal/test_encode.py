@@ -20,6 +20,7 @@ from frontier_core.journal import (
     DEFAULT_MAX_FRAME,
     FRAME_OVERHEAD,
     BytesPayload,
+    Extend,
     JournalHeader,
     JsonPayload,
     Mark,
@@ -59,6 +60,10 @@ def layout_body(record: Record) -> tuple[int, bytes]:
             + b"".join(struct.pack("<II", *run) for run in payload.version_runs)
         )
         kind = 2
+    if isinstance(record, Extend):
+        return 4, struct.pack(
+            "<QIIIB", record.ordinal, record.sibling, record.attempt, record.start, kind
+        ) + rest
     frame_kind = 1 if isinstance(record, Sealed) else 2
     return frame_kind, struct.pack(
         "<QIIB", record.ordinal, record.sibling, record.attempt, kind
