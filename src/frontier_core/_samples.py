@@ -54,6 +54,7 @@ Rules of the house
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any, Final
 
@@ -89,12 +90,40 @@ from ._ledger import Ledger, LedgerConfig
 from ._transitions import SAMPLE_TRANSITIONS, current_attempt, sample_failure
 from ._trie import IntMap
 
-# Sibling values pack the status (2 bits) with the attempt above it.
-_SIBLING_BITS: Final = 2
-_SIBLING_MASK: Final = (1 << _SIBLING_BITS) - 1
+# One trie value per group packs its n siblings, ``_WIDTH`` bits each: the
+# status (2 bits; ``_ABSENT`` for a sibling without detail) and the attempt
+# (32 bits, the journal's width) above it. So a seal reads and writes one
+# entry, and whether the group is complete is one mask test, whatever n.
+_STATUS_BITS: Final = 2
+_STATUS_MASK: Final = (1 << _STATUS_BITS) - 1
+_WIDTH: Final = _STATUS_BITS + 32
+_FIELD_MASK: Final = (1 << _WIDTH) - 1
 _RUNNING: Final = int(Sibling.RUNNING)
 _SEALED: Final = int(Sibling.SEALED)
 _UNSTARTED: Final = int(Sibling.UNSTARTED)
+_ABSENT: Final = 3
+#: The attempt counter's bound: an attempt is a u32 in the journal.
+MAX_ATTEMPT: Final = (1 << 32) - 1
+
+
+@functools.lru_cache(maxsize=64)
+def _masks(n: int) -> tuple[int, int, int]:
+    """For groups of ``n``: every status field, all of them sealed, all of
+    them absent."""
+    every = sum(_STATUS_MASK << (s * _WIDTH) for s in range(n))
+    sealed = sum(_SEALED << (s * _WIDTH) for s in range(n))
+    return every, sealed, every  # absent is all status bits set
+
+
+def _field(value: int, sibling: int) -> tuple[int, int]:
+    """``(status, attempt)`` of ``sibling`` in a group's packed value."""
+    f = (value >> (sibling * _WIDTH)) & _FIELD_MASK
+    return f & _STATUS_MASK, f >> _STATUS_BITS
+
+
+def _with(value: int, sibling: int, status: int, attempt: int) -> int:
+    shift = sibling * _WIDTH
+    return (value & ~(_FIELD_MASK << shift)) | ((status | attempt << _STATUS_BITS) << shift)
 
 
 @attrs.frozen
@@ -133,7 +162,7 @@ class SampleLedger:
 
     ledger: Ledger
     next_attempt: int
-    #: ``ordinal * samples + sibling`` -> status | attempt << 2.
+    #: ordinal -> its siblings' statuses and attempts, packed (``_with``).
     _siblings: IntMap = attrs.field(repr=False, alias="siblings")
     _identity: tuple[object, ...] | None = attrs.field(
         default=None, init=False, repr=False, eq=False
@@ -215,9 +244,13 @@ class SampleLedger:
             (reused if status is Status.UNSTAMPED else ignored).append(lease)
         reused.sort()
         ignored.sort()
-        changes: list[tuple[int, int | None]] = [
-            (o * n + s, _SEALED | a << _SIBLING_BITS) for o, s, a in reused
-        ]
+        absent = _masks(n)[2]
+        groups: dict[int, int] = {}
+        for o, s, a in reused:
+            if a > MAX_ATTEMPT:
+                raise IllegalTransitionError("resume", (o,), f"attempt {a} exceeds 2**32 - 1")
+            groups[o] = _with(groups.get(o, absent), s, _SEALED, a)
+        changes: list[tuple[int, int | None]] = list(groups.items())
         floor = max([checkpoint.next_attempt, attempt_floor] + [a + 1 for _, _, a in held])
         return SampleResumed(
             ledger=cls(ledger=ledger, next_attempt=floor, siblings=IntMap().updated(changes)),
@@ -265,31 +298,43 @@ class SampleLedger:
         n = self.config.samples
         if not 0 <= sibling < n:
             raise ValueError(f"sibling must be in [0, {n}), got {sibling!r}")
-        value = self._siblings.get(ordinal * n + sibling)
+        value = self._siblings.get(ordinal)
         if value is None:
             return None
-        status = Sibling(value & _SIBLING_MASK)
+        status, attempt = _field(value, sibling)
+        if status == _ABSENT:
+            return None
         # An unstarted sibling keeps its failed attempt only to fence it.
-        return status, (None if status is Sibling.UNSTARTED else value >> _SIBLING_BITS)
+        return Sibling(status), (None if status == _UNSTARTED else attempt)
 
     def running(self) -> Iterator[Lease]:
         """The current attempts of the running siblings, ascending."""
-        n = self.config.samples
-        for key, value in self._siblings.items():
-            if value & _SIBLING_MASK == _RUNNING:
-                yield Lease(key // n, key % n, value >> _SIBLING_BITS)
+        yield from self._with_status(_RUNNING)
 
     def held(self) -> Iterator[Lease]:
         """The sealed siblings of groups that have not landed (outstanding,
         or kept by a resume until their group is dispatched), ascending."""
+        yield from self._with_status(_SEALED)
+
+    def _with_status(self, wanted: int) -> Iterator[Lease]:
         n = self.config.samples
-        for key, value in self._siblings.items():
-            if value & _SIBLING_MASK == _SEALED:
-                yield Lease(key // n, key % n, value >> _SIBLING_BITS)
+        for o, value in self._siblings.items():
+            for s in range(n):
+                status, attempt = _field(value, s)
+                if status == wanted:
+                    yield Lease(o, s, attempt)
 
     def size(self) -> int:
-        """Sibling details held: O(outstanding groups x n), never the run."""
-        return len(self._siblings)
+        """Sibling details held: the siblings of outstanding groups and the
+        sealed ones a resume keeps; O(outstanding groups x n), never the run.
+        (A query: it walks them.)"""
+        n = self.config.samples
+        return sum(
+            1
+            for _, value in self._siblings.items()
+            for s in range(n)
+            if _field(value, s)[0] != _ABSENT
+        )
 
     def _key(self) -> tuple[object, ...]:
         if self._identity is None:
@@ -396,11 +441,8 @@ class SampleLedger:
         return SampleLedger(ledger=ledger, next_attempt=next_attempt, siblings=siblings)
 
     def _forget(self, siblings: IntMap, ordinals: Iterable[int]) -> IntMap:
-        n = self.config.samples
-        keys = [k for o in ordinals for k in range(o * n, o * n + n)]
-        if not keys:
-            return siblings
-        return siblings.updated([(k, None) for k in keys if k in siblings])
+        gone: list[tuple[int, int | None]] = [(o, None) for o in ordinals if o in siblings]
+        return siblings.updated(gone) if gone else siblings
 
     def _dispatch(self, ordinals: tuple[int, ...]) -> SampleApplied:
         applied = self.ledger.apply(Dispatch(ordinals))
@@ -410,27 +452,36 @@ class SampleLedger:
         leases: list[Lease] = []
         reused: list[Lease] = []
         complete: list[int] = []
-        for o in ordinals:
-            values = (
-                self._siblings.get_many(range(o * n, o * n + n)) if self._siblings else [None] * n
-            )
-            held = 0
-            for s, value in enumerate(values):
-                if value is not None and value & _SIBLING_MASK == _SEALED:
+        held_values = (
+            self._siblings.get_many(ordinals) if self._siblings else [None] * len(ordinals)
+        )
+        for o, held in zip(ordinals, held_values, strict=True):
+            value = 0
+            sealed = 0
+            for s in range(n):
+                status, old = _field(held, s) if held is not None else (_ABSENT, 0)
+                if status == _SEALED:
                     # Kept by the resume (REUSE): its sample exists.
-                    reused.append(Lease(o, s, value >> _SIBLING_BITS))
-                    held += 1
+                    reused.append(Lease(o, s, old))
+                    value |= (_SEALED | old << _STATUS_BITS) << (s * _WIDTH)
+                    sealed += 1
                 else:
-                    changes.append((o * n + s, _RUNNING | attempt << _SIBLING_BITS))
                     leases.append(Lease(o, s, attempt))
+                    value |= (_RUNNING | attempt << _STATUS_BITS) << (s * _WIDTH)
                     attempt += 1
-            if held == n:
+            if sealed == n:
                 complete.append(o)
+                changes.append((o, None))
+            else:
+                changes.append((o, value))
+        if attempt - 1 > MAX_ATTEMPT:
+            raise IllegalTransitionError(
+                Dispatch.name, ordinals, "the attempt counter would pass 2**32 - 1"
+            )
         siblings = self._siblings.updated(changes) if changes else self._siblings
         ledger = applied.ledger
         if complete:
             ledger = ledger.buffer(complete).ledger
-            siblings = self._forget(siblings, complete)
         effect = attrs.evolve(
             applied.effect, leases=tuple(leases), reused=tuple(reused), landed=tuple(complete)
         )
@@ -449,37 +500,36 @@ class SampleLedger:
 
     def _current(self, leases: tuple[Lease, ...]) -> tuple[list[Lease], list[Lease]]:
         """``leases`` split into the current attempts and the fenced ones."""
-        n = self.config.samples
-        values = self._siblings.get_many([x.ordinal * n + x.sibling for x in leases])
+        values = self._siblings.get_many([x.ordinal for x in leases])
         current: list[Lease] = []
         fenced: list[Lease] = []
         for lease, value in zip(leases, values, strict=True):
-            if value is None:
-                ok = current_attempt(None, None, lease.attempt)
-            else:
-                ok = current_attempt(
-                    Sibling(value & _SIBLING_MASK), value >> _SIBLING_BITS, lease.attempt
-                )
+            status, attempt = _field(value, lease.sibling) if value is not None else (_ABSENT, 0)
+            ok = current_attempt(
+                None if status == _ABSENT else Sibling(status), attempt, lease.attempt
+            )
             (current if ok else fenced).append(lease)
         return current, fenced
 
     def _seal(self, leases: tuple[Lease, ...]) -> SampleApplied:
         self._check_leases(Seal.name, leases)
         current, fenced = self._current(leases)
-        n = self.config.samples
-        target = _SEALED  # SAMPLE_TRANSITIONS[(Seal, RUNNING)]
-        siblings = self._siblings.updated(
-            [(x.ordinal * n + x.sibling, target | x.attempt << _SIBLING_BITS) for x in current]
-        )
-        complete = []
-        for o in dict.fromkeys(x.ordinal for x in current):
-            values = siblings.get_many(range(o * n, o * n + n))
-            if all(v is not None and v & _SIBLING_MASK == _SEALED for v in values):
-                complete.append(o)
-        ledger = self.ledger
-        if complete:
-            ledger = ledger.buffer(complete).ledger
-            siblings = self._forget(siblings, complete)
+        every, all_sealed, _ = _masks(self.config.samples)
+        groups: dict[int, int] = {}
+        for x in current:
+            value = groups.get(x.ordinal)
+            if value is None:
+                value = self._siblings.get(x.ordinal)
+                assert value is not None  # current: it has detail
+            # SAMPLE_TRANSITIONS[(Seal, RUNNING)] is SEALED.
+            groups[x.ordinal] = _with(value, x.sibling, _SEALED, x.attempt)
+        complete = [o for o, v in groups.items() if v & every == all_sealed]
+        done = set(complete)
+        changes: list[tuple[int, int | None]] = [
+            (o, None if o in done else v) for o, v in groups.items()
+        ]
+        siblings = self._siblings.updated(changes) if changes else self._siblings
+        ledger = self.ledger.buffer(complete).ledger if complete else self.ledger
         effect = Effect(
             event=Seal.name, sealed=tuple(current), fenced=tuple(fenced), landed=tuple(complete)
         )
@@ -488,7 +538,6 @@ class SampleLedger:
     def _fail_sample(self, leases: tuple[Lease, ...]) -> SampleApplied:
         self._check_leases(FailSample.name, leases)
         current, fenced = self._current(leases)
-        n = self.config.samples
         move = sample_failure(self.config.granularity)
         ledger = self.ledger
         siblings = self._siblings
@@ -517,11 +566,12 @@ class SampleLedger:
             dropped += step.effect.dropped
             gone = [o for o in this_round if ledger.status(o) is not Status.OUTSTANDING]
             siblings = self._forget(siblings, gone)
-            back = [
-                (x.ordinal * n + x.sibling, _UNSTARTED | x.attempt << _SIBLING_BITS)
-                for o, x in this_round.items()
-                if o not in gone
-            ]
+            back: list[tuple[int, int | None]] = []
+            for o, x in this_round.items():
+                if o not in gone:
+                    value = siblings.get(o)
+                    assert value is not None  # still outstanding: it has detail
+                    back.append((o, _with(value, x.sibling, _UNSTARTED, x.attempt)))
             siblings = siblings.updated(back) if back else siblings
             restart += [(x.ordinal, x.sibling) for o, x in this_round.items() if o not in gone]
             pending = later
@@ -537,15 +587,12 @@ class SampleLedger:
 
     def _start(self, pairs: tuple[tuple[int, int], ...]) -> SampleApplied:
         n = self.config.samples
-        keys = [o * n + s for o, s in pairs]
-        values = self._siblings.get_many(keys)
-        illegal = [
-            (o, s)
-            for (o, s), v in zip(pairs, values, strict=True)
-            if s >= n
-            or v is None
-            or (Restart, Sibling(v & _SIBLING_MASK)) not in SAMPLE_TRANSITIONS
-        ]
+        values = self._siblings.get_many([o for o, _ in pairs])
+        illegal = []
+        for (o, s), v in zip(pairs, values, strict=True):
+            status = _field(v, s)[0] if v is not None and s < n else _ABSENT
+            if status == _ABSENT or (Restart, Sibling(status)) not in SAMPLE_TRANSITIONS:
+                illegal.append((o, s))
         if illegal:
             raise IllegalTransitionError(
                 Restart.name,
@@ -554,10 +601,16 @@ class SampleLedger:
                 + ", ".join(map(str, illegal[:5])),
             )
         attempt = self.next_attempt
+        if attempt + len(pairs) - 1 > MAX_ATTEMPT:
+            raise IllegalTransitionError(
+                Restart.name, (o for o, _ in pairs), "the attempt counter would pass 2**32 - 1"
+            )
         leases = [Lease(o, s, attempt + i) for i, (o, s) in enumerate(pairs)]
-        siblings = self._siblings.updated(
-            [(o * n + s, _RUNNING | a << _SIBLING_BITS) for o, s, a in leases]
-        )
+        groups: dict[int, int] = {}
+        for (o, s, a), v in zip(leases, values, strict=True):
+            assert v is not None
+            groups[o] = _with(groups.get(o, v), s, _RUNNING, a)
+        siblings = self._siblings.updated(list(groups.items()))
         effect = Effect(event=Restart.name, leases=tuple(leases))
         return SampleApplied(self._replace(self.ledger, attempt + len(leases), siblings), effect)
 
