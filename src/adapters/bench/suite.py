@@ -61,6 +61,7 @@ SECTIONS: dict[str, Section] = {
     "memory": Section("frontier_core.bench", "bench_memory"),
     "simulator": Section("frontier_core.bench", "bench_simulator"),
     "shards": Section("frontier_core.bench.shards", "bench_shards"),
+    "samples": Section("frontier_core.bench.samples", "bench_samples"),
     # The journal's file writer is the adapters' (the core does no I/O).
     "journal": Section("frontier_adapters.bench.journal", "bench_journal"),
     "ray": Section("frontier_adapters.bench.ray_ledger", "bench_ray", "ray", ("ray",)),
