@@ -41,3 +41,15 @@ def test_harness_example_runs_and_stays_under_30_lines() -> None:
     (block,) = [b for b in re.findall(r"```python\n(.*?)```", README, re.S) if "Integration" in b]
     assert len([line for line in block.splitlines() if line.strip()]) <= 30
     exec(compile(block, "README.md", "exec"), {"__name__": "readme_harness"})
+
+
+def test_durable_rollouts_example_runs_and_its_assertions_hold() -> None:
+    """The durable rollouts example, as written: a crash after three of
+    four samples sealed; the resume reuses them and generates only one."""
+    (block,) = [
+        b
+        for b in re.findall(r"```python\n(.*?)```", README, re.S)
+        if "RolloutJournal(" in b and "SampleLedger" in b
+    ]
+    assert block.count("assert ") >= 3
+    exec(compile(block, "README.md", "exec"), {"__name__": "readme_durable"})
