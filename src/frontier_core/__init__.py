@@ -5,7 +5,10 @@ with its stream ordinal, report what happens to it (dispatched, buffered,
 trained, failed, evicted), and checkpoint the ledger instead of the data
 loader's live cursor: a resume rewinds the source to the cut and filters the
 re-yielded stream so that every prompt is trained exactly once or dropped on
-purpose, across any number of crashes.
+purpose, across any number of crashes. ``SampleLedger`` does the same sample
+by sample (a prompt's group of n siblings, each from one fenced attempt), and
+``frontier_core.journal`` is the write-ahead rollout journal that lets a
+resume keep what was already generated.
 
 Importing this package loads the standard library and ``attrs`` only.
 """
