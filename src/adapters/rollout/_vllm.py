@@ -22,7 +22,12 @@ What is used:
   ``collective_rpc("reload_weights", kwargs={"weights_path": DIR})``,
   ``reset_prefix_cache()``, ``resume_generation()`` (``VllmEngine.load_weights``;
   works on the CPU build too);
-* ``vllm.v1.engine.exceptions.EngineDeadError``.
+* ``vllm.v1.engine.exceptions.EngineDeadError``;
+* for ``SampleRolloutLoop`` (one request per sibling, continued from a
+  durable prefix): ``TokensPrompt`` (a ``TypedDict``: ``{"prompt_token_ids":
+  prompt + prefix}``, ``continued_prompt``) and ``SamplingParams(n=1,
+  max_tokens=max_tokens - len(prefix), logprobs=0, seed=...)``
+  (``vllm_sample_params``); vLLM counts the prefix as prompt tokens.
 
 ``AsyncLLM`` already satisfies ``AsyncEngine``; ``VllmEngine`` adds
 construction, the event-loop check, weight loading and shutdown, so
@@ -32,12 +37,17 @@ construction, the event-loop check, weight loading and shutdown, so
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import importlib
 import os
-from collections.abc import AsyncIterator, Mapping, Sequence
-from typing import Any, Final
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
+from typing import Any, Final, TypeVar
+
+from frontier_core import Lease
 
 from ._engine import EngineLoopError, RequestOutputLike, check_event_loop
+
+_P = TypeVar("_P")
 
 #: ``RequestOutputKind`` by the names ``vllm_sampling_params`` takes.
 OUTPUT_KINDS: Final = {"final_only": "FINAL_ONLY", "delta": "DELTA", "cumulative": "CUMULATIVE"}
@@ -96,6 +106,130 @@ def vllm_sampling_params(
         output_kind=getattr(sampling.RequestOutputKind, OUTPUT_KINDS[output_kind]),
         **kwargs,
     )
+
+
+# -- the sample-level loop ----------------------------------------------------------
+
+
+def continued_prompt(
+    prompt_token_ids: Iterable[int], prefix: Iterable[int] = (), **fields: Any
+) -> dict[str, Any]:
+    """The engine prompt of a sample continued from ``prefix``: vLLM's
+    ``TokensPrompt`` (a ``TypedDict``, so this plain dict is one; the CPU
+    engine takes it too) of the prompt's token ids then the prefix's.
+    ``fields`` are other ``TokensPrompt`` keys (``cache_salt``, ...). For
+    ``SampleRolloutLoop(prompt_of=lambda row, prefix:
+    continued_prompt(ids_of(row), prefix))``."""
+    ids = [int(t) for t in prompt_token_ids]
+    if not ids:
+        raise ValueError("a prompt needs at least one token")
+    return {**fields, "prompt_token_ids": ids + [int(t) for t in prefix]}
+
+
+def remaining_tokens(max_tokens: int, prefix_len: int, lease: Lease | None = None) -> int:
+    """The ``max_tokens`` of a request that continues a sample of at most
+    ``max_tokens`` tokens from a durable prefix of ``prefix_len``:
+    ``max_tokens - prefix_len``. A prefix of ``max_tokens`` or more is
+    refused (``ValueError``): it cannot come from progress records taken
+    under the same ``max_tokens`` (the last token comes with the finish
+    reason, and no progress record is taken then), only from a resume with
+    a smaller ``max_tokens``; the sample is then longer than the new budget
+    allows, and neither generating more nor cutting the journaled prefix is
+    what the user asked for."""
+    if type(max_tokens) is not int or max_tokens < 1:
+        raise ValueError(f"max_tokens must be an int >= 1, got {max_tokens!r}")
+    if type(prefix_len) is not int or prefix_len < 0:
+        raise ValueError(f"prefix_len must be an int >= 0, got {prefix_len!r}")
+    if prefix_len >= max_tokens:
+        who = f"{lease}" if lease is not None else "a sample"
+        raise ValueError(
+            f"the durable prefix of {who} has {prefix_len} tokens, not fewer than "
+            f"max_tokens={max_tokens}: was max_tokens lowered across the resume? Resume "
+            f"with max_tokens > {prefix_len}, or with a reuse policy that does not "
+            "continue this sample"
+        )
+    return max_tokens - prefix_len
+
+
+def sample_seed(seed: int, lease: Lease) -> int:
+    """The sampling seed of one attempt of one sibling, derived from the
+    run's ``seed`` and the lease (ordinal, sibling, attempt): siblings of a
+    group get different seeds (one seed for all of them would give ``n``
+    equal samples of the same prompt), and a new attempt a new one. In
+    ``[0, 2**31)``."""
+    key = f"frontier-sample:{seed}:{lease.ordinal}:{lease.sibling}:{lease.attempt}"
+    return int.from_bytes(hashlib.sha256(key.encode()).digest()[:4], "big") >> 1
+
+
+def sample_params(
+    make: Callable[..., _P], *, max_tokens: int, seed: int | None = None, **fixed: Any
+) -> Callable[[Lease, int], _P]:
+    """The ``sampling_params(lease, prefix_len)`` of ``SampleRolloutLoop``
+    for any engine: ``make(n=1, max_tokens=remaining_tokens(max_tokens,
+    prefix_len), seed=sample_seed(seed, lease), **fixed)`` (``seed=None``
+    when ``seed`` is ``None``). ``max_tokens`` bounds the whole sample,
+    prefix included; a prefix as long raises ``ValueError`` (see
+    ``remaining_tokens``), which stops the loop with the sibling left
+    running in the ledger. E.g. ``sample_params(CpuSamplingParams,
+    max_tokens=12, output_kind="cumulative")``; for vLLM use
+    ``vllm_sample_params``."""
+    remaining_tokens(max_tokens, 0)  # checks max_tokens now
+    if taken := sorted({"n", "max_tokens", "seed"} & set(fixed)):
+        raise TypeError(f"sample_params sets {', '.join(taken)} itself")
+
+    def params(lease: Lease, prefix_len: int) -> _P:
+        return make(
+            n=1,
+            max_tokens=remaining_tokens(max_tokens, prefix_len, lease),
+            seed=None if seed is None else sample_seed(seed, lease),
+            **fixed,
+        )
+
+    return params
+
+
+def vllm_sample_params(
+    *,
+    max_tokens: int,
+    temperature: float = 1.0,
+    seed: int | None = None,
+    stop_token_ids: Sequence[int] | None = None,
+    output_kind: str = "delta",
+    logprobs: int = 0,
+    **kwargs: Any,
+) -> Callable[[Lease, int], Any]:
+    """The ``sampling_params(lease, prefix_len)`` of ``SampleRolloutLoop``
+    on vLLM: ``vllm.SamplingParams`` of one sample (``n=1``) of at most
+    ``max_tokens`` tokens in all (``max_tokens - prefix_len`` new ones for a
+    continuation), streamed (``output_kind "delta"``, the default, or
+    ``"cumulative"``; ``"final_only"`` delivers the sample at its end, so
+    no progress is journaled) with the sampled token's log-prob
+    (``logprobs=0``: vLLM reports it per token, which the journal needs),
+    seeded per attempt with ``sample_seed(seed, lease)`` if ``seed`` is
+    given. Other keyword arguments go to ``SamplingParams``. vLLM's
+    log-probs are those of the model's raw distribution by default (engine
+    argument ``logprobs_mode="raw_logprobs"``): for the behaviour policy of
+    ``temperature`` other than 1, or with top-k/top-p, start the engine
+    with ``logprobs_mode="processed_logprobs"``. Imports vllm now."""
+    if type(logprobs) is not int or logprobs < 0:
+        raise ValueError(f"logprobs must be an int >= 0, got {logprobs!r}")
+    if output_kind not in OUTPUT_KINDS:
+        raise ValueError(f"output_kind must be one of {sorted(OUTPUT_KINDS)}, got {output_kind!r}")
+    if taken := sorted({"n", "max_tokens", "seed"} & set(kwargs)):
+        raise TypeError(f"vllm_sample_params sets {', '.join(taken)} itself")
+    _vllm("vllm.sampling_params")  # fail here, not at the first request
+
+    def make(**per: Any) -> Any:
+        return vllm_sampling_params(
+            temperature=temperature,
+            stop_token_ids=stop_token_ids,
+            output_kind=output_kind,
+            logprobs=logprobs,
+            **kwargs,
+            **per,
+        )
+
+    return sample_params(make, max_tokens=max_tokens, seed=seed)
 
 
 class VllmEngine:

@@ -43,7 +43,8 @@ def test_the_real_vllm_tests_skip_or_fail_without_vllm(required: bool) -> None:
     env = {"PATH": "/usr/bin:/bin", "FRONTIER_REQUIRE_VLLM": "1" if required else "0"}
     out = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rs",
-         str(HERE / "test_vllm.py"), str(HERE / "test_vllm_kill.py")],
+         str(HERE / "test_vllm.py"), str(HERE / "test_vllm_kill.py"),
+         str(HERE / "test_vllm_samples.py")],
         capture_output=True, text=True, env=env, cwd=HERE.parents[2], timeout=300,
     )  # fmt: skip
     if required:
@@ -51,4 +52,4 @@ def test_the_real_vllm_tests_skip_or_fail_without_vllm(required: bool) -> None:
         assert "FRONTIER_REQUIRE_VLLM=1 but vllm is not installed" in out.stdout
     else:
         assert out.returncode in (0, 5), out.stdout  # 5: every module skipped
-        assert "2 skipped" in out.stdout and "scripts/setup-vllm.sh" in out.stdout
+        assert "3 skipped" in out.stdout and "scripts/setup-vllm.sh" in out.stdout
