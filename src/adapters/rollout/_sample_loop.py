@@ -145,6 +145,12 @@ class SampleRolloutLoop(RolloutLoop):
         self._sealed: dict[tuple[int, int], tuple[Lease, TokenPayload, str]] = {}
         self._rows: dict[int, Any] = {}
         self._versions: dict[int, int] = {}
+        #: The recovered prefixes the current dispatch of a group may
+        #: continue, by (ordinal, sibling); a recovered prefix is offered to
+        #: one dispatch of its group only (not again once the group failed
+        #: or was evicted whole: it is generated anew then).
+        self._prefixes: dict[tuple[int, int], TokenPayload] = {}
+        self._offered: set[int] = set()
 
     def partial(self, ordinal: int) -> dict[int, tuple[int, ...]]:
         """The tokens each running sibling of ``ordinal`` has so far (its
@@ -187,6 +193,12 @@ class SampleRolloutLoop(RolloutLoop):
         self._stranded.discard(o)
         self._rows[o] = taken.row
         self._versions[o] = self.version()
+        if self.recovered is not None and o not in self._offered:
+            self._offered.add(o)
+            for s in range(self.num_generations):
+                state = self.recovered.prefix(o, s)
+                if state is not None and isinstance(state.payload, TokenPayload):
+                    self._prefixes[(o, s)] = state.payload
         for lease in taken.reused:
             self._sealed[(o, lease.sibling)] = (lease, self._journaled(lease), "")
         if taken.complete:
@@ -205,11 +217,7 @@ class SampleRolloutLoop(RolloutLoop):
         return payload
 
     def _start(self, lease: Lease) -> None:
-        prefix = None
-        if self.recovered is not None:
-            state = self.recovered.prefix(lease.ordinal, lease.sibling)
-            if state is not None and isinstance(state.payload, TokenPayload):
-                prefix = state.payload
+        prefix = self._prefixes.get((lease.ordinal, lease.sibling))
         req = _SampleRequest(lease, self._rows[lease.ordinal], self.version(), prefix)
         self._emit("dispatch", lease.ordinal, req.request_id)
         self._requests[lease] = req
@@ -328,7 +336,12 @@ class SampleRolloutLoop(RolloutLoop):
             row=self._rows[ordinal],
             completions=tuple(tuple(p.tokens()) for p in payloads),
             finish_reasons=tuple(r for _, _, r in parts),
-            version=self._versions.get(ordinal, 0),
+            # The oldest token's version, for the buffer's age limit: a
+            # reused or continued sample is as old as its first token.
+            version=min(
+                [p.version_runs[0][1] for p in payloads if p.version_runs]
+                + [self._versions.get(ordinal, 0)]
+            ),
             attempt=max(lease.attempt for lease, _, _ in parts),
             request_id=f"o{ordinal}",
             samples=payloads,
@@ -344,6 +357,7 @@ class SampleRolloutLoop(RolloutLoop):
                 self.journal.sealed(last, self._sealed[(ordinal, last.sibling)][1])
         for s in range(n):
             del self._sealed[(ordinal, s)]
+            self._prefixes.pop((ordinal, s), None)
         self._rows.pop(ordinal, None)
         self._versions.pop(ordinal, None)
         self._emit("land", ordinal, group.request_id)
@@ -362,6 +376,7 @@ class SampleRolloutLoop(RolloutLoop):
             # running siblings are cancelled (their results would be fenced).
             for s in range(self.num_generations):
                 self._sealed.pop((o, s), None)
+                self._prefixes.pop((o, s), None)
             for other in list(self._requests.values()):
                 if other.ordinal == o and other is not req:
                     other.released = True

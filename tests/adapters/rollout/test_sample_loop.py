@@ -202,7 +202,10 @@ def test_a_resume_reuses_sealed_siblings_and_continues_the_durable_prefix(tmp_pa
         )
         c.resume(state, load_replay_buffer=True, sealed=got.sealed, attempt_floor=got.attempt_floor)
         engine, sink = StreamEngine(), Sink()
-        async with loop(c, engine, sink, journal=journal, recovered=got) as rollout:
+        # The policy moved on to version 3 since the crash.
+        async with loop(
+            c, engine, sink, journal=journal, recovered=got, version=lambda: 3
+        ) as rollout:
             await rollout.until(lambda: len(sink) == 1)
         journal.close()
         return engine, sink
@@ -218,6 +221,10 @@ def test_a_resume_reuses_sealed_siblings_and_continues_the_durable_prefix(tmp_pa
     continued = group.samples[1]
     assert list(continued.tokens()) == full(0, 1)  # no token lost or repeated
     assert len(continued.logprobs()) == len(full(0, 1))
+    # Each token keeps the version that generated it: the prefix 0, the rest 3.
+    assert list(continued.versions()) == [0, 0] + [3] * (len(full(0, 1)) - 2)
+    # The group is as old as its oldest token (for the buffer's age limit).
+    assert group.version == 0
 
 
 def test_a_running_sample_is_journaled_once_a_snapshot_then_extends(tmp_path: Path) -> None:
