@@ -575,6 +575,9 @@ class SampleLedger:
             siblings = siblings.updated(back) if back else siblings
             restart += [(x.ordinal, x.sibling) for o, x in this_round.items() if o not in gone]
             pending = later
+        # A sibling sent back in one round whose group a later round failed
+        # or dropped whole is not restarted: the group went with it.
+        restart = [x for x in restart if ledger.status(x[0]) is Status.OUTSTANDING]
         effect = Effect(
             event=FailSample.name,
             requeued=tuple(requeued),
