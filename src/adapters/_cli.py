@@ -50,12 +50,23 @@ def _configure_demo(parser: argparse.ArgumentParser) -> None:
         "--engine vllm; defaults 384 prompts, 2 kills; --quick 96 and 1)",
     )
     parser.add_argument(
-        "--mode", choices=["legacy", "frontier", "both"], default="both", help=argparse.SUPPRESS
+        "--journal",
+        action="store_true",
+        help="the sample-level demo: SampleCollector, SampleRolloutLoop and a rollout "
+        "journal, resumed with coverage only and with the journal, killed also inside "
+        "journal appends, group commits and compactions and right after resumes, and "
+        "audited sample by sample (defaults 768 prompts, 12 kills; --quick 192 and 6)",
+    )
+    parser.add_argument(
+        "--mode",
+        choices=["legacy", "frontier", "coverage", "journal", "both"],
+        default="both",
+        help=argparse.SUPPRESS,
     )
 
 
 def _run_demo(args: argparse.Namespace) -> int:
-    from .examples.demo import MODES, run_demo
+    from .examples.demo import JOURNAL_MODES, MODES, run_demo
 
     if args.plot and not _have("matplotlib"):
         print(
@@ -72,8 +83,21 @@ def _run_demo(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 2
-    default_kills = (1 if args.quick else 2) if vllm else (5 if args.quick else 6)
-    default_prompts = (96 if args.quick else 384) if vllm else (192 if args.quick else 1536)
+    journal = args.journal or args.mode in JOURNAL_MODES
+    if journal and vllm:
+        print(
+            "frontier demo --journal runs on the CPU engine (the vLLM demo is prompt-level)",
+            file=sys.stderr,
+        )
+        return 2
+    if journal and args.mode in MODES:
+        print(f"frontier demo --journal has no mode {args.mode!r}", file=sys.stderr)
+        return 2
+    if journal:
+        default_kills, default_prompts = (6, 192) if args.quick else (12, 768)
+    else:
+        default_kills = (1 if args.quick else 2) if vllm else (5 if args.quick else 6)
+        default_prompts = (96 if args.quick else 384) if vllm else (192 if args.quick else 1536)
     return run_demo(
         kills=args.kills if args.kills is not None else default_kills,
         prompts=args.prompts if args.prompts is not None else default_prompts,
@@ -82,7 +106,8 @@ def _run_demo(args: argparse.Namespace) -> int:
         workdir=args.workdir,
         as_json=args.json,
         plot_path=args.plot,
-        modes=MODES if args.mode == "both" else (args.mode,),
+        modes=None if args.mode == "both" else (args.mode,),
+        journal=journal,
     )
 
 

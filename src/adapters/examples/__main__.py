@@ -10,6 +10,10 @@ modules expose plain functions. Commands:
 * ``ray-run``: one driver of the Ray job (local loopback cluster, or
   ``--address``);
 * ``ray-torture``: SIGKILL ``ray-run`` drivers, then ``frontier audit``;
+* ``ray-samples-run``: one driver of the sample-level Ray job (sibling
+  leases, the journal owned by the ledger actor), with in-driver SIGKILLs;
+* ``ray-samples-torture``: SIGKILL ``ray-samples-run`` drivers, then audit
+  every sample;
 * ``elastic-rank``: one rank of one life of the elastic data-parallel job
   (under ``torchrun``);
 * ``torchrun-loopback``: ``torchrun`` with its rendezvous store listening
@@ -81,6 +85,32 @@ def _configure_grpo_worker(p: argparse.ArgumentParser) -> None:
         default=d.skip_buffer_restore,
         help="chance that a resume does not restore the replay buffer (seeded per life)",
     )
+    p.add_argument(
+        "--journal",
+        action="store_true",
+        help="the sample-level life: SampleCollector, SampleRolloutLoop and a RolloutJournal "
+        "(frontier mode, CPU engine)",
+    )
+    p.add_argument(
+        "--reuse",
+        choices=["age", "everything", "nothing"],
+        default=d.reuse,
+        help="with --journal: what a resume reuses of the journal (age: tokens at most "
+        "--max-age updates old; nothing: coverage only)",
+    )
+    p.add_argument(
+        "--progress-every",
+        type=int,
+        default=d.progress_every,
+        help="with --journal: new tokens between progress records of a running sample (0: none)",
+    )
+    p.add_argument(
+        "--commit-delay",
+        type=float,
+        default=d.commit_delay,
+        help="with --journal: the longest an append waits for its group commit (s)",
+    )
+    p.add_argument("--kill-at", default=d.kill_at, help=argparse.SUPPRESS)
 
 
 def _run_grpo_worker(args: argparse.Namespace) -> int:
@@ -287,6 +317,61 @@ def _run_ray_torture(args: argparse.Namespace) -> int:
     return 0 if result.audit_exit == 0 else 1
 
 
+# -- ray-samples-run, ray-samples-torture ---------------------------------------------
+
+
+def _configure_ray_samples(p: argparse.ArgumentParser, *, torture: bool) -> None:
+    from .ray_sample_job import SampleJobConfig
+
+    p.add_argument("--workdir", required=True)
+    p.add_argument(
+        "--address", default=None, help="a Ray cluster (default: start a local one on 127.0.0.1)"
+    )
+    for f in attrs.fields(SampleJobConfig):
+        flag = f"--{f.name.replace('_', '-')}"
+        if f.name == "reuse":
+            p.add_argument(flag, choices=["everything", "nothing"], default=f.default)
+        elif isinstance(f.default, bool):
+            p.add_argument(flag, action=argparse.BooleanOptionalAction, default=f.default)
+        else:
+            p.add_argument(flag, type=type(f.default), default=f.default)
+    p.add_argument("--worker-kills", type=int, default=0, help="rollout workers to SIGKILL")
+    p.add_argument("--ledger-kills", type=int, default=0, help="ledger actors to SIGKILL")
+    p.add_argument("--chaos-seed", type=int, default=0)
+    if torture:
+        p.add_argument("--kills", type=int, default=4, help="driver processes to SIGKILL")
+
+
+def _run_ray_samples_run(args: argparse.Namespace) -> int:
+    from .ray_sample_job import SampleChaos, SampleJobConfig, audit_samples, drive
+
+    cfg = _fill(SampleJobConfig, args)
+    chaos = SampleChaos(args.worker_kills, args.ledger_kills, seed=args.chaos_seed)
+    result = drive(args.workdir, cfg, address=args.address, chaos=chaos)
+    report = audit_samples(args.workdir, cfg)
+    print(json.dumps({"job": attrs.asdict(result), "audit": report.to_json()}))
+    return 0 if report.clean else 1
+
+
+def _run_ray_samples_torture(args: argparse.Namespace) -> int:
+    from .ray_sample_job import SampleJobConfig, torture_cluster
+
+    try:
+        result = torture_cluster(
+            args.workdir,
+            _fill(SampleJobConfig, args),
+            address=args.address,
+            kills=args.kills,
+            seed=args.chaos_seed,
+            chaos=(args.worker_kills, args.ledger_kills),
+        )
+    except ValueError as exc:
+        print(f"ray-samples-torture: {exc}", file=sys.stderr)
+        return 2
+    print(json.dumps(attrs.asdict(result), indent=1))
+    return 0 if result.audit["clean"] else 1
+
+
 # -- elastic-rank, elastic-torture ---------------------------------------------------
 
 
@@ -391,6 +476,16 @@ COMMANDS: dict[
         "SIGKILL ray-run drivers with work in flight until done, then audit the log",
         _configure_ray_torture,
         _run_ray_torture,
+    ),
+    "ray-samples-run": (
+        "one driver of the sample-level Ray job (sibling leases, journal), SIGKILLs inside",
+        lambda p: _configure_ray_samples(p, torture=False),
+        _run_ray_samples_run,
+    ),
+    "ray-samples-torture": (
+        "SIGKILL ray-samples-run drivers with sibling work in flight, then audit every sample",
+        lambda p: _configure_ray_samples(p, torture=True),
+        _run_ray_samples_torture,
     ),
     "elastic-rank": (
         "one rank of one life of the elastic data-parallel job (run it under torchrun)",

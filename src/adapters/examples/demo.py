@@ -15,6 +15,17 @@ generate with real vLLM on the tiny Llama of ``tiny_llm``, trained by torch
 through transformers, and push their weights into the engine after every
 step (see ``grpo_worker``); the CPU engine is the default.
 
+``run_demo(journal=True)`` (``frontier demo --journal``) is the sample-level
+A/B instead: the worker's ``--journal`` life, resumed with coverage only
+(``coverage``: nothing of the rollout journal reused) and with the journal
+(``journal``), under the same kills of ``journal_kill_schedule``: at random
+moments, with a journal record queued and not committed, in the middle of a
+group commit, in a compaction before and just after it is in place, and
+right after a resume. Each lineage is audited by ``frontier audit``'s
+function and sample by sample (``audit_samples``: every trained group has
+its n samples, each from one attempt, no attempt twice, each exactly what
+the engine generated for it), and the tokens generated again are counted.
+
 Each life runs in a process group of its own, and a kill is a SIGKILL of
 the whole group: the worker and every process it started (vLLM's engine
 core and worker processes; Python's resource tracker is left to clean up
@@ -51,8 +62,27 @@ from frontier_core._audit import AuditReport, audit_log, format_report
 #: One life of a mode: ``python -m frontier_adapters.examples grpo-worker ...``.
 WORKER = ("-m", "frontier_adapters.examples", "grpo-worker")
 MODES = ("legacy", "frontier")
+#: Worker options of the sample-level modes: the injected failure and
+#: stall rates are per request, and a request is one sample there, so that
+#: a group of eight fails about as often as the prompt-level request does.
+JOURNAL_ARGS = ("--fail-rate", "0.0025", "--stall-rate", "0.00125")
+#: ``frontier demo --journal``: the sample-level stack with the rollout
+#: journal, resumed with coverage only (nothing of the journal reused:
+#: every unresolved sample is generated again) and with the journal's
+#: samples and prefixes reused (tokens at most ``--max-age`` updates old).
+JOURNAL_MODES = ("coverage", "journal")
+#: The worker options of each mode.
+MODE_ARGS: dict[str, tuple[str, ...]] = {
+    "legacy": ("--mode", "legacy"),
+    "frontier": ("--mode", "frontier"),
+    "coverage": ("--mode", "frontier", "--journal", "--reuse", "nothing", *JOURNAL_ARGS),
+    "journal": ("--mode", "frontier", "--journal", "--reuse", "age", *JOURNAL_ARGS),
+}
 LOG_NAME = "train_log.jsonl"
 SUMMARY_NAME = "summary.json"
+#: The sample-level worker's logs (``grpo_worker.SampleLog``, ``TokenLog``).
+SAMPLES_LOG = "samples.jsonl"
+GENERATED_GLOB = "generated-*.jsonl"
 SPARK = "▁▂▃▄▅▆▇█"
 ENGINES = ("cpu", "vllm")
 #: Worker options per engine: vLLM requests get a longer timeout (its
@@ -67,10 +97,27 @@ ENGINE_ARGS: dict[str, tuple[str, ...]] = {
 @attrs.frozen
 class Kill:
     """Kill a life ``steps`` committed steps after it reported ready, plus
-    ``delay`` seconds."""
+    ``delay`` seconds (``at="random"``); right after it reported ready, plus
+    ``delay`` (``"resume"``); or at a kill point of the sample-level worker
+    (``grpo_worker.KillPoint``: ``append``, ``commit``, ``compact``,
+    ``compacted``), the ``count``-th time it passes it once ``steps`` steps
+    are committed."""
 
     steps: int
     delay: float
+    at: str = "random"
+    count: int = 0
+
+
+#: Where ``frontier demo --journal`` kills: a seeded order of these, each
+#: kind once before any twice.
+KILL_KINDS = ("random", "append", "commit", "compact", "compacted", "resume")
+#: The kill points the worker stops at itself (``--kill-at``).
+WORKER_POINTS = frozenset({"append", "commit", "compact", "compacted"})
+#: The passage of a kill point to die at is drawn from ``1..COUNTS[kind]``:
+#: appends come by the hundred per step, group commits by the dozen, a
+#: compaction once per step.
+COUNTS = {"append": 96, "commit": 16, "compact": 2, "compacted": 2}
 
 
 def kill_schedule(seed: int, kills: int, total_steps: int) -> tuple[Kill, ...]:
@@ -78,6 +125,201 @@ def kill_schedule(seed: int, kills: int, total_steps: int) -> tuple[Kill, ...]:
     rng = random.Random(f"demo-kills:{seed}")
     span = max(1, total_steps // (kills + 1))
     return tuple(Kill(rng.randint(1, span), round(rng.uniform(0.0, 0.12), 3)) for _ in range(kills))
+
+
+def journal_kill_schedule(seed: int, kills: int, total_steps: int) -> tuple[Kill, ...]:
+    """``kills`` kills of the kinds in ``KILL_KINDS`` (each kind once, in a
+    seeded order, before any kind twice; the first life, a fresh start, is
+    never killed "after a resume"), spread over ``total_steps`` steps."""
+    rng = random.Random(f"demo-journal-kills:{seed}")
+    span = max(1, total_steps // (kills + 1))
+    kinds: list[str] = []
+    while len(kinds) < kills:
+        block = list(KILL_KINDS)
+        rng.shuffle(block)
+        kinds += block
+    kinds = kinds[:kills]
+    if len(kinds) > 1 and kinds[0] == "resume":
+        kinds[0], kinds[1] = kinds[1], kinds[0]
+    out = []
+    for kind in kinds:
+        if kind == "resume":
+            # After the ready line, before the life's first step: its first
+            # requests (continued prefixes among them) are generating.
+            out.append(Kill(0, round(rng.uniform(0.02, 0.2), 3), "resume"))
+        elif kind == "random":
+            out.append(Kill(rng.randint(1, span), round(rng.uniform(0.0, 0.12), 3)))
+        else:
+            out.append(Kill(rng.randint(1, span), 0.0, kind, rng.randint(1, COUNTS[kind])))
+    return tuple(out)
+
+
+@attrs.frozen
+class SampleAudit:
+    """The per-sample audit of a sample-level lineage (``audit_samples``).
+
+    ``groups`` and ``samples`` were trained in the surviving lineage;
+    ``wrong_size`` lists the groups trained without exactly ``n`` samples,
+    ``attempts_twice`` the attempts that sealed more than one trained
+    sample, ``unexplained`` the samples ``(ordinal, sibling, attempt)``
+    whose tokens are not what the engine generated for that attempt after
+    a prefix an earlier attempt of the same sibling generated (a token
+    lost, repeated or changed across a continuation), ``log_mismatch`` the
+    steps where the per-sample log and the training log disagree on the
+    ordinals. ``tokens_needed`` are the trained samples' tokens,
+    ``tokens_generated`` every token the engine yielded in every life
+    (``by_life``); the difference was generated again."""
+
+    groups: int
+    samples: int
+    wrong_size: tuple[int, ...]
+    attempts_twice: tuple[int, ...]
+    unexplained: tuple[tuple[int, int, int], ...]
+    log_mismatch: tuple[int, ...]
+    tokens_needed: int
+    tokens_generated: int
+    by_life: tuple[int, ...]
+
+    @property
+    def clean(self) -> bool:
+        return not (self.wrong_size or self.attempts_twice or self.unexplained or self.log_mismatch)
+
+    @property
+    def tokens_redone(self) -> int:
+        return self.tokens_generated - self.tokens_needed
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "groups": self.groups,
+            "samples": self.samples,
+            "wrong_size": list(self.wrong_size),
+            "attempts_twice": list(self.attempts_twice),
+            "unexplained": [list(x) for x in self.unexplained],
+            "log_mismatch": list(self.log_mismatch),
+            "tokens_needed": self.tokens_needed,
+            "tokens_generated": self.tokens_generated,
+            "tokens_redone": self.tokens_redone,
+            "tokens_by_life": list(self.by_life),
+            "clean": self.clean,
+        }
+
+
+def _json_lines(path: Path) -> list[dict[str, Any]]:
+    """The JSON objects of ``path``'s complete lines (a last line without its
+    newline is a write a kill cut short: not a record)."""
+    if not path.exists():
+        return []
+    lines = path.read_bytes().split(b"\n")
+    lines.pop()  # b"" after the last newline, or a torn line
+    return [json.loads(line) for line in lines if line.strip()]
+
+
+def _lease_of(request_id: str) -> tuple[int, int, int]:
+    o, s, a = request_id.split("-")  # o{ordinal}-s{sibling}-a{attempt}
+    return int(o[1:]), int(s[1:]), int(a[1:])
+
+
+#: The finish reasons of a usable sample (the engine's ``stop`` and ``length``).
+FINISHED = frozenset({"stop", "length"})
+
+
+def audit_samples(workdir: Path, n: int) -> SampleAudit:
+    """Audit a sample-level run in ``workdir`` sample by sample.
+
+    The per-sample log (``samples.jsonl``) is folded to its surviving
+    lineage (a resume marker ``k`` drops the steps ``>= k`` before it) and
+    compared step by step with the training log's lineage. Every trained
+    group must hold ``n`` samples, every attempt must seal at most one of
+    them, and every sample must be explained by the generation logs: its
+    attempt generated exactly its tokens from some position ``p`` to its
+    end and finished there (``stop`` or ``length``), and its first ``p``
+    tokens are a prefix that an earlier attempt of the same sibling
+    generated (recursively, down to position 0)."""
+    from frontier_core._trainlog import fold_lineage, read_train_log
+
+    steps: dict[int, dict[str, list[list[Any]]]] = {}
+    for entry in _json_lines(workdir / SAMPLES_LOG):
+        if "resume" in entry:
+            steps = {k: v for k, v in steps.items() if k < entry["resume"]}
+        else:
+            steps[entry["step"]] = entry["groups"]
+    lineage = fold_lineage(read_train_log(workdir / LOG_NAME))
+    mismatch = sorted(
+        k
+        for k in set(steps) | set(lineage.steps)
+        if sorted(int(o) for o in steps.get(k, {})) != sorted(lineage.steps.get(k, ()))
+    )
+    # (ordinal, sibling) -> [(attempt, first position, tokens, finish reason)]
+    # over every life.
+    runs: dict[tuple[int, int], list[tuple[int, int, list[int], str]]] = {}
+    by_life: list[int] = []
+    paths = sorted(workdir.glob(GENERATED_GLOB), key=lambda p: int(p.stem.split("-")[1]))
+    for path in paths:
+        count = 0
+        # request id / sample index -> its runs of consecutive positions
+        # (one, unless a line is missing).
+        life: dict[str, list[list[Any]]] = {}
+        for entry in _json_lines(path):
+            count += len(entry["t"])
+            chain = life.setdefault(f"{entry['r']}/{entry.get('i', 0)}", [])
+            if not chain or chain[-1][2] or entry["at"] != chain[-1][0] + len(chain[-1][1]):
+                chain.append([entry["at"], [], ""])
+            chain[-1][1].extend(entry["t"])
+            chain[-1][2] = entry.get("f", "")
+        by_life.append(count)
+        for key, chain in life.items():
+            o, s, a = _lease_of(key.split("/")[0])
+            for first, tokens, reason in chain:
+                runs.setdefault((o, s), []).append((a, first, tokens, reason))
+
+    def prefix_ok(o: int, s: int, tokens: list[int], upto: int, below: int) -> bool:
+        if upto == 0:
+            return True
+        return any(
+            a < below
+            and first < upto <= first + len(got)
+            and tokens[first:upto] == got[: upto - first]
+            and prefix_ok(o, s, tokens, first, a)
+            for a, first, got, _ in runs.get((o, s), ())
+        )
+
+    def explained(o: int, s: int, attempt: int, tokens: list[int]) -> bool:
+        return any(
+            a == attempt
+            and reason in FINISHED
+            and first + len(got) == len(tokens)
+            and tokens[first:] == got
+            and prefix_ok(o, s, tokens, first, a)
+            for a, first, got, reason in runs.get((o, s), ())
+        )
+
+    wrong_size: list[int] = []
+    attempts: dict[int, int] = {}
+    unexplained: list[tuple[int, int, int]] = []
+    needed = samples = groups = 0
+    for k in sorted(steps):
+        for key, siblings in steps[k].items():
+            o = int(key)
+            groups += 1
+            if len(siblings) != n:
+                wrong_size.append(o)
+            for s, (attempt, tokens) in enumerate(siblings):
+                samples += 1
+                needed += len(tokens)
+                attempts[attempt] = attempts.get(attempt, 0) + 1
+                if not explained(o, s, attempt, tokens):
+                    unexplained.append((o, s, attempt))
+    return SampleAudit(
+        groups=groups,
+        samples=samples,
+        wrong_size=tuple(sorted(wrong_size)),
+        attempts_twice=tuple(sorted(a for a, c in attempts.items() if c > 1)),
+        unexplained=tuple(unexplained),
+        log_mismatch=tuple(mismatch),
+        tokens_needed=needed,
+        tokens_generated=sum(by_life),
+        by_life=tuple(by_life),
+    )
 
 
 @attrs.frozen
@@ -91,6 +333,16 @@ class ModeResult:
     counters: dict[str, int]
     #: Requests the worker had in flight at its last step line before each kill.
     in_flight_at_kills: tuple[int, ...] = ()
+    #: Where each kill landed (``Kill.at``; a kill point as the worker named it).
+    kills_at: tuple[str, ...] = ()
+    #: The sample-level worker's ready lines, summed over its lives: the
+    #: torn journal tails its opens cut off (``torn_tails``, ``torn`` their
+    #: bytes) and the compaction leftovers they removed (``leftovers``), the
+    #: siblings its resumes reused from the journal (``reused``) and the
+    #: prefixes they offered to continue (``prefixes``).
+    resumes: dict[str, int] = attrs.field(factory=dict)
+    #: The per-sample audit of a sample-level mode.
+    samples: SampleAudit | None = None
 
 
 class WorkerCrashed(RuntimeError):
@@ -207,21 +459,26 @@ def run_mode(
     """Run ``mode`` to the end of its stream, killing it per ``schedule``."""
     t0 = time.monotonic()
     workdir.mkdir(parents=True, exist_ok=True)
-    cmd = [sys.executable, *WORKER, "--workdir", str(workdir), "--mode", mode, *worker_args]
+    cmd = [sys.executable, *WORKER, "--workdir", str(workdir), *MODE_ARGS[mode], *worker_args]
     kills = lives = 0
     in_flight_at_kills: list[int] = []
+    kills_at: list[str] = []
+    resumes: dict[str, int] = {}
     base_env = {**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1"}
     while True:
         if time.monotonic() - t0 > timeout:
             raise TimeoutError(f"{mode}: not done after {timeout} s ({kills} kills)")
         lives += 1
         plan = schedule[kills] if kills < len(schedule) else None
+        life_cmd = list(cmd)
+        if plan is not None and plan.at in WORKER_POINTS:
+            life_cmd += ["--kill-at", f"{plan.at}:{plan.steps}:{plan.count}"]
         scratch = tempfile.mkdtemp(prefix="frontier-life-")
         env = {**base_env, "TMPDIR": scratch}
         try:
             with open(workdir / "stderr.log", "ab") as errf:
                 proc = subprocess.Popen(
-                    cmd,
+                    life_cmd,
                     stdout=subprocess.PIPE,
                     stderr=errf,
                     text=True,
@@ -232,16 +489,33 @@ def run_mode(
                 assert proc.stdout is not None
                 seen = in_flight = 0
                 done = hit = False
+                where = ""
                 for line in proc.stdout:
                     if line.startswith("step "):
                         seen += 1
                         in_flight = _field(line, "in_flight")
                         if on_step is not None:
                             on_step(int(line.split()[1]))
+                    elif line.startswith("ready"):
+                        for key in ("torn", "leftovers", "reused", "prefixes"):
+                            resumes[key] = resumes.get(key, 0) + _field(line, key)
+                        resumes["torn_tails"] = resumes.get("torn_tails", 0) + (
+                            _field(line, "torn") > 0
+                        )
                     elif line.startswith("done"):
                         done = True
-                    if plan is not None and seen >= plan.steps and not done:
+                    elif line.startswith("kill-point "):
+                        # The worker stopped at its kill point: kill it there.
+                        where = line.split()[1]
+                        hit = True
+                        break
+                    if plan is None or done or plan.at in WORKER_POINTS:
+                        continue
+                    if (plan.at == "resume" and line.startswith("ready")) or (
+                        plan.at == "random" and seen >= plan.steps and seen
+                    ):
                         time.sleep(plan.delay)
+                        where = plan.at
                         hit = True
                         break
                 if hit and proc.poll() is None:
@@ -250,6 +524,7 @@ def run_mode(
                     proc.stdout.close()
                     kills += 1
                     in_flight_at_kills.append(in_flight)
+                    kills_at.append(where)
                     if on_kill is not None:
                         on_kill(kills)
                     continue
@@ -266,6 +541,7 @@ def run_mode(
         break
     summary = json.loads((workdir / SUMMARY_NAME).read_text())
     report = audit_log(workdir / LOG_NAME, stream_len)
+    sample_level = "--journal" in MODE_ARGS[mode]
     return ModeResult(
         mode=mode,
         kills=kills,
@@ -275,7 +551,17 @@ def run_mode(
         rewards=tuple(float(r) for r in summary["rewards"]),
         counters={str(k): int(v) for k, v in summary["counters"].items()},
         in_flight_at_kills=tuple(in_flight_at_kills),
+        kills_at=tuple(kills_at),
+        resumes=resumes,
+        samples=audit_samples(workdir, _samples_per_group(worker_args)) if sample_level else None,
     )
+
+
+def _samples_per_group(worker_args: Sequence[str]) -> int:
+    args = list(worker_args)
+    if "--num-generations" in args:
+        return int(args[args.index("--num-generations") + 1])
+    return 8
 
 
 def _field(line: str, name: str) -> int:
@@ -366,6 +652,96 @@ def format_results(
     return "\n".join(lines)
 
 
+#: The rows of the kills by where they landed (``Kill.at``).
+KILL_ROWS = {
+    "random": "  at a random moment",
+    "append": "  append queued, not committed",
+    "commit": "  mid group commit (torn)",
+    "compact": "  compaction not yet in place",
+    "compacted": "  compaction just in place",
+    "resume": "  right after a resume",
+}
+
+
+def format_journal_results(results: dict[str, ModeResult], stream_len: int) -> str:
+    """The side-by-side audit of ``frontier demo --journal``."""
+    a, b = results["coverage"], results["journal"]
+    assert a.samples is not None and b.samples is not None
+    sa, sb = a.samples, b.samples
+    ra, rb = a.report, b.report
+
+    def row(label: str, x: object, y: object) -> str:
+        return f"  {label:<34}{x!s:>14}{y!s:>14}"
+
+    lines = [
+        f"Audit of the training-data logs, sample by sample (stream of {stream_len} prompts):",
+        row("", "coverage only", "journal"),
+        row("SIGKILLs", a.kills, b.kills),
+    ]
+    for kind, label in KILL_ROWS.items():
+        lines.append(row(label, a.kills_at.count(kind), b.kills_at.count(kind)))
+    lines += [
+        row("process lives", a.lives, b.lives),
+        row("training steps kept", ra.steps, rb.steps),
+        row("prompts trained exactly once", ra.trained_once, rb.trained_once),
+        row("lost (skipped)", len(ra.skipped), len(rb.skipped)),
+        row("duplicated", len(ra.duplicated), len(rb.duplicated)),
+        row("dropped on record", len(ra.dropped), len(rb.dropped)),
+        row("samples trained", sa.samples, sb.samples),
+        row("groups without all samples", len(sa.wrong_size), len(sb.wrong_size)),
+        row("attempts trained twice", len(sa.attempts_twice), len(sb.attempts_twice)),
+        row("samples not as generated", len(sa.unexplained), len(sb.unexplained)),
+        row(
+            "torn journal tails repaired",
+            a.resumes.get("torn_tails", 0),
+            b.resumes.get("torn_tails", 0),
+        ),
+        row(
+            "compaction leftovers removed",
+            a.resumes.get("leftovers", 0),
+            b.resumes.get("leftovers", 0),
+        ),
+        row("siblings reused at resumes", a.resumes.get("reused", 0), b.resumes.get("reused", 0)),
+        row(
+            "samples continued from a prefix",
+            a.counters.get("continued", 0),
+            b.counters.get("continued", 0),
+        ),
+        row("tokens trained", sa.tokens_needed, sb.tokens_needed),
+        row("tokens generated", sa.tokens_generated, sb.tokens_generated),
+        row("tokens generated again", sa.tokens_redone, sb.tokens_redone),
+        row("failures (timeouts)", _fails(a), _fails(b)),
+        row("stale evictions", a.counters.get("evicted", 0), b.counters.get("evicted", 0)),
+        row(
+            "resumes without the buffer",
+            a.counters.get("buffer_skipped", 0),
+            b.counters.get("buffer_skipped", 0),
+        ),
+        row("wall time (s)", a.seconds, b.seconds),
+        "",
+    ]
+    for r in (a, b):
+        assert r.samples is not None
+        verdict = (
+            "OK: nothing lost, nothing duplicated, every sample as generated"
+            if r.report.clean and r.samples.clean
+            else "FAILED"
+        )
+        lines.append(f"  {r.mode}: {verdict}")
+    lines.append("")
+    lines.append("Mean reward per training step (surviving lineage), as in the A/B:")
+    curves = {r.mode: buckets(r.rewards, 32) for r in (a, b)}
+    top = max((v for c in curves.values() for v in c), default=1.0)
+    for r in (a, b):
+        k = buckets(r.rewards, 8)
+        lines.append(
+            f"  {r.mode:<9}{sparkline(curves[r.mode], top):<32}  "
+            + " ".join(f"{v:.2f}" for v in k)
+            + f"  ({len(r.rewards)} steps)"
+        )
+    return "\n".join(lines)
+
+
 def _fails(r: ModeResult) -> str:
     return f"{r.counters.get('failed', 0)} ({r.counters.get('timeouts', 0)})"
 
@@ -403,21 +779,32 @@ def run_demo(
     workdir: str | os.PathLike[str] | None = None,
     as_json: bool = False,
     plot_path: str | None = None,
-    modes: Sequence[str] = MODES,
+    modes: Sequence[str] | None = None,
     engine: str = "cpu",
+    journal: bool = False,
 ) -> int:
     """Run the A/B (or the given ``modes``), print the audits (one JSON
     object with ``as_json``) and return the exit status: 0 when
     frontier_core lost and duplicated nothing, 1 when it did, 2 when a worker
-    crashed by itself. Raises ``ValueError`` for ``kills < 0`` or
-    ``prompts < 1``."""
+    crashed by itself. ``journal`` runs the sample-level A/B instead
+    (``JOURNAL_MODES``, the kills of ``journal_kill_schedule``, the
+    per-sample audit, which must be clean too). Raises ``ValueError`` for
+    ``kills < 0``, ``prompts < 1``, an unknown engine or mode, or the
+    journal on vLLM."""
     if kills < 0 or prompts < 1:
         raise ValueError(f"kills must be >= 0 and prompts >= 1, got {kills} and {prompts}")
     if engine not in ENGINES:
         raise ValueError(f"engine must be one of {ENGINES}, got {engine!r}")
+    if journal and engine != "cpu":
+        raise ValueError("the sample-level demo (journal) runs on the CPU engine only")
+    if modes is None:
+        modes = JOURNAL_MODES if journal else MODES
+    allowed = JOURNAL_MODES if journal else MODES
+    if not modes or any(m not in allowed for m in modes):
+        raise ValueError(f"modes must be among {allowed}, got {tuple(modes)}")
     groups_per_step = 8
     total_steps = math.ceil(prompts / groups_per_step)
-    schedule = kill_schedule(seed, kills, total_steps)
+    schedule = (journal_kill_schedule if journal else kill_schedule)(seed, kills, total_steps)
     worker_args = ["--prompts", str(prompts), "--seed", str(seed), *ENGINE_ARGS[engine]]
     root = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix="frontier-demo-"))
     if workdir:
@@ -480,6 +867,15 @@ def run_demo(
                             "rewards": list(r.rewards),
                             "counters": r.counters,
                             "in_flight_at_kills": list(r.in_flight_at_kills),
+                            **(
+                                {
+                                    "kills_at": list(r.kills_at),
+                                    "resumes": r.resumes,
+                                    "samples": r.samples.to_json(),
+                                }
+                                if r.samples is not None
+                                else {}
+                            ),
                         }
                         for m, r in results.items()
                     },
@@ -487,13 +883,37 @@ def run_demo(
             )
         )
     elif len(results) == 2:
-        print(format_results(results, prompts, TASKS[engine]))
+        if journal:
+            print(format_journal_results(results, prompts))
+        else:
+            print(format_results(results, prompts, TASKS[engine]))
     else:
         for r in results.values():
             print(format_report(r.report, r.mode))
+            if r.samples is not None:
+                print(format_samples(r))
     if plot_path:
         plot(results, plot_path)
         if not as_json:
             print(f"reward curves drawn to {plot_path}")
-    frontier = results.get("frontier")
-    return 0 if frontier is None or frontier.report.clean else 1
+    checked = [r for m, r in results.items() if m != "legacy"]
+    clean = all(r.report.clean and (r.samples is None or r.samples.clean) for r in checked)
+    return 0 if clean else 1
+
+
+def format_samples(r: ModeResult) -> str:
+    """The per-sample audit of one sample-level mode, in a few lines."""
+    a = r.samples
+    assert a is not None
+    kinds = ", ".join(f"{k} {r.kills_at.count(k)}" for k in KILL_ROWS if k in r.kills_at)
+    return "\n".join(
+        [
+            f"  kills: {r.kills} ({kinds or 'none'})",
+            f"  samples trained: {a.samples} in {a.groups} groups; without all samples: "
+            f"{len(a.wrong_size)}; attempts twice: {len(a.attempts_twice)}; not as generated: "
+            f"{len(a.unexplained)}; log mismatches: {len(a.log_mismatch)}",
+            f"  tokens: {a.tokens_needed} trained, {a.tokens_generated} generated, "
+            f"{a.tokens_redone} generated again",
+            f"  per-sample audit: {'OK' if a.clean else 'FAILED'}",
+        ]
+    )

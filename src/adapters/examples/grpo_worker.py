@@ -20,6 +20,17 @@ cursor, so the prompts that were generating or waiting in the gap-fill
 remainder at the checkpoint are never trained. Failure attempts live in
 memory only, as they did.
 
+``--journal`` runs the life sample by sample instead (``run_journal``, CPU
+engine, frontier mode): a ``SampleCollector`` over a ``SampleLedger``, a
+``SampleRolloutLoop`` that sends each sibling as a request of its own,
+streamed, and a ``RolloutJournal`` with group commit that records each
+sealed sample and each running one every ``--progress-every`` tokens; each
+checkpoint marks the journal first and compacts it after, and a resume
+recovers from the checkpoint and the journal (``--reuse``). It writes a
+per-sample training log and a generation log per life, which ``frontier
+demo --journal`` audits sample by sample, and ``--kill-at`` stops it at a
+chosen point for the demo to SIGKILL (``KillPoint``).
+
 ``--engine vllm`` generates with real vLLM (``AsyncLLM``, the CPU build from
 ``scripts/setup-vllm.sh`` on these machines) instead of the CPU engine: the
 policy is the tiny random-weight Llama of ``tiny_llm`` (a transformers
@@ -45,6 +56,9 @@ import asyncio
 import hashlib
 import json
 import os
+import secrets
+import signal
+import time
 import warnings
 from collections import deque
 from collections.abc import AsyncIterator, Iterable, Sequence
@@ -54,16 +68,36 @@ from typing import Any, cast
 import attrs
 import torch
 
-from frontier_core import Effect, FailurePolicy, LedgerConfig, TrainLogWriter
+from frontier_core import (
+    Effect,
+    FailurePolicy,
+    Lease,
+    LedgerConfig,
+    SampleCheckpoint,
+    TrainLogWriter,
+)
+from frontier_core.journal import (
+    CommitPolicy,
+    JournalHeader,
+    Payload,
+    Record,
+    Reuse,
+    TokenPayload,
+    encode,
+)
 
 from .._collector import StreamCollector
+from .._journal_files import JournalWriter, read_journal
+from .._samples import SampleCollector
 from ..rollout._buffer import ReplayBuffer
 from ..rollout._engine import AsyncEngine, RequestOutputLike
-from ..rollout._loop import Collector, RolloutEvent, RolloutLoop
+from ..rollout._journal import Recovered, RolloutJournal
+from ..rollout._loop import Collector, Group, RolloutEvent, RolloutLoop
+from ..rollout._sample_loop import SampleRolloutLoop
 from ..torch import make_seekable_loader
 from ..torch._files import read_checkpoint, write_checkpoint
 from ..torch._sources import SeekableSource
-from .cpu_engine import CpuEngine, CpuSamplingParams, TinyCausalLM
+from .cpu_engine import CUMULATIVE, CpuEngine, CpuSamplingParams, TinyCausalLM
 from .grpo import grpo_step, make_prompts, reward
 
 LOG_NAME = "train_log.jsonl"
@@ -212,6 +246,21 @@ class WorkerArgs:
     step_pause: float = 0.0  # sleep after each step
     #: Chance that a resume does not restore the replay buffer (seeded per life).
     skip_buffer_restore: float = 0.25
+    #: The sample-level life (``run_journal``): a ``SampleCollector``, a
+    #: ``SampleRolloutLoop`` (one request per sibling) and a
+    #: ``RolloutJournal`` (frontier mode and the CPU engine only).
+    journal: bool = False
+    #: What a resume reuses of the journal: ``age`` (tokens at most
+    #: ``max_age`` updates old along the lineage, ``Reuse.within``),
+    #: ``everything``, or ``nothing`` (coverage only: every unresolved
+    #: sample is generated again; the journal is still written).
+    reuse: str = "age"
+    #: New tokens between two progress records of a running sample (0: none).
+    progress_every: int = 2
+    #: Group commit: an append waits at most this long for its fsync.
+    commit_delay: float = 0.005
+    #: ``KIND:STEPS:COUNT``: a kill point (``KillPoint``) for ``frontier demo``.
+    kill_at: str = ""
 
 
 #: The sixteen letters whose byte tokens are the vLLM demo's vocabulary.
@@ -339,6 +388,8 @@ def run(args: WorkerArgs) -> int:
     torch.set_num_threads(1)
     if args.engine not in ("cpu", "vllm"):
         raise ValueError(f"engine must be cpu or vllm, got {args.engine!r}")
+    if args.journal:
+        return run_journal(args)
     workdir = Path(args.workdir)
     workdir.mkdir(parents=True, exist_ok=True)
     fingerprint = f"grpo-demo;prompts={args.prompts};seed={args.seed};mode={args.mode}"
@@ -513,3 +564,609 @@ def run(args: WorkerArgs) -> int:
 
 def _as_engine(engine: FlakyEngine) -> AsyncEngine:
     return engine
+
+
+# -- the sample-level life (--journal) ------------------------------------------------
+
+#: The per-sample training log of a sample-level life (``SampleLog``).
+SAMPLES_LOG = "samples.jsonl"
+JOURNAL_NAME = "journal"
+LINEAGE_NAME = "lineage"
+#: Life ``k``'s generation log (``TokenLog``): every token the engine yielded.
+GENERATED_LOG = "generated-{life}.jsonl"
+#: The CPU demo's prompts are this many tokens (``make_prompts``' default).
+PROMPT_LEN = 4
+REUSE = ("age", "everything", "nothing")
+#: Where ``--kill-at`` can stop a life (``KillPoint``).
+KILL_POINTS = ("append", "commit", "compact", "compacted")
+#: How long a life stopped at a kill point waits for its SIGKILL.
+KILL_WAIT = 30.0
+
+
+class KillPoint:
+    """``--kill-at KIND:STEPS:COUNT``: once the life has committed ``STEPS``
+    steps, the ``COUNT``-th time it passes the point ``KIND`` it prints
+    ``kill-point KIND ...`` and blocks there (the event loop with it), for
+    ``frontier demo`` to SIGKILL its process group at that very point. The
+    points: ``append``, a record queued for the journal and not yet
+    committed; ``commit``, a group commit with the group written up to the
+    middle of its last frame (what a SIGKILL during the ``write`` can
+    leave: a torn tail); ``compact``,
+    a compaction with the compacted journal in its temporary file, not yet
+    in place; ``compacted``, just after the compacted journal replaced the
+    old one. A life that nobody kills within ``KILL_WAIT`` seconds SIGKILLs
+    itself: the point is a death either way. An empty spec never fires."""
+
+    def __init__(self, spec: str) -> None:
+        self.kind = ""
+        self.after = self.count = 0
+        if spec:
+            kind, after, count = spec.split(":")
+            if kind not in KILL_POINTS or int(after) < 0 or int(count) < 1:
+                raise ValueError(f"--kill-at wants KIND:STEPS:COUNT, KIND in {KILL_POINTS}")
+            self.kind, self.after, self.count = kind, int(after), int(count)
+        #: Steps this life has committed.
+        self.steps = 0
+        self._hits = 0
+
+    def passed(self, kind: str) -> bool:
+        """Whether this passage of ``kind`` is the one to die at."""
+        if kind != self.kind or self.steps < self.after:
+            return False
+        self._hits += 1
+        return self._hits == self.count
+
+    def die(self, detail: str) -> None:
+        print(f"kill-point {self.kind} {detail}", flush=True)
+        deadline = time.monotonic() + KILL_WAIT
+        while time.monotonic() < deadline:
+            time.sleep(0.05)
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+
+
+class KillPointWriter(JournalWriter):
+    """The journal writer with the ``commit``, ``compact`` and ``compacted``
+    kill points. A test hook on ``JournalWriter._commit``, the one place a
+    group reaches the file: the ``commit`` point writes the group up to the
+    middle of its last frame, as a SIGKILL in the middle of the ``write``
+    can leave it, and stops there."""
+
+    point: KillPoint | None = None
+    fingerprint = ""
+    lineage = ""
+
+    def _commit(self) -> None:
+        point = self.point
+        if point is not None and self._pending and point.passed("commit"):
+            data = b"".join(self._pending)
+            # Cut inside the last frame: the group's other frames reach the
+            # file whole, the last one torn.
+            cut = len(data) - max(1, len(self._pending[-1]) // 2)
+            _write_all(self._fd, data[:cut])
+            point.die(f"{self.pending} records, {cut} of {len(data)} bytes written")
+        super()._commit()
+
+    def compact_to(self, new_path: str | os.PathLike[str], records: Iterable[Record]) -> int:
+        records = tuple(records)
+        point = self.point
+        if point is not None and point.passed("compact"):
+            self.sync()
+            target = Path(new_path)
+            header = JournalHeader(self.fingerprint, self.lineage, self.position)
+            tmp = target.with_name(f".{target.name}.tmp-{secrets.token_hex(8)}")
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+            try:
+                _write_all(fd, encode(header, records))
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            point.die(f"compacted journal of {len(records)} records in {tmp.name}, not in place")
+        durable = super().compact_to(new_path, records)
+        if point is not None and point.passed("compacted"):
+            point.die(f"compacted journal of {len(records)} records in place")
+        return durable
+
+
+class KillPointJournal(RolloutJournal):
+    """A ``RolloutJournal`` whose writer is a ``KillPointWriter``, with the
+    ``append`` kill point after a sealed or progress record is queued."""
+
+    def __init__(
+        self,
+        path: Path,
+        *,
+        fingerprint: str,
+        lineage: str,
+        policy: CommitPolicy,
+        progress_every: int,
+        point: KillPoint,
+    ) -> None:
+        super().__init__(
+            path,
+            fingerprint=fingerprint,
+            lineage=lineage,
+            policy=policy,
+            progress_every=progress_every,
+        )
+        self.writer.close()  # reopened with the kill points (one writer at a time)
+        writer = KillPointWriter(path, JournalHeader(fingerprint, lineage), policy)
+        writer.point, writer.fingerprint, writer.lineage = point, fingerprint, lineage
+        self.writer = writer
+        self.point = point
+
+    def sealed(self, lease: Lease, payload: Payload) -> int:
+        return self._appended(super().sealed(lease, payload), f"sealed {tuple(lease)}")
+
+    def progress(self, lease: Lease, payload: Payload) -> int:
+        return self._appended(super().progress(lease, payload), f"progress {tuple(lease)}")
+
+    def _appended(self, position: int, what: str) -> int:
+        if self.writer.durable < position and self.point.passed("append"):
+            self.point.die(f"{what} queued at {position}, durable up to {self.writer.durable}")
+        return position
+
+
+class TokenLog:
+    """Wraps the engine and appends every token it yields to this life's
+    generation log: one JSON line per output that brought new tokens,
+    ``{"r": request id, "at": position in the sample, "t": [token ids]}``
+    (a continued sample's positions start after its prefix), with ``"f":
+    finish reason`` on the sample's last line. ``frontier
+    demo`` counts the tokens generated from these logs and checks every
+    trained sample against them. One ``write`` per line and no fsync: a
+    SIGKILL loses no written byte (the page cache outlives the process)."""
+
+    def __init__(self, inner: AsyncEngine, path: Path) -> None:
+        self.inner = inner
+        self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+
+    @property
+    def fatal_errors(self) -> tuple[type[BaseException], ...]:
+        return tuple(getattr(self.inner, "fatal_errors", ()))
+
+    def check_event_loop(self) -> None:
+        check = getattr(self.inner, "check_event_loop", None)
+        if check is not None:
+            check()
+
+    async def abort(self, request_id: str) -> None:
+        await self.inner.abort(request_id)
+
+    async def generate(
+        self, prompt: Any, sampling_params: Any, request_id: str
+    ) -> AsyncIterator[RequestOutputLike]:
+        ids = prompt["prompt_token_ids"] if isinstance(prompt, dict) else prompt
+        start = len(ids) - PROMPT_LEN
+        seen: dict[int, int] = {}
+        ended: set[int] = set()
+        async for out in self.inner.generate(prompt, sampling_params, request_id):
+            for c in out.outputs:
+                have = seen.get(c.index, 0)
+                new = [int(t) for t in c.token_ids[have:]]
+                reason = c.finish_reason
+                if new or (reason is not None and c.index not in ended):
+                    line: dict[str, Any] = {"r": request_id, "at": start + have, "t": new}
+                    if c.index:
+                        line["i"] = c.index
+                    if reason is not None:
+                        line["f"] = reason
+                        ended.add(c.index)
+                    os.write(self._fd, (json.dumps(line, separators=(",", ":")) + "\n").encode())
+                    seen[c.index] = have + len(new)
+            yield out
+
+    def close(self) -> None:
+        os.close(self._fd)
+
+
+class AttemptSink:
+    """The replay buffer as the sample-level loop's sink.
+
+    As a group lands it reads each sibling's attempt from the ledger
+    (sealed, or the last one running: the group lands before its last
+    seal), for the per-sample training log. And it dates the group by its
+    oldest token along the lineage, so that the buffer's age limit holds
+    for the tokens a resume took from the journal too: a group is stamped
+    with the policy version at its dispatch, but a reused sample or a
+    continued prefix is older. A journaled token of version ``v`` after
+    ``fork`` (this life's checkpoint) was generated on the dead branch: it
+    is ``(v - fork) + (step - fork)`` updates from the weights of ``step``
+    (``lineage_age``), as if it had version ``2 * fork - v``; one at or
+    before ``fork`` has its own version."""
+
+    def __init__(self, buffer: ReplayBuffer, collector: SampleCollector) -> None:
+        self.buffer = buffer
+        self.collector = collector
+        #: ordinal -> the attempt of each sibling, for the buffered groups.
+        self.attempts: dict[int, list[int]] = {}
+        #: What this life's resume took from the journal, and its checkpoint's step.
+        self.recovered: Recovered | None = None
+        self.fork = 0
+        #: The life's counters: ``redated`` counts the groups dated older
+        #: than their dispatch by a journaled token.
+        self.counters: dict[str, int] = {}
+
+    def add(self, group: Group) -> None:
+        ledger = self.collector.samples
+        attempts = []
+        for s in range(self.collector.config.samples):
+            detail = ledger.sibling(group.ordinal, s)
+            if detail is None or detail[1] is None:
+                raise RuntimeError(f"group {group.ordinal} lands without sibling {s}'s attempt")
+            attempts.append(detail[1])
+        version = self._oldest(group, attempts)
+        if version < group.version:
+            group = attrs.evolve(group, version=version)
+            self.counters["redated"] = self.counters.get("redated", 0) + 1
+        self.buffer.add(group)
+        self.attempts[group.ordinal] = attempts
+
+    def _oldest(self, group: Group, attempts: list[int]) -> int:
+        version = group.version
+        if self.recovered is None:
+            return version
+        for s, (attempt, payload) in enumerate(zip(attempts, group.samples, strict=True)):
+            st = self.recovered.state.get(group.ordinal, s)
+            if st is None or not isinstance(st.payload, TokenPayload):
+                continue
+            if st.sealed and st.attempt != attempt:
+                continue  # generated in this life, from nothing
+            journaled = len(st.payload)  # the whole sample, or the prefix it continued
+            for first, v in payload.version_runs:
+                if first < journaled:
+                    version = min(version, v if v <= self.fork else 2 * self.fork - v)
+        return version
+
+    def __len__(self) -> int:
+        return len(self.buffer)
+
+
+class SampleLog:
+    """The per-sample training log (``samples.jsonl``): ``{"resume": k}``
+    when a life starts from the checkpoint of step ``k`` (earlier lines of
+    steps ``>= k`` belong to a dead branch), then one line per step,
+    ``{"step": s, "groups": {ordinal: [[attempt, tokens], ...]}}`` with the
+    siblings in order. Synced with each checkpoint; a torn last line (a
+    kill inside its write) is cut off before the marker."""
+
+    def __init__(self, path: Path, *, resume: int) -> None:
+        self._fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
+        size = os.fstat(self._fd).st_size
+        data = os.pread(self._fd, size, 0)
+        if data and not data.endswith(b"\n"):
+            os.ftruncate(self._fd, data.rfind(b"\n") + 1)
+        self._write({"resume": resume})
+        self.sync()
+
+    def step(self, step: int, groups: dict[int, list[list[Any]]]) -> None:
+        self._write({"step": step, "groups": {str(o): g for o, g in groups.items()}})
+
+    def _write(self, obj: dict[str, Any]) -> None:
+        _write_all(self._fd, (json.dumps(obj, separators=(",", ":")) + "\n").encode())
+
+    def sync(self) -> None:
+        os.fsync(self._fd)
+
+    def close(self) -> None:
+        os.close(self._fd)
+
+
+def _lineage(workdir: Path) -> str:
+    """The run's lineage id (for the journal), chosen at its first start."""
+    path = workdir / LINEAGE_NAME
+    if not path.exists():
+        tmp = workdir / f".{LINEAGE_NAME}.tmp-{secrets.token_hex(4)}"
+        tmp.write_text(secrets.token_hex(8))
+        with open(tmp, "rb") as f:
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    return path.read_text()
+
+
+def _journal_damage(path: Path, fingerprint: str, lineage: str) -> tuple[int, int]:
+    """What the last death left for the open to repair: the bytes of the
+    journal's torn tail, and the temporary files of a compaction."""
+    leftovers = sum(1 for _ in path.parent.glob(f".{path.name}.tmp-*"))
+    if not path.exists():
+        return 0, leftovers
+    torn = read_journal(path, fingerprint=fingerprint, lineage=lineage).torn
+    return (0 if torn is None else torn.length), leftovers
+
+
+def run_journal(args: WorkerArgs) -> int:
+    """One sample-level life (``--journal``): resume from the checkpoint and
+    the rollout journal (or start, with a first checkpoint before anything
+    is generated) and train to the end of the stream.
+
+    Each sibling is a request of its own (``SampleRolloutLoop``, streamed
+    so that a running sample is journaled every ``progress_every`` tokens;
+    a seal is journaled as the ledger accepts it). The journal commits in
+    groups (``commit_delay``; a timer task polls it). Each step's
+    checkpoint marks the journal (syncing it), then writes the checkpoint
+    with the mark's position, then compacts the journal to the
+    checkpoint's window. A resume replays the journal under ``reuse``:
+    sealed siblings come back without a request, running ones continue from
+    their last durable prefix, and new attempts start above every attempt
+    the journal names. The ready line reports what the open repaired and
+    what the resume kept."""
+    if args.mode != "frontier" or args.engine != "cpu":
+        raise ValueError("--journal runs the frontier mode on the CPU engine")
+    if args.reuse not in REUSE:
+        raise ValueError(f"reuse must be one of {REUSE}, got {args.reuse!r}")
+    if args.progress_every < 0:
+        raise ValueError(f"progress_every must be >= 0, got {args.progress_every}")
+    point = KillPoint(args.kill_at)
+    workdir = Path(args.workdir)
+    workdir.mkdir(parents=True, exist_ok=True)
+    fingerprint = f"grpo-demo;prompts={args.prompts};seed={args.seed};mode=frontier;journal"
+    ckpt_root = workdir / CKPT_DIR
+    loaded = read_checkpoint(
+        ckpt_root, fingerprint=fingerprint, require=["state", "model", "optim"]
+    )
+    # Every life, killed before its first checkpoint or not, has its own number.
+    life = 1 + sum(1 for _ in workdir.glob(GENERATED_LOG.format(life="*")))
+    torch.manual_seed(args.seed)
+    backend = _cpu_backend(args, life)
+    model = backend.model
+    loader = make_seekable_loader(
+        backend.prompts, batch_size=args.batch_size, seed=args.seed, shuffle=True, epochs=1
+    )
+    source = SeekableSource(loader)
+    optim = torch.optim.Adam(model.parameters(), lr=args.lr)
+    buffer = ReplayBuffer(args.max_age)
+    n = args.num_generations
+    config = LedgerConfig(
+        stream_len=args.prompts,
+        samples=n,
+        on_failure=FailurePolicy.RETRY,
+        max_attempts=MAX_ATTEMPTS,
+        fingerprint=fingerprint,
+    )
+    collector = SampleCollector(source, config)
+    sink = AttemptSink(buffer, collector)
+    lineage = _lineage(workdir)
+    journal_path = workdir / JOURNAL_NAME
+    torn, leftovers = _journal_damage(journal_path, fingerprint, lineage)
+    policy = CommitPolicy(max_delay=args.commit_delay)
+    every = args.progress_every or 1 << 30  # 0: no progress records
+    opts: dict[str, Any] = {
+        "fingerprint": fingerprint,
+        "lineage": lineage,
+        "policy": policy,
+        "progress_every": every,
+    }
+    journal = (
+        KillPointJournal(journal_path, point=point, **opts)
+        if point.kind
+        else RolloutJournal(journal_path, **opts)
+    )
+    reuse = {
+        "age": Reuse.within(args.max_age),
+        "everything": Reuse.everything(),
+        "nothing": Reuse.nothing(),
+    }[args.reuse]
+    log_path = workdir / LOG_NAME
+    counters = {"failed": 0, "timeouts": 0, "requeued": 0, "dropped": 0, "evicted": 0}
+    reused = prefixes = 0
+    if loaded is None:
+        step, rewards = 0, []
+        fresh = not log_path.exists() or log_path.stat().st_size == 0
+        log = TrainLogWriter(log_path, resume_records=None if fresh else 0)
+        # Refuses a journal with samples: there is no checkpoint to go with it.
+        recovered = journal.recover(
+            None, position=None, checkpoint_id=None, reuse=reuse, fork=0, step=0
+        )
+    else:
+        state = loaded.json_parts["state"]
+        step, rewards = loaded.step, list(state["rewards"])
+        counters = dict(state["counters"])
+        load_buffer = _unit(args.seed, "restore", life) >= args.skip_buffer_restore
+        counters["buffer_skipped"] = counters.get("buffer_skipped", 0) + (not load_buffer)
+        ledger = SampleCheckpoint.from_state_dict(
+            state["collector"]["ledger"], fingerprint=fingerprint
+        )
+        recovered = journal.recover(
+            ledger,
+            position=state["journal"]["position"],
+            checkpoint_id=state["journal"]["id"],
+            reuse=reuse,
+            fork=step,
+            step=step,
+        )
+        resumed = collector.resume(
+            state["collector"],
+            load_replay_buffer=load_buffer,
+            sealed=recovered.sealed,
+            attempt_floor=recovered.attempt_floor,
+        )
+        reused = len(resumed.reused)
+        prefixes = sum(
+            not st.sealed for group in recovered.state.groups.values() for st in group.values()
+        )
+        if load_buffer:
+            buffer.load_state_dict(state["buffer"])
+            sink.attempts = {int(o): list(a) for o, a in state["attempts"].items()}
+        model.load_state_dict(loaded.tensor_parts["model"])
+        optim.load_state_dict(loaded.tensor_parts["optim"])
+        log = TrainLogWriter(log_path, resume_records=state["records"])
+    sink.recovered, sink.fork, sink.counters = recovered, step, counters
+    samples_log = SampleLog(workdir / SAMPLES_LOG, resume=step)
+    token_log = TokenLog(backend.start(), workdir / GENERATED_LOG.format(life=life))
+    engine = FlakyEngine(
+        token_log,
+        seed=args.seed * 1000 + life,
+        fail_rate=args.fail_rate,
+        stall_rate=args.stall_rate,
+    )
+    max_ahead = args.max_ahead
+    if max_ahead is None:
+        max_ahead = args.groups_per_step * (args.max_age + 1)
+    params: dict[int, CpuSamplingParams] = {}
+
+    def sampling_params(lease: Lease, prefix_len: int) -> CpuSamplingParams:
+        if prefix_len:
+            counters["continued"] = counters.get("continued", 0) + 1
+        p = params.get(prefix_len)
+        if p is None:
+            p = params[prefix_len] = CpuSamplingParams(
+                n=1, max_tokens=max(1, args.max_tokens - prefix_len), output_kind=CUMULATIVE
+            )
+        return p
+
+    def prompt_of(row: Any, prefix: tuple[int, ...]) -> list[int]:
+        if len(row) != PROMPT_LEN:
+            raise ValueError(f"a prompt of {len(row)} tokens, not {PROMPT_LEN}")
+        return [*row, *prefix]
+
+    def on_event(ev: RolloutEvent) -> None:
+        if ev.kind == "fail":
+            counters["failed"] += 1
+            counters["timeouts"] += ev.detail == "timeout"
+        elif ev.kind == "requeue":
+            counters["requeued"] += 1
+
+    def on_dropped(ordinals: Sequence[int]) -> None:
+        counters["dropped"] += len(ordinals)
+        log.dropped(ordinals)
+
+    def checkpoint() -> None:
+        # The logs first (a checkpoint never counts a step they lack), then
+        # the journal's mark, synced, with the ledger's state of the same
+        # moment; compacted to the window once the checkpoint is durable.
+        log.sync()
+        samples_log.sync()
+        position = journal.mark(step)
+        state: dict[str, Any] = {
+            "buffer": buffer.state_dict(),
+            "attempts": {str(o): sink.attempts[o] for o in buffer.ordinals},
+            "records": log.records,
+            "lives": life,
+            "rewards": rewards,
+            "counters": counters,
+            "collector": collector.checkpoint_state(save_buffer=True),
+            "journal": {"position": position, "id": step},
+        }
+        cut = collector.samples.cut
+        write_checkpoint(
+            ckpt_root,
+            step,
+            fingerprint=fingerprint,
+            json_parts={"state": state},
+            tensor_parts={"model": model.state_dict(), "optim": optim.state_dict()},
+        )
+        journal.compact(range(cut, 1 << 62))
+
+    if loaded is None:
+        # A first checkpoint before anything is generated: from now on the
+        # journal always has a checkpoint to go with it.
+        checkpoint()
+
+    async def commit_loop() -> None:
+        while True:
+            due = journal.poll()
+            await asyncio.sleep(args.commit_delay if due is None else max(due, 0.0005))
+
+    async def train() -> None:
+        nonlocal step
+        committer = asyncio.create_task(commit_loop(), name="journal-commit")
+        try:
+            loop = SampleRolloutLoop(
+                collector,
+                _as_engine(engine),
+                sink,
+                prompt_of=prompt_of,
+                sampling_params=sampling_params,
+                journal=journal,
+                recovered=recovered,
+                max_in_flight=args.max_in_flight * n,
+                max_ahead=max_ahead,
+                timeout=args.timeout,
+                version=lambda: step,
+                on_dropped=on_dropped,
+                on_event=on_event,
+            )
+            async with loop as rollout:
+                print(
+                    f"ready step={step} lives={life} torn={torn} leftovers={leftovers} "
+                    f"reused={reused} prefixes={prefixes}",
+                    flush=True,
+                )
+                while True:
+                    await rollout.until(lambda: len(buffer) >= args.groups_per_step or rollout.idle)
+                    stale = buffer.stale(step)
+                    if stale:
+                        buffer.evict(stale)
+                        for o in stale:
+                            del sink.attempts[o]
+                        # Generated again from nothing: not from the stale
+                        # prefixes the journal had for them.
+                        got = loop.recovered
+                        if got is not None:
+                            keep = set(got.state.groups) - set(stale)
+                            got = attrs.evolve(got, state=got.state.restrict(keep))
+                            loop.recovered = sink.recovered = got
+                        counters["evicted"] += len(stale)
+                        effect = collector.evicted(stale)
+                        counters["requeued"] += len(effect.requeued)
+                        on_dropped(effect.dropped)
+                        rollout.wake()
+                        continue
+                    if not len(buffer):
+                        if rollout.idle:
+                            break
+                        continue
+                    groups = buffer.take(args.groups_per_step)
+                    stats = grpo_step(cast(Any, model), optim, groups, reward_fn=backend.reward_fn)
+                    ordinals = [g.ordinal for g in groups]
+                    collector.trained(ordinals)
+                    log.step(step, ordinals)
+                    samples_log.step(
+                        step,
+                        {
+                            g.ordinal: [
+                                [a, list(c)]
+                                for a, c in zip(
+                                    sink.attempts.pop(g.ordinal), g.completions, strict=True
+                                )
+                            ]
+                            for g in groups
+                        },
+                    )
+                    step += 1
+                    rewards.append(round(stats.mean_reward, 4))
+                    rollout.wake()
+                    checkpoint()
+                    point.steps += 1
+                    print(
+                        f"step {step} groups={len(groups)} reward={stats.mean_reward:.3f} "
+                        f"in_flight={rollout.in_flight}",
+                        flush=True,
+                    )
+                    if args.step_pause:
+                        await asyncio.sleep(args.step_pause)
+        finally:
+            committer.cancel()
+            try:
+                await committer
+            except asyncio.CancelledError:
+                pass
+
+    asyncio.run(train())
+    if not collector.drained:
+        raise RuntimeError(f"stream not drained: cut {collector.samples.cut}")
+    journal.close()
+    token_log.close()
+    samples_log.close()
+    log.close()
+    summary = {"steps": step, "lives": life, "rewards": rewards, "counters": counters}
+    tmp = workdir / "summary.json.tmp"
+    tmp.write_text(json.dumps(summary))
+    os.replace(tmp, workdir / SUMMARY_NAME)
+    print(f"done steps={step}", flush=True)
+    return 0

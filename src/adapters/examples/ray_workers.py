@@ -5,6 +5,12 @@ deterministic fake trajectory; ``CpuEngineRollout`` samples from the
 examples' CPU engine. Both follow the worker contract of
 ``frontier_adapters.ray``: ``generate(ledger, lease)`` reports the lease's
 prompts to the ledger actor in batches and returns how many landed.
+
+``StandInSampleRollout`` takes sibling tasks (``SampleLedgerActor``,
+``SampleFleet``): sibling ``s`` of prompt ``o`` is the durable job's fixed
+token sequence of a heavy-tailed length (``durable_job.full_sample``),
+generated one token per ``token_latency`` seconds, continued from the
+task's prefix, with a progress report every ``progress_every`` tokens.
 """
 
 from __future__ import annotations
@@ -17,8 +23,12 @@ import time
 from typing import Any
 
 import ray
+from ray.exceptions import RayActorError
 
-from ..ray import Lease
+from frontier_core.journal import TokenPayload, continue_sample
+
+from ..ray import Assignment, Lease, SampleTask
+from .durable_job import full_sample
 
 
 def _trajectory(ordinal: int, row: Any, tokens: int) -> dict[str, Any]:
@@ -112,6 +122,126 @@ class CpuEngineRollout:
         landed = asyncio.run(run())
         ray.get(ledger.report.remote(lease.id, landed, []))
         return len(landed)
+
+    def pid(self) -> int:
+        return os.getpid()
+
+    def crash(self) -> None:
+        os._exit(1)
+
+
+def logprob(position: int) -> float:
+    """The stand-in's log-prob of the token at ``position`` of a sample."""
+    return -0.05 - (position % 7) / 10
+
+
+class StandInSampleRollout:
+    """A sibling-level rollout worker without a model (see the module doc).
+
+    ``fail_rate`` fails a task (after some tokens) and ``crash_rate`` kills
+    the process (``os._exit``) in the middle of one. ``tokens_log`` (a file
+    path) gets the number of tokens generated at each report, so a job can
+    count the tokens generated again after its kills. A task whose progress
+    the ledger refuses is abandoned (it is fenced for good). Reports go to the
+    newest ledger actor the worker heard of (a ``generate`` argument or
+    ``set_ledger``); a report to a dead one waits up to ``rebind_wait``
+    seconds to be told of its successor, then raises."""
+
+    def __init__(
+        self,
+        *,
+        seed: int = 0,
+        data_seed: int = 0,
+        token_latency: float = 0.001,
+        fail_rate: float = 0.0,
+        crash_rate: float = 0.0,
+        tokens_log: str | None = None,
+        rebind_wait: float = 10.0,
+    ) -> None:
+        self.seed = seed
+        self.data_seed = data_seed
+        self.token_latency = token_latency
+        self.fail_rate = fail_rate
+        self.crash_rate = crash_rate
+        self.tokens_log = tokens_log
+        self.rebind_wait = rebind_wait
+        self._ledger: Any = None
+        self._generation = 0
+
+    def set_ledger(self, ledger: Any) -> None:
+        if self._ledger is None or ledger != self._ledger:
+            self._ledger = ledger
+            self._generation += 1
+
+    def generate(self, ledger: Any, assignment: Assignment) -> int:
+        self.set_ledger(ledger)
+        accepted = 0
+        for task in assignment.tasks:
+            accepted += self._one(task, assignment)
+        return accepted
+
+    def _one(self, task: SampleTask, assignment: Assignment) -> int:
+        lease, prefix = task.lease, task.prefix
+        rng = random.Random(f"{self.seed}:{lease.ordinal}:{lease.sibling}:{lease.attempt}")
+        full = full_sample(lease.ordinal, lease.sibling, self.data_seed)
+        have = len(prefix) if isinstance(prefix, TokenPayload) else 0
+        fail_at = len(full) + 1
+        if self.fail_rate and rng.random() < self.fail_rate:
+            fail_at = rng.randint(have, len(full))
+        crash_at = len(full) + 1
+        if self.crash_rate and rng.random() < self.crash_rate:
+            crash_at = rng.randint(have, len(full))
+        new: list[int] = []
+        counted = recorded = 0
+        every = max(1, assignment.progress_every)
+        for i in range(have, len(full)):
+            if i == crash_at:
+                os._exit(1)
+            if i == fail_at:
+                break
+            if self.token_latency > 0:
+                time.sleep(self.token_latency)
+            new.append(full[i])
+            if len(new) - recorded >= every and i + 1 < len(full):
+                self._count(len(new) - counted)
+                counted = recorded = len(new)
+                r = self._report(progress=[(lease, self._payload(prefix, new, have, assignment))])
+                if r.stale:
+                    return 0  # fenced for good (released, or a lost incarnation's): stop
+        self._count(len(new) - counted)
+        if fail_at <= len(full) and have + len(new) < len(full):
+            self._report(failed=[lease])
+            return 0
+        done = self._report(sealed=[(lease, self._payload(prefix, new, have, assignment))])
+        return int(done.sealed)
+
+    @staticmethod
+    def _payload(prefix: Any, new: list[int], have: int, assignment: Assignment) -> TokenPayload:
+        rest = TokenPayload.of(
+            new, [logprob(have + j) for j in range(len(new))], assignment.version
+        )
+        return continue_sample(prefix, rest) if isinstance(prefix, TokenPayload) else rest
+
+    def _count(self, tokens: int) -> None:
+        if self.tokens_log is None or tokens <= 0:
+            return
+        fd = os.open(self.tokens_log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        try:
+            os.write(fd, f"{tokens}\n".encode())
+        finally:
+            os.close(fd)
+
+    def _report(self, **report: Any) -> Any:
+        generation, ledger = self._generation, self._ledger
+        try:
+            return ray.get(ledger.report.remote(**report))
+        except RayActorError:
+            deadline = time.monotonic() + self.rebind_wait
+            while time.monotonic() < deadline:
+                if self._generation != generation:
+                    return ray.get(self._ledger.report.remote(**report))
+                time.sleep(0.02)
+            raise
 
     def pid(self) -> int:
         return os.getpid()

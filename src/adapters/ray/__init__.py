@@ -34,10 +34,38 @@ means the ledger actor is gone: reload the last checkpoint, build a new
 actor from its state and pass it to ``fleet.set_ledger``. A source that
 needs torch (``frontier_adapters.torch.SeekableSource``) is passed as a
 factory, so that it is built inside the actor.
+
+Sample level: ``SampleLedgerActor`` hosts a ``SampleLedgerService`` (the
+sample-level ledger, the buffer, and the rollout journal and its attempt
+reservation, of which it is the single writer); rollout actors take
+``Assignment``s of ``SampleTask``s (one sibling each: a
+``frontier_core.Lease``, the row, a durable prefix to continue) from a
+``SampleFleet`` and report ``ledger.report.remote(sealed=[(lease, payload)],
+failed=[lease], progress=[(lease, payload)])``::
+
+    journal = functools.partial(RolloutJournal, "run/journal",   # built in the actor
+                                fingerprint=config.fingerprint, lineage=run_id)
+    ledger = SampleLedgerActor.remote(source, config, journal=journal, state=saved)
+    if saved is None:
+        save(ledger_call(ledger.checkpoint.remote(step=0)).state)  # before any take
+    fleet = SampleFleet(ledger, lambda slot: sample_rollout_actor(MyRollout), 8, max_ahead=4 * k)
+    while True:
+        fleet.fill(); fleet.poll(timeout=0.05)
+        if groups := ledger_call(ledger.batch.remote(k)):
+            ...                                  # train on groups[i].samples
+            snap = ledger_call(ledger.trained.remote([g.ordinal for g in groups], step=step))
+            log.dropped(snap.dropped); save(snap.state, ...)
+            ledger_call(ledger.compact.remote(snap.checkpoint_id))
 """
 
 from __future__ import annotations
 
+from .._sample_service import Assignment as Assignment
+from .._sample_service import SampleGroup as SampleGroup
+from .._sample_service import SampleLedgerService as SampleLedgerService
+from .._sample_service import SampleReported as SampleReported
+from .._sample_service import SampleSnapshot as SampleSnapshot
+from .._sample_service import SampleTask as SampleTask
 from .._service import Lease as Lease
 from .._service import LedgerService as LedgerService
 from .._service import Reported as Reported
@@ -48,16 +76,28 @@ from ._fleet import LedgerLostError as LedgerLostError
 from ._fleet import RolloutFleet as RolloutFleet
 from ._fleet import ledger_call as ledger_call
 from ._fleet import rollout_actor as rollout_actor
+from ._samples import SampleFleet as SampleFleet
+from ._samples import SampleLedgerActor as SampleLedgerActor
+from ._samples import sample_rollout_actor as sample_rollout_actor
 
 __all__ = [
+    "Assignment",
     "Lease",
     "LedgerActor",
     "LedgerLostError",
     "LedgerService",
     "Reported",
     "RolloutFleet",
+    "SampleFleet",
+    "SampleGroup",
+    "SampleLedgerActor",
+    "SampleLedgerService",
+    "SampleReported",
+    "SampleSnapshot",
+    "SampleTask",
     "SequenceSource",
     "Snapshot",
     "ledger_call",
     "rollout_actor",
+    "sample_rollout_actor",
 ]

@@ -1,0 +1,854 @@
+"""The sample-level ledger service: sibling work behind one single writer.
+
+``SampleLedgerService`` is ``LedgerService``'s counterpart for groups of
+``config.samples`` siblings (GRPO's n), with the rollout journal owned by the
+service. It holds a ``SampleCollector`` (the ``SampleLedger`` and the prompt
+source), a rollout journal (``frontier_adapters.rollout.RolloutJournal``,
+built inside the service by the factory it is given: the adapters' root
+imports no binding, see ARCHITECTURE.md), the attempt reservation beside it,
+the sealed samples of open groups and the replay buffer of complete ones. It
+imports no Ray: ``frontier_adapters.ray.SampleLedgerActor`` is this class as
+an actor, and the same object runs in-process for tests or under another
+framework's actor.
+
+Theory of operation
+-------------------
+Work leaves the service one sibling at a time. ``take(n)`` returns an
+``Assignment`` of up to ``n`` ``SampleTask``s: each is a
+``frontier_core.Lease`` ``(ordinal, sibling, attempt)``, the prompt's row,
+and, after a resume or a failed attempt, the durable ``prefix`` the new
+attempt continues (a ``TokenPayload``: the worker generates the rest and
+seals prefix + rest). Groups are dispatched whole through the ledger and
+their tasks queued, so one group's siblings may go to several workers.
+Workers report with ``report(sealed=[(lease, payload)], failed=[lease],
+progress=[(lease, payload)])``. The service is the single writer:
+
+* a result counts only if its lease is its sibling's *current* attempt
+  (``SampleCollector.current``); anything else is *stale* and refused: a
+  late answer, a worker declared dead (``release``), a duplicate, or a
+  worker of a previous incarnation of the service. Stale results are never
+  journaled, never buffered, never trained.
+* an accepted seal is applied to the ledger, then journaled
+  (``RolloutJournal.sealed``); when a group's last sibling seals, the group
+  goes to the buffer in the same call (``SampleGroup``: its leases and
+  samples in sibling order). A group whose siblings all came back from the
+  journal is added to the buffer and then landed (``land_complete``).
+* accepted progress (a running sample's whole snapshot so far) is
+  journaled, and remembered: a new attempt of that sibling, after a failure
+  or a worker's death, continues from it.
+* an accepted failure fails that attempt (``fail_sample``): the sibling is
+  generated again under a new attempt (queued first), or, at the attempt
+  limit or under ``granularity="group"``, the group fails whole
+  (``requeued``, ``unstamped``, ``dropped`` as in ``Reported``).
+
+Checkpoints and resume. ``checkpoint(step=)`` (and ``trained``, which ends
+with it) appends the journal's mark, syncs it, and takes the checkpoint
+state in the same call: the ledger record, the stream position, the buffer,
+the mark's position and id, the trainer step. Write the state durably, then
+call ``compact(snapshot.checkpoint_id)``. A service built with
+``state=`` resumes: the journal must hold that checkpoint's mark
+(``RolloutJournal.recover``), the reuse policy says what comes back, sealed
+siblings of groups that need generation return at their dispatch without
+generation, running ones continue from their last durable prefix. A fresh
+service must write a first checkpoint before ``take`` hands anything out
+(``take`` refuses otherwise), so that a journal with samples always has a
+checkpoint to resume from.
+
+Attempts across incarnations. The journal's ``attempt_floor`` is one above
+every attempt it names, which misses attempts the dead writer handed out
+whose workers had not yet reported anything durable; a new incarnation
+would deal those numbers again, and a surviving worker's answer would pass
+as current. So attempts are reserved before they leave the service
+(``AttemptReservation``, a small file beside the journal, written atomically
+once per ``reserve`` attempts), and a resumed incarnation starts at or above
+the last reservation: every lease of a previous incarnation is below this
+incarnation's first attempt (``floor``) and stale for good.
+
+Rules of the house: every coverage and fencing decision is the ledger's; the
+service pre-checks currency only so that an unknown or foreign attempt is
+refused rather than raised, sequences ledger, journal and buffer, and owns
+the files. Not thread-safe: host it in a single-threaded actor.
+"""
+
+from __future__ import annotations
+
+import base64
+import itertools
+import os
+import time
+from collections import deque
+from collections.abc import Callable, Container, Iterable, Mapping
+from typing import Any, Final, Protocol, cast
+
+import attrs
+
+from frontier_core import (
+    CheckpointCorruptError,
+    CheckpointVersionError,
+    Lease,
+    LedgerConfig,
+    SampleCheckpoint,
+    Status,
+)
+from frontier_core.journal import (
+    BytesPayload,
+    JournalState,
+    JsonPayload,
+    Payload,
+    Reuse,
+    SiblingState,
+    TokenPayload,
+)
+
+from ._collector import StreamSource
+from ._journal_files import JournalFileError, JournalWriter
+from ._reservation import AttemptReservation
+from ._samples import SampleCollector, Taken
+
+FORMAT: Final = "frontier_adapters.sample_ledger"
+VERSION: Final = 1
+KEY_FORMAT: Final = "format"
+KEY_VERSION: Final = "version"
+KEY_COLLECTOR: Final = "collector"
+KEY_BUFFER: Final = "buffer"
+KEY_JOURNAL: Final = "journal"
+KEY_STEP: Final = "step"
+_KEYS: Final = frozenset(
+    {KEY_FORMAT, KEY_VERSION, KEY_COLLECTOR, KEY_BUFFER, KEY_JOURNAL, KEY_STEP}
+)
+#: The window a compaction keeps: every ordinal at or above the cut.
+_END: Final = 1 << 62
+_PAYLOADS: Final = (TokenPayload, JsonPayload, BytesPayload)
+
+
+@attrs.frozen
+class SampleTask:
+    """One sibling to generate: ``lease`` names the attempt, ``row`` the
+    prompt, ``prefix`` (or ``None``) the durable tokens this attempt
+    continues: seal ``prefix`` then what you generate after it
+    (``frontier_adapters.rollout.resumed_sample``)."""
+
+    lease: Lease
+    row: Any
+    prefix: Payload | None = None
+
+
+@attrs.frozen
+class Assignment:
+    """What one ``take`` hands a worker: ``tasks`` (possibly of several
+    groups; a group's siblings may be spread over several assignments).
+    ``version`` is the trainer step the service last heard of (stamp the
+    tokens with your policy's version if you know better); report progress
+    every ``progress_every`` new tokens. An empty assignment is
+    ``throttled`` when ``max_ahead`` held it back (ask again after a
+    training step), else nothing was ready."""
+
+    tasks: tuple[SampleTask, ...]
+    version: int = 0
+    progress_every: int = 256
+    throttled: bool = False
+    incarnation: str = ""
+
+    @property
+    def leases(self) -> tuple[Lease, ...]:
+        return tuple(t.lease for t in self.tasks)
+
+
+@attrs.frozen
+class SampleGroup:
+    """A complete group in the buffer: ``leases[s]`` is the attempt that
+    sealed sibling ``s`` and ``samples[s]`` its sample."""
+
+    ordinal: int
+    leases: tuple[Lease, ...]
+    samples: tuple[Payload, ...]
+
+
+@attrs.frozen
+class SampleReported:
+    """What a report or a release did. ``stale`` results were refused (not
+    the sibling's current attempt), ``foreign`` those of them from a previous
+    incarnation of the service (below its first attempt). ``landed``: groups
+    now in the buffer; ``restarted``: the new attempts of failed siblings
+    (queued, handed out first); ``requeued``, ``unstamped``, ``dropped``:
+    groups that failed whole, as in ``Reported``."""
+
+    sealed: int = 0
+    failed: int = 0
+    progress: int = 0
+    stale: tuple[Lease, ...] = ()
+    foreign: int = 0
+    landed: tuple[int, ...] = ()
+    restarted: tuple[Lease, ...] = ()
+    requeued: tuple[int, ...] = ()
+    unstamped: tuple[int, ...] = ()
+    dropped: tuple[int, ...] = ()
+
+
+@attrs.frozen
+class SampleSnapshot:
+    """The service at a checkpoint: ``state`` (JSON types; write it, then
+    ``compact(checkpoint_id)``), the ordinals ``dropped`` since the previous
+    snapshot (log them before the checkpoint commits), whether the stream is
+    ``drained``, the cut, the buffered groups, and the incarnation's
+    counters (``stats``, a copy)."""
+
+    state: dict[str, Any]
+    dropped: tuple[int, ...]
+    drained: bool
+    cut: int
+    buffered: int
+    checkpoint_id: int
+    stats: dict[str, int]
+
+
+# -- payloads in the checkpoint state ---------------------------------------------------
+
+
+def payload_to_json(payload: Payload) -> dict[str, Any]:
+    """A payload as JSON types (bytes as base64), for the saved buffer."""
+    if isinstance(payload, TokenPayload):
+        return {
+            "tokens": base64.b64encode(payload.token_data).decode(),
+            "logprobs": base64.b64encode(payload.logprob_data).decode(),
+            "runs": [list(r) for r in payload.version_runs],
+            "reward": payload.reward,
+        }
+    if isinstance(payload, JsonPayload):
+        return {"json": payload.text}
+    if isinstance(payload, BytesPayload):
+        return {"bytes": base64.b64encode(payload.data).decode()}
+    raise TypeError(f"not a journal payload: {type(payload).__name__}")
+
+
+def payload_from_json(value: Any) -> Payload:
+    """The payload ``payload_to_json`` wrote; ``CheckpointCorruptError`` for
+    anything else."""
+    try:
+        if isinstance(value, dict) and set(value) == {"tokens", "logprobs", "runs", "reward"}:
+            return TokenPayload(
+                base64.b64decode(value["tokens"], validate=True),
+                base64.b64decode(value["logprobs"], validate=True),
+                value["runs"],
+                value["reward"],
+            )
+        if isinstance(value, dict) and set(value) == {"json"}:
+            return JsonPayload(value["json"])
+        if isinstance(value, dict) and set(value) == {"bytes"}:
+            return BytesPayload(base64.b64decode(value["bytes"], validate=True))
+    except (TypeError, ValueError) as exc:
+        raise CheckpointCorruptError(f"a saved sample is damaged: {str(exc)[:200]}") from None
+    raise CheckpointCorruptError(f"a saved sample is not a payload: {value!r:.80}")
+
+
+def _lease(value: Any) -> Lease:
+    """``value`` as a ``Lease`` of ints >= 0 (a worker's report, checked)."""
+    if not isinstance(value, tuple | list) or len(value) != 3:
+        raise TypeError(f"not a lease (ordinal, sibling, attempt): {value!r:.80}")
+    if any(type(x) is not int or x < 0 for x in value):
+        raise ValueError(f"a lease holds ints >= 0, got {value!r:.80}")
+    return Lease(*value)
+
+
+def _payload(value: Any) -> Payload:
+    if not isinstance(value, _PAYLOADS):
+        raise TypeError(
+            f"a sample must be a TokenPayload, JsonPayload or BytesPayload, got "
+            f"{type(value).__name__}"
+        )
+    return value
+
+
+class RecoveredJournal(Protocol):
+    """What ``RolloutJournal.recover`` returns (``Recovered``)."""
+
+    @property
+    def state(self) -> JournalState: ...
+    @property
+    def sealed(self) -> tuple[Lease, ...]: ...
+    @property
+    def attempt_floor(self) -> int: ...
+    def sample(self, lease: Lease) -> Payload: ...
+    def prefix(self, ordinal: int, sibling: int) -> SiblingState | None: ...
+
+
+class ServiceJournal(Protocol):
+    """What the service needs of its journal: ``RolloutJournal``'s methods."""
+
+    progress_every: int
+    writer: JournalWriter
+
+    def sealed(self, lease: Lease, payload: Payload) -> int: ...
+    def progress(self, lease: Lease, payload: Payload) -> int: ...
+    def poll(self) -> float | None: ...
+    def mark(self, checkpoint: int) -> int: ...
+    def compact(self, window: Container[int]) -> int: ...
+    def recover(
+        self,
+        checkpoint: SampleCheckpoint | None,
+        *,
+        position: int | None,
+        checkpoint_id: int | None,
+        reuse: Reuse,
+        fork: int,
+        step: int,
+    ) -> RecoveredJournal: ...
+    def close(self) -> None: ...
+
+
+def _open_journal(factory: Callable[[], ServiceJournal], lock_timeout: float) -> ServiceJournal:
+    """The journal, waiting up to ``lock_timeout`` s for a dying previous
+    writer (a killed actor's process) to release its lock."""
+    deadline = time.monotonic() + lock_timeout
+    while True:
+        try:
+            return factory()
+        except JournalFileError as exc:
+            if "another writer" not in exc.reason or time.monotonic() >= deadline:
+                raise
+            time.sleep(0.05)
+
+
+class SampleLedgerService:
+    """The sample-level ledger, its prompt source, its rollout journal and
+    the replay buffer, behind batch methods (see the module doc).
+
+    ``source`` is a ``StreamSource`` or a callable building one;
+    ``config.samples`` is the group size. ``journal`` builds the run's
+    journal inside the service, e.g. ``functools.partial(RolloutJournal,
+    "run/journal", fingerprint=config.fingerprint, lineage=run_id)`` (its
+    fingerprint must be the config's; its ``progress_every`` is the cadence
+    the workers are told; the lineage names the run, chosen once and kept
+    across resumes). The reservation goes to ``reservation``, default the
+    journal's path plus ``.attempts``. ``state`` (``SampleSnapshot.state``)
+    resumes; ``load_replay_buffer`` says whether its saved groups come back
+    (else they are rebuilt from the journal if the reuse policy allows, or
+    regenerated). ``reuse`` is the resume's policy (default
+    ``Reuse.everything()``); ``reserve`` the attempts reserved at a time;
+    ``lock_timeout`` how long to wait for a dead predecessor's journal lock.
+
+    Raises the core's ``CheckpointError``s for a bad state or reservation,
+    the journal's errors (``JournalMismatchError``, ``JournalBehindError``)
+    for a journal that is not the checkpoint's, and ``ValueError`` for a
+    journal with samples (or a reservation) but no checkpoint.
+    """
+
+    def __init__(
+        self,
+        source: StreamSource | Callable[[], StreamSource],
+        config: LedgerConfig,
+        *,
+        journal: Callable[[], ServiceJournal],
+        state: Mapping[str, Any] | None = None,
+        load_replay_buffer: bool = True,
+        reuse: Reuse | None = None,
+        reservation: str | os.PathLike[str] | None = None,
+        reserve: int = 1024,
+        lock_timeout: float = 30.0,
+    ) -> None:
+        if hasattr(source, "pull"):
+            built = cast(StreamSource, source)
+        else:
+            built = source()
+        self.config = config
+        self._n = config.samples
+        self._collector = SampleCollector(built, config)
+        self._incarnation = os.urandom(4).hex()
+        self._journal = _open_journal(journal, lock_timeout)
+        try:
+            header = self._journal.writer.recovered.header
+            if header.fingerprint != config.fingerprint:
+                raise ValueError(
+                    f"the journal is of stream {header.fingerprint!r:.80}, the config's is "
+                    f"{config.fingerprint!r:.80}"
+                )
+            path = self._journal.writer.path
+            self._reservation = AttemptReservation(
+                reservation if reservation is not None else path.with_name(path.name + ".attempts"),
+                fingerprint=config.fingerprint,
+                lineage=header.lineage,
+                block=reserve,
+            )
+            #: Sealed samples of open groups: (ordinal, sibling) -> (lease, sample).
+            self._held: dict[tuple[int, int], tuple[Lease, Payload]] = {}
+            #: The latest prefix a new attempt of a sibling continues.
+            self._prefix: dict[tuple[int, int], Payload] = {}
+            #: Tasks dispatched in the ledger, not handed out yet (restarts first).
+            self._queue: deque[SampleTask] = deque()
+            #: Groups dispatched and not complete yet, with their rows.
+            self._open: dict[int, Any] = {}
+            self._buffer: dict[int, SampleGroup] = {}
+            self._dropped: list[int] = []
+            #: checkpoint id -> its cut, for ``compact``.
+            self._marks: dict[int, int] = {}
+            self._next_id = 0
+            self._step = 0
+            self._checkpointed = False
+            self.recovered: RecoveredJournal | None = None
+            #: What the journal alone would have started attempts at.
+            self.journal_floor = 0
+            self.stats: dict[str, int] = dict.fromkeys(
+                (
+                    "taken",
+                    "continued",
+                    "sealed",
+                    "progress",
+                    "failed",
+                    "released",
+                    "stale",
+                    "foreign",
+                    "reused",
+                    "landed",
+                    "trained",
+                    "evicted",
+                    "recovered_sealed",
+                    "recovered_prefixes",
+                    "reservations",
+                ),
+                0,
+            )
+            if state is None:
+                self._start()
+            else:
+                self._restore(state, load_replay_buffer, reuse or Reuse.everything())
+            #: This incarnation's first attempt: every lease below it is foreign.
+            self.floor = self._collector.samples.next_attempt
+        except BaseException:
+            self._journal.close()
+            raise
+
+    # -- rollout side ---------------------------------------------------------
+
+    def take(self, n: int, *, max_ahead: int | None = None) -> Assignment:
+        """Up to ``n`` sibling tasks, restarted ones first, dispatching
+        groups as needed. With ``max_ahead``, no new group is dispatched while
+        that many groups are open (dispatched, not complete) or buffered."""
+        if not self._checkpointed:
+            raise RuntimeError(
+                "take before the first checkpoint: write checkpoint(step=0) durably first, so "
+                "that a journal with samples always has a checkpoint to resume from"
+            )
+        tasks: list[SampleTask] = []
+        throttled = False
+        while len(tasks) < n:
+            if self._queue:
+                task = self._queue.popleft()
+                if self._collector.current(task.lease):
+                    tasks.append(task)
+                continue
+            if (
+                max_ahead is not None
+                and len(self._open) + len(self._buffer) >= max_ahead
+                and not self._collector.exhausted
+            ):
+                throttled = True
+                break
+            self._cover(self._n)
+            taken = self._collector.take_samples(1)
+            if not taken:
+                break
+            self._start_group(taken[0])
+        self.stats["taken"] += len(tasks)
+        self.stats["continued"] += sum(t.prefix is not None for t in tasks)
+        self._journal.poll()
+        return Assignment(
+            tuple(tasks),
+            version=self._step,
+            progress_every=self._journal.progress_every,
+            throttled=throttled and not tasks,
+            incarnation=self._incarnation,
+        )
+
+    def report(
+        self,
+        sealed: Iterable[tuple[Any, Payload]] = (),
+        failed: Iterable[Any] = (),
+        progress: Iterable[tuple[Any, Payload]] = (),
+    ) -> SampleReported:
+        """Apply a worker's results: progress snapshots, finished samples and
+        failed attempts, for current leases only; the rest are stale.
+        Raises ``TypeError``/``ValueError`` for a malformed report (nothing
+        of it is applied then)."""
+        progress_items = [(_lease(x), _payload(p)) for x, p in progress]
+        sealed_items = [(_lease(x), _payload(p)) for x, p in sealed]
+        failed_items = [_lease(x) for x in failed]
+        stale: list[Lease] = []
+        journaled = 0
+        for lease, payload in progress_items:
+            if self._current(lease):
+                self._journal.progress(lease, payload)
+                self._prefix[(lease.ordinal, lease.sibling)] = payload
+                journaled += 1
+            else:
+                stale.append(lease)
+        accepted: dict[Lease, Payload] = {}
+        for lease, payload in sealed_items:
+            if lease not in accepted and self._current(lease):
+                accepted[lease] = payload
+            else:
+                stale.append(lease)
+        landed: tuple[int, ...] = ()
+        if accepted:
+            effect = self._collector.sealed(list(accepted))
+            stale += effect.fenced
+            for lease in effect.sealed:
+                self._journal.sealed(lease, accepted[lease])
+                key = (lease.ordinal, lease.sibling)
+                self._held[key] = (lease, accepted[lease])
+                self._prefix.pop(key, None)
+            for o in effect.landed:
+                self._land(o)
+            landed = effect.landed
+            self.stats["sealed"] += len(effect.sealed)
+            self.stats["landed"] += len(effect.landed)
+        self.stats["progress"] += journaled
+        failures = []
+        for lease in failed_items:
+            if lease not in accepted and lease not in failures and self._current(lease):
+                failures.append(lease)
+            else:
+                stale.append(lease)
+        result = self._fail(failures)
+        self.stats["failed"] += result.failed
+        stale += result.stale
+        self._journal.poll()
+        return attrs.evolve(
+            result,
+            sealed=len(accepted),
+            progress=journaled,
+            stale=tuple(stale),
+            foreign=self._count_stale(stale),
+            landed=landed,
+        )
+
+    def release(self, leases: Iterable[Any]) -> SampleReported:
+        """Fail the attempts among ``leases`` that are still current (their
+        worker died, or its call ended without reporting them); the others
+        are stale (already sealed or failed) and ignored."""
+        current: list[Lease] = []
+        stale: list[Lease] = []
+        for lease in map(_lease, leases):
+            (current if lease not in current and self._current(lease) else stale).append(lease)
+        result = self._fail(current)
+        self.stats["released"] += result.failed
+        self._journal.poll()
+        return attrs.evolve(result, stale=tuple(stale) + result.stale)
+
+    def flush(self) -> int:
+        """Commit the journal now; returns its durable position (tests, or a
+        driver that wants durability before it acts)."""
+        return self._journal.writer.sync()
+
+    # -- trainer side -----------------------------------------------------------
+
+    def batch(self, k: int) -> list[SampleGroup]:
+        """The ``k`` oldest complete groups, or fewer once no more can come;
+        ``[]`` otherwise. They stay buffered until ``trained``."""
+        self._journal.poll()
+        if len(self._buffer) >= k or (self._buffer and self.idle):
+            return list(itertools.islice(self._buffer.values(), k))
+        return []
+
+    def trained(
+        self, ordinals: Iterable[int], *, step: int, save_buffer: bool = True
+    ) -> SampleSnapshot:
+        """One training step consumed these groups; the trainer is at
+        ``step`` now. Returns the checkpoint after it (``checkpoint``)."""
+        ordinals = list(ordinals)
+        self._collector.trained(ordinals)
+        for o in ordinals:
+            del self._buffer[o]
+        self.stats["trained"] += len(ordinals)
+        return self.checkpoint(step=step, save_buffer=save_buffer)
+
+    def evict(self, ordinals: Iterable[int]) -> SampleReported:
+        """The trainer discarded these buffered groups as stale: requeued
+        ones are dispatched again first (every sibling anew), unstamped ones
+        when the stream reaches them, dropped ones are logged."""
+        ordinals = list(ordinals)
+        effect = self._collector.evicted(ordinals)
+        for o in ordinals:
+            del self._buffer[o]
+        self._dropped += effect.dropped
+        self.stats["evicted"] += len(ordinals)
+        return SampleReported(
+            requeued=effect.requeued, unstamped=effect.unstamped, dropped=effect.dropped
+        )
+
+    def checkpoint(self, *, step: int, save_buffer: bool = True) -> SampleSnapshot:
+        """Mark and sync the journal and take the checkpoint state, in one
+        call. With ``save_buffer=False`` the buffer is not saved: a resume
+        rebuilds its groups from the journal (if the reuse policy keeps
+        their samples) or generates them again."""
+        if type(step) is not int or step < 0:
+            raise ValueError(f"step must be an int >= 0, got {step!r}")
+        checkpoint_id = self._next_id
+        self._next_id += 1
+        position = self._journal.mark(checkpoint_id)
+        collector = self._collector.checkpoint_state(save_buffer=save_buffer, save_sealed=False)
+        buffer = (
+            [
+                [
+                    o,
+                    [
+                        [x.sibling, x.attempt, payload_to_json(p)]
+                        for x, p in zip(g.leases, g.samples, strict=True)
+                    ],
+                ]
+                for o, g in self._buffer.items()
+            ]
+            if save_buffer
+            else []
+        )
+        self._step = step
+        self._checkpointed = True
+        cut = self._collector.ledger.cut
+        self._marks[checkpoint_id] = cut
+        dropped, self._dropped = tuple(self._dropped), []
+        return SampleSnapshot(
+            state={
+                KEY_FORMAT: FORMAT,
+                KEY_VERSION: VERSION,
+                KEY_COLLECTOR: collector,
+                KEY_BUFFER: buffer,
+                KEY_JOURNAL: {"position": position, "id": checkpoint_id},
+                KEY_STEP: step,
+            },
+            dropped=dropped,
+            drained=self._collector.drained,
+            cut=cut,
+            buffered=len(self._buffer),
+            checkpoint_id=checkpoint_id,
+            stats=dict(self.stats),
+        )
+
+    def compact(self, checkpoint_id: int) -> int:
+        """The checkpoint ``checkpoint_id`` is durable: rewrite the journal
+        with only what its window (ordinals at or above its cut) needs.
+        Returns the journal's durable position."""
+        cut = self._marks[checkpoint_id]
+        for old in [i for i in self._marks if i <= checkpoint_id]:
+            del self._marks[old]
+        return self._journal.compact(range(cut, _END))
+
+    # -- queries ------------------------------------------------------------------
+
+    @property
+    def idle(self) -> bool:
+        """No group is open, none queued, nothing left to take."""
+        return not self._open and not self._queue and self._collector.exhausted
+
+    def status(self) -> dict[str, Any]:
+        """Counters and sizes, for progress and tests."""
+        ledger = self._collector.samples
+        return {
+            **self.stats,
+            "incarnation": self._incarnation,
+            "floor": self.floor,
+            "journal_floor": self.journal_floor,
+            "next_attempt": ledger.next_attempt,
+            "reserved": self._reservation.reserved,
+            "cut": ledger.cut,
+            "next_ordinal": ledger.next_ordinal,
+            "open": len(self._open),
+            "queued": len(self._queue),
+            "running": sum(1 for _ in ledger.running()),
+            "held": len(self._held),
+            "buffered": len(self._buffer),
+            "pending": self._collector.pending,
+            "journal_durable": self._journal.writer.durable,
+            "drained": self._collector.drained,
+            "idle": self.idle,
+        }
+
+    def ping(self) -> bool:
+        return True
+
+    def pid(self) -> int:
+        """This process's id (the kill tests SIGKILL it)."""
+        return os.getpid()
+
+    def close(self) -> None:
+        """Commit and close the journal (a clean end of a run)."""
+        self._journal.close()
+
+    # -- internals ----------------------------------------------------------------
+
+    def _current(self, lease: Lease) -> bool:
+        return lease.sibling < self._n and self._collector.current(lease)
+
+    def _count_stale(self, stale: Iterable[Lease]) -> int:
+        stale = list(stale)
+        foreign = sum(1 for x in stale if x.attempt < self.floor)
+        self.stats["stale"] += len(stale)
+        self.stats["foreign"] += foreign
+        return foreign
+
+    def _cover(self, count: int) -> None:
+        """Reserve the next ``count`` attempts before the ledger deals them."""
+        if self._reservation.cover(self._collector.samples.next_attempt + count):
+            self.stats["reservations"] += 1
+
+    def _start_group(self, taken: Taken) -> None:
+        o = taken.ordinal
+        for lease in taken.reused:
+            assert self.recovered is not None, "a fresh run reuses nothing"
+            self._held[(o, lease.sibling)] = (lease, self.recovered.sample(lease))
+        self.stats["reused"] += len(taken.reused)
+        if taken.complete:
+            self._open[o] = taken.row
+            self._land(o)
+            self._collector.land_complete([o])
+            self.stats["landed"] += 1
+            return
+        self._open[o] = taken.row
+        for lease in taken.leases:
+            self._queue.append(self._task(lease))
+
+    def _task(self, lease: Lease) -> SampleTask:
+        prefix = self._prefix.get((lease.ordinal, lease.sibling))
+        return SampleTask(lease, self._open[lease.ordinal], prefix)
+
+    def _land(self, o: int) -> None:
+        parts = [self._held.pop((o, s)) for s in range(self._n)]
+        self._buffer[o] = SampleGroup(
+            o, tuple(lease for lease, _ in parts), tuple(p for _, p in parts)
+        )
+        self._forget(o, keep_buffer=True)
+
+    def _forget(self, o: int, *, keep_buffer: bool = False) -> None:
+        self._open.pop(o, None)
+        for s in range(self._n):
+            self._held.pop((o, s), None)
+            self._prefix.pop((o, s), None)
+        if not keep_buffer:
+            self._buffer.pop(o, None)
+
+    def _fail(self, leases: list[Lease]) -> SampleReported:
+        if not leases:
+            return SampleReported()
+        effect = self._collector.failed_samples(leases)
+        whole = {*effect.requeued, *effect.unstamped, *effect.dropped}
+        for o in whole:
+            self._forget(o)  # the group failed whole: its queued tasks are stale now
+        self._dropped += effect.dropped
+        # Two failed siblings of one group in one event are two rounds: a
+        # sibling the first round sent back is listed in ``restart`` even
+        # when the second failed its group whole; only the others restart.
+        again = [(o, s) for o, s in effect.restart if o not in whole]
+        restarted: tuple[Lease, ...] = ()
+        if again:
+            self._cover(len(again))
+            restarted = self._collector.restart(again)
+            self._queue.extendleft(reversed([self._task(lease) for lease in restarted]))
+        return SampleReported(
+            failed=len(leases) - len(effect.fenced),
+            stale=effect.fenced,
+            restarted=restarted,
+            requeued=effect.requeued,
+            unstamped=effect.unstamped,
+            dropped=effect.dropped,
+        )
+
+    # -- start and resume -----------------------------------------------------------
+
+    def _start(self) -> None:
+        self.recovered = self._journal.recover(
+            None, position=None, checkpoint_id=None, reuse=Reuse.nothing(), fork=0, step=0
+        )
+        if self._reservation.exists:
+            raise ValueError(
+                f"{self._reservation.path} reserves attempts of this lineage but there is no "
+                "checkpoint: a missing checkpoint is not a fresh start (remove the journal and "
+                "the reservation to start afresh)"
+            )
+
+    def _restore(self, state: Mapping[str, Any], load_replay_buffer: bool, reuse: Reuse) -> None:
+        if not isinstance(state, Mapping):
+            raise CheckpointCorruptError(f"ledger state must be a dict, got {type(state).__name__}")
+        if state.get(KEY_FORMAT) != FORMAT or state.get(KEY_VERSION) != VERSION:
+            raise CheckpointVersionError(
+                f"ledger state has format {state.get(KEY_FORMAT)!r:.80} version "
+                f"{state.get(KEY_VERSION)!r:.20}; this library reads {FORMAT!r} version {VERSION}"
+            )
+        if set(state) != _KEYS:
+            raise CheckpointCorruptError(f"sample ledger state has keys {sorted(state)}")
+        mark, step, buffer = state[KEY_JOURNAL], state[KEY_STEP], state[KEY_BUFFER]
+        if not (
+            isinstance(mark, Mapping)
+            and set(mark) == {"position", "id"}
+            and all(type(v) is int and v >= 0 for v in mark.values())
+        ):
+            raise CheckpointCorruptError(f"'journal' must be {{position, id}}, got {mark!r:.80}")
+        if type(step) is not int or step < 0:
+            raise CheckpointCorruptError(f"'step' must be an int >= 0, got {step!r:.40}")
+        groups = self._read_buffer(buffer)
+        collector = state[KEY_COLLECTOR]
+        if not isinstance(collector, Mapping) or "ledger" not in collector:
+            raise CheckpointCorruptError("'collector' is not a collector state")
+        checkpoint = SampleCheckpoint.from_state_dict(
+            collector["ledger"], fingerprint=self.config.fingerprint
+        )
+        recovered = self._journal.recover(
+            checkpoint,
+            position=mark["position"],
+            checkpoint_id=mark["id"],
+            reuse=reuse,
+            fork=step,
+            step=step,
+        )
+        if not self._reservation.exists and max(checkpoint.next_attempt, recovered.attempt_floor):
+            raise CheckpointCorruptError(
+                f"{self._reservation.path} is missing but the run handed out attempts: without "
+                "it a previous incarnation's results could pass as current"
+            )
+        resumed = self._collector.resume(
+            collector,
+            load_replay_buffer=load_replay_buffer,
+            sealed=recovered.sealed,
+            attempt_floor=max(recovered.attempt_floor, self._reservation.reserved),
+        )
+        if load_replay_buffer:
+            retained = set(resumed.ledger.ledger.ordinals(Status.BUFFERED))
+            if set(groups) != retained:
+                raise CheckpointCorruptError(
+                    f"the saved buffer holds {len(groups)} groups, the ledger retained "
+                    f"{len(retained)} other ordinals"
+                )
+            self._buffer = groups
+        self.recovered = recovered
+        self.journal_floor = max(checkpoint.next_attempt, recovered.attempt_floor)
+        for lease in recovered.state.progress():
+            st = recovered.prefix(lease.ordinal, lease.sibling)
+            if st is not None:
+                self._prefix[(lease.ordinal, lease.sibling)] = st.payload
+        self.stats["recovered_sealed"] = len(resumed.reused)
+        self.stats["recovered_prefixes"] = len(self._prefix)
+        self._next_id = mark["id"] + 1
+        self._step = step
+        self._checkpointed = True
+
+    def _read_buffer(self, buffer: Any) -> dict[int, SampleGroup]:
+        if not isinstance(buffer, list):
+            raise CheckpointCorruptError("'buffer' must be [[ordinal, samples], ...]")
+        groups: dict[int, SampleGroup] = {}
+        for entry in buffer:
+            if not (isinstance(entry, list) and len(entry) == 2 and type(entry[0]) is int):
+                raise CheckpointCorruptError(f"a buffered group is {entry!r:.80}")
+            o, samples = entry
+            if not isinstance(samples, list) or len(samples) != self._n:
+                raise CheckpointCorruptError(f"buffered group {o} does not hold {self._n} samples")
+            leases, payloads = [], []
+            for s, item in enumerate(samples):
+                if not (
+                    isinstance(item, list)
+                    and len(item) == 3
+                    and item[0] == s
+                    and type(item[1]) is int
+                    and item[1] >= 0
+                ):
+                    raise CheckpointCorruptError(f"buffered group {o}: sample {s} is damaged")
+                leases.append(Lease(o, s, item[1]))
+                payloads.append(payload_from_json(item[2]))
+            groups[o] = SampleGroup(o, tuple(leases), tuple(payloads))
+        return groups

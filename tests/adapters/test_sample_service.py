@@ -1,0 +1,531 @@
+"""The sample-level ledger service, run in-process (no Ray): sibling tasks,
+stale results refused and never journaled, failed siblings continued from
+their last progress, the journal owned by the service (mark + state in one
+call, compaction, resume with reuse), and the attempt reservation that
+fences a previous incarnation's workers, which the journal's attempt floor
+alone does not."""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import random
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from frontier_adapters import SequenceSource
+from frontier_adapters._journal_files import read_journal
+from frontier_adapters._sample_service import (
+    SampleLedgerService,
+    SampleTask,
+    payload_from_json,
+    payload_to_json,
+)
+from frontier_adapters.rollout import RolloutJournal
+
+from frontier_core import (
+    CheckpointCorruptError,
+    CheckpointMismatchError,
+    CheckpointVersionError,
+    FailurePolicy,
+    Lease,
+    LedgerConfig,
+    SampleCheckpoint,
+    SampleLedger,
+)
+from frontier_core.journal import (
+    BytesPayload,
+    CommitPolicy,
+    JsonPayload,
+    Reuse,
+    Sealed,
+    TokenPayload,
+)
+
+
+def config(n: int = 8, samples: int = 3, attempts: int = 5, **kw: Any) -> LedgerConfig:
+    return LedgerConfig(
+        stream_len=n,
+        samples=samples,
+        fingerprint="t",
+        on_failure=FailurePolicy.RETRY,
+        max_attempts=attempts,
+        **kw,
+    )
+
+
+def service(
+    tmp: Path, cfg: LedgerConfig | None = None, *, fresh: bool = True, **kw: Any
+) -> SampleLedgerService:
+    cfg = cfg or config()
+    n = cfg.stream_len
+    assert n is not None
+    policy = kw.pop("policy", CommitPolicy(max_delay=10.0, max_records=1))
+    journal = functools.partial(
+        RolloutJournal,
+        tmp / "journal",
+        fingerprint=cfg.fingerprint,
+        lineage=kw.pop("lineage", "L"),
+        policy=policy,
+        progress_every=kw.pop("progress_every", 4),
+    )
+    s = SampleLedgerService(
+        SequenceSource(list(range(100, 100 + n)), batch_size=4), cfg, journal=journal, **kw
+    )
+    if fresh and "state" not in kw:
+        s.checkpoint(step=0)
+    return s
+
+
+def crash(s: SampleLedgerService) -> None:
+    """What a SIGKILL leaves: the journal's pending group is lost, its lock
+    released (the reservation is written synchronously)."""
+    writer = s._journal.writer
+    writer._pending.clear()
+    writer.close()
+
+
+def expected(o: int, s: int) -> list[int]:
+    return [(o * 31 + s * 7 + i) % 1000 for i in range(3 + (o * 5 + s) % 6)]
+
+
+def tokens(o: int, s: int, upto: int | None = None, version: int = 0) -> TokenPayload:
+    full = expected(o, s)[:upto]
+    return TokenPayload.of(full, [-0.5] * len(full), version)
+
+
+def sample(task: SampleTask) -> TokenPayload:
+    """A worker finishing ``task``: the prefix it continues must be right."""
+    o, s = task.lease.ordinal, task.lease.sibling
+    if task.prefix is not None:
+        assert isinstance(task.prefix, TokenPayload)
+        assert list(task.prefix.tokens()) == expected(o, s)[: len(task.prefix)]
+    return tokens(o, s)
+
+
+def seal_all(s: SampleLedgerService, tasks: Any) -> Any:
+    return s.report(sealed=[(t.lease, sample(t)) for t in tasks])
+
+
+def journal_records(tmp: Path) -> list[Any]:
+    return list(read_journal(tmp / "journal", fingerprint="t", lineage="L").records)
+
+
+def test_the_module_imports_no_ray_and_no_torch() -> None:
+    code = (
+        "import sys, frontier_adapters._sample_service\n"
+        "print(sorted({'ray', 'torch'} & {m.split('.')[0] for m in sys.modules}))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
+
+
+def test_siblings_go_out_one_by_one_and_a_group_lands_with_its_last(tmp_path: Path) -> None:
+    s = service(tmp_path)
+    a = s.take(2)
+    assert a.leases == (Lease(0, 0, 0), Lease(0, 1, 1))
+    assert [t.row for t in a.tasks] == [100, 100]
+    b = s.take(4)  # the rest of group 0, then group 1: one group's siblings, two workers
+    assert b.leases == (Lease(0, 2, 2), Lease(1, 0, 3), Lease(1, 1, 4), Lease(1, 2, 5))
+    r = seal_all(s, a.tasks)
+    assert (r.sealed, r.landed, s.batch(1)) == (2, (), [])
+    r = seal_all(s, b.tasks[:1])
+    assert r.landed == (0,)
+    (group,) = s.batch(1)
+    assert group.ordinal == 0 and group.leases == (Lease(0, 0, 0), Lease(0, 1, 1), Lease(0, 2, 2))
+    assert [list(p.tokens()) for p in group.samples] == [expected(0, x) for x in range(3)]
+    sealed = [r for r in journal_records(tmp_path) if isinstance(r, Sealed)]
+    assert [(r.ordinal, r.sibling, r.attempt) for r in sealed] == [(0, 0, 0), (0, 1, 1), (0, 2, 2)]
+
+
+def test_stale_results_are_refused_and_never_journaled(tmp_path: Path) -> None:
+    s = service(tmp_path)
+    a = s.take(3)
+    first = a.tasks[0]
+    seal_all(s, [first])
+    before = len(journal_records(tmp_path))
+    r = s.report(
+        sealed=[(first.lease, sample(first)), (Lease(0, 1, 99), tokens(0, 1))],
+        progress=[(Lease(0, 0, 0), tokens(0, 0, 2)), (Lease(5, 0, 1), tokens(5, 0, 1))],
+        failed=[Lease(0, 0, 0)],
+    )
+    assert (r.sealed, r.failed, r.progress) == (0, 0, 0)
+    assert len(r.stale) == 5 and r.foreign == 0
+    assert len(journal_records(tmp_path)) == before
+    # A released lease's late answer is stale too.
+    s.release([a.tasks[1].lease])
+    assert seal_all(s, [a.tasks[1]]).stale == (a.tasks[1].lease,)
+    # A sibling beyond the group, a malformed lease or payload: refused loudly.
+    assert s.report(sealed=[(Lease(0, 7, 2), tokens(0, 2))]).stale == (Lease(0, 7, 2),)
+    with pytest.raises(ValueError):
+        s.report(sealed=[((0, -1, 2), tokens(0, 2))])
+    with pytest.raises(TypeError):
+        s.report(sealed=[(a.tasks[2].lease, {"tokens": [1, 2]})])
+    assert s.stats["stale"] == 7
+
+
+def test_a_failed_sibling_restarts_first_and_continues_its_last_progress(tmp_path: Path) -> None:
+    s = service(tmp_path)
+    a = s.take(3)
+    t = a.tasks[1]
+    s.report(progress=[(t.lease, tokens(0, 1, 2))])
+    r = s.report(failed=[t.lease])
+    assert r.failed == 1 and r.restarted == (Lease(0, 1, 3),)
+    b = s.take(1)  # the restart comes before any new group
+    assert b.leases == (Lease(0, 1, 3),)
+    assert list(b.tasks[0].prefix.tokens()) == expected(0, 1)[:2]  # type: ignore[union-attr]
+    assert seal_all(s, [a.tasks[0], a.tasks[2], b.tasks[0]]).landed == (0,)
+    # A worker's death costs each held sibling one attempt of its group.
+    c = s.take(3)
+    r = s.release(c.leases)
+    assert r.failed == 3 and [x.sibling for x in r.restarted] == [0, 1, 2]
+    assert s.stats["released"] == 3
+
+
+def test_the_attempt_limit_drops_a_group_and_its_queued_siblings(tmp_path: Path) -> None:
+    s = service(tmp_path, config(attempts=2))
+    a = s.take(2)
+    assert s.report(failed=[a.tasks[0].lease]).restarted
+    r = s.report(failed=[a.tasks[1].lease])
+    assert r.dropped == (0,) and r.restarted == ()
+    # The restart queued for sibling 0 belongs to a dropped group: never handed out.
+    assert [x.ordinal for x in s.take(3).leases] == [1, 1, 1]
+    assert s.checkpoint(step=0).dropped == (0,)
+
+
+def test_take_refuses_before_the_first_checkpoint(tmp_path: Path) -> None:
+    s = service(tmp_path, fresh=False)
+    with pytest.raises(RuntimeError, match="first checkpoint"):
+        s.take(1)
+    s.checkpoint(step=0)
+    assert s.take(1).tasks
+
+
+def test_max_ahead_holds_back_new_groups(tmp_path: Path) -> None:
+    s = service(tmp_path)
+    assert len(s.take(6, max_ahead=1).tasks) == 3
+    blocked = s.take(3, max_ahead=1)
+    assert blocked.tasks == () and blocked.throttled
+
+
+def test_the_checkpoint_marks_the_journal_and_a_resume_reuses_it(tmp_path: Path) -> None:
+    """Sealed siblings of open groups come back without generation, a running
+    one continues from its last durable prefix, and the rest is generated."""
+    s = service(tmp_path)
+    snap = s.checkpoint(step=3)
+    mark = snap.state["journal"]
+    assert mark["id"] == snap.checkpoint_id == 1
+    read_journal(tmp_path / "journal", fingerprint="t", lineage="L").check_mark(
+        mark["position"], mark["id"]
+    )
+    a = s.take(6)
+    seal_all(s, [a.tasks[0], a.tasks[1], a.tasks[3]])
+    s.report(progress=[(a.tasks[2].lease, tokens(0, 2, 4))])
+    s.flush()
+    crash(s)
+    r = service(tmp_path, state=snap.state)
+    status = r.status()
+    assert (status["recovered_sealed"], status["recovered_prefixes"]) == (3, 1)
+    b = r.take(3)
+    assert b.version == 3
+    # Group 0: sibling 2 continues; group 1: siblings 1, 2 are generated.
+    assert [(x.ordinal, x.sibling) for x in b.leases] == [(0, 2), (1, 1), (1, 2)]
+    assert list(b.tasks[0].prefix.tokens()) == expected(0, 2)[:4]  # type: ignore[union-attr]
+    assert r.stats["reused"] == 3 and r.stats["continued"] == 1
+    assert seal_all(r, b.tasks).landed == (0, 1)
+    g0, g1 = r.batch(2)
+    assert g0.leases[:2] == (a.tasks[0].lease, a.tasks[1].lease)  # the first incarnation's
+    assert g1.leases[0] == a.tasks[3].lease
+    assert all(x.attempt >= r.floor for x in (g0.leases[2], *g1.leases[1:]))
+
+
+def test_compaction_after_the_checkpoint_keeps_what_a_resume_needs(tmp_path: Path) -> None:
+    s = service(tmp_path)
+    a = s.take(6)
+    seal_all(s, a.tasks[:3])  # group 0 lands
+    s.report(sealed=[(a.tasks[3].lease, sample(a.tasks[3]))])
+    snap = s.trained([0], step=1)
+    s.compact(snap.checkpoint_id)
+    kept = journal_records(tmp_path)
+    assert [(r.ordinal, r.sibling) for r in kept if isinstance(r, Sealed)] == [(1, 0)]
+    crash(s)
+    r = service(tmp_path, state=snap.state)
+    assert r.status()["recovered_sealed"] == 1
+    assert [(x.ordinal, x.sibling) for x in r.take(2).leases] == [(1, 1), (1, 2)]
+
+
+@pytest.mark.parametrize("save_buffer", [True, False])
+def test_the_buffer_comes_back_from_the_checkpoint_or_the_journal(
+    tmp_path: Path, save_buffer: bool
+) -> None:
+    s = service(tmp_path)
+    a = s.take(3)
+    seal_all(s, a.tasks)
+    snap = s.checkpoint(step=0, save_buffer=save_buffer)
+    assert len(snap.state["buffer"]) == (1 if save_buffer else 0)
+    crash(s)
+    r = service(tmp_path, state=json.loads(json.dumps(snap.state)))
+    if not save_buffer:
+        # The group's samples are all in the journal: it lands at its
+        # dispatch, generating nothing.
+        assert r.take(3).leases[0].ordinal == 1
+    (group,) = r.batch(1)
+    assert group.leases == a.leases
+    assert [list(p.tokens()) for p in group.samples] == [expected(0, x) for x in range(3)]
+
+
+def test_reuse_nothing_regenerates_every_open_sibling(tmp_path: Path) -> None:
+    s = service(tmp_path)
+    snap = s.checkpoint(step=0)
+    seal_all(s, s.take(2).tasks)
+    s.flush()
+    crash(s)
+    r = service(tmp_path, state=snap.state, reuse=Reuse.nothing())
+    assert [x.sibling for x in r.take(3).leases] == [0, 1, 2] and r.stats["reused"] == 0
+
+
+# -- attempts across incarnations -------------------------------------------------------
+
+
+def test_the_journal_floor_alone_would_accept_a_previous_incarnations_answer() -> None:
+    """Why the reservation exists: attempts handed out after the checkpoint
+    and never journaled are dealt again by a resume from the journal's
+    floor, to the same siblings, so a surviving worker's late answer passes
+    as current."""
+    cfg = config()
+    ledger = SampleLedger.start(cfg)
+    record = ledger.checkpoint()
+    ledger = ledger.stamp(4).ledger
+    old = ledger.dispatch([0]).effect.leases  # handed out, nothing journaled, then a crash
+    floor = 0  # the journal names no attempt
+    again = (
+        SampleLedger.resume(
+            cfg,
+            SampleCheckpoint.from_state_dict(record.state_dict()),
+            load_replay_buffer=True,
+            sealed=(),
+            attempt_floor=floor,
+        )
+        .ledger.stamp(4)
+        .ledger.dispatch([0])
+    )
+    assert again.effect.leases == old  # the same numbers, the same siblings
+    assert again.ledger.seal([old[0]]).effect.sealed == (old[0],)  # accepted: wrong
+
+
+def test_the_reservation_refuses_a_previous_incarnations_answers(tmp_path: Path) -> None:
+    s = service(tmp_path)
+    snap = s.checkpoint(step=0)
+    old = s.take(3)  # handed out; nothing reported, nothing journaled
+    crash(s)
+    r = service(tmp_path, state=snap.state)
+    status = r.status()
+    assert status["journal_floor"] == 0 and r.floor == status["reserved"] >= 3
+    new = r.take(3)
+    assert [(x.ordinal, x.sibling) for x in new.leases] == [(0, 0), (0, 1), (0, 2)]
+    late = seal_all(r, old.tasks)
+    assert late.sealed == 0 and late.foreign == 3 and r.batch(1) == []
+    assert all(x.attempt < r.floor for x in late.stale)
+    assert seal_all(r, new.tasks).landed == (0,)
+    assert r.batch(1)[0].leases == new.leases
+
+
+def test_the_reservation_is_written_once_a_block(tmp_path: Path) -> None:
+    s = service(tmp_path, reserve=8)
+    for _ in range(6):
+        s.take(1)
+    assert s.stats["reservations"] == 1 and s.status()["reserved"] == 11  # 3 + 8
+    s.take(3)  # attempts 6..8: still below 11
+    assert s.stats["reservations"] == 1
+    s.take(3)  # 9..11: a new block first
+    assert s.stats["reservations"] == 2 and s.status()["reserved"] == 12 + 8
+
+
+def test_a_missing_or_foreign_reservation_is_refused(tmp_path: Path) -> None:
+    s = service(tmp_path)
+    snap = s.checkpoint(step=0)
+    s.take(3)
+    snap = s.checkpoint(step=0)
+    crash(s)
+    reservation = tmp_path / "journal.attempts"
+    saved = reservation.read_bytes()
+    reservation.unlink()
+    with pytest.raises(CheckpointCorruptError, match="missing"):
+        service(tmp_path, state=snap.state)
+    record = json.loads(saved)
+    reservation.write_text(json.dumps({**record, "lineage": "other"}))
+    with pytest.raises(CheckpointCorruptError, match="checksum"):
+        service(tmp_path, state=snap.state)
+    reservation.write_text("{}")
+    with pytest.raises(CheckpointVersionError):
+        service(tmp_path, state=snap.state)
+    (tmp_path / ".journal.attempts.tmp-0123").write_text("left by a killed write")
+    reservation.write_bytes(saved)
+    r = service(tmp_path, state=snap.state)
+    assert not (tmp_path / ".journal.attempts.tmp-0123").exists()
+    crash(r)
+    # Another run's reservation (a good checksum, another lineage).
+    other = tmp_path / "other"
+    other.mkdir()
+    with pytest.raises(CheckpointMismatchError):
+        service(other, lineage="M", reservation=reservation)
+
+
+def test_a_journal_of_another_stream_is_refused(tmp_path: Path) -> None:
+    journal = functools.partial(RolloutJournal, tmp_path / "j", fingerprint="u", lineage="L")
+    with pytest.raises(ValueError, match="stream"):
+        SampleLedgerService(SequenceSource(list(range(8))), config(), journal=journal)
+
+
+def test_a_reservation_without_a_checkpoint_is_not_a_fresh_start(tmp_path: Path) -> None:
+    s = service(tmp_path)
+    s.take(1)
+    crash(s)
+    (tmp_path / "journal").unlink()
+    with pytest.raises(ValueError, match="not a fresh start"):
+        service(tmp_path)
+
+
+def test_bad_states_are_refused(tmp_path: Path) -> None:
+    s = service(tmp_path)
+    state = s.checkpoint(step=0).state
+    crash(s)
+    with pytest.raises(CheckpointVersionError):
+        service(tmp_path, state={**state, "version": 9})
+    with pytest.raises(CheckpointCorruptError):
+        service(tmp_path, state={**state, "extra": 1})
+    with pytest.raises(CheckpointCorruptError):
+        service(tmp_path, state={**state, "journal": {"position": -1, "id": 0}})
+    with pytest.raises(CheckpointCorruptError):
+        service(tmp_path, state={**state, "buffer": [[0, []]]})
+
+
+def test_payloads_round_trip_through_the_saved_buffer() -> None:
+    for p in (
+        tokens(3, 1),
+        TokenPayload.of([1, 2, 3], [-0.1, -0.2, -0.3], [0, 0, 1], reward=0.5),
+        JsonPayload.of({"turn": 3}),
+        BytesPayload(b"\x00\xff"),
+    ):
+        assert payload_from_json(json.loads(json.dumps(payload_to_json(p)))) == p
+    with pytest.raises(CheckpointCorruptError):
+        payload_from_json({"tokens": "!!", "logprobs": "", "runs": [], "reward": None})
+    with pytest.raises(CheckpointCorruptError):
+        payload_from_json([1, 2])
+
+
+# -- the whole: random work, losses and late answers ----------------------------------
+
+
+@pytest.mark.parametrize("seed", range(16))
+def test_random_sibling_work_losses_and_late_answers_train_every_sample_once(
+    tmp_path: Path, seed: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Random takes, progress, seals, failures, releases (dead workers),
+    late answers (of this incarnation and of lost ones), training steps,
+    checkpoints, compactions and losses of the service itself (a crash that
+    loses the journal's pending group, then a resume from the last
+    checkpoint and the journal). The surviving lineage trains or drops every
+    prompt exactly once, each group with its n siblings, each from one
+    attempt, no attempt twice, each exactly its expected tokens; nothing a
+    lost incarnation handed out is ever accepted. (A crash here is a process
+    death, which keeps the page cache: fsync would change only the time.)"""
+    monkeypatch.setattr(os, "fsync", lambda fd: None)
+    rng = random.Random(seed)
+    n, k = 30, 3
+    cfg = config(n=n, samples=k, attempts=rng.choice([3, 5, 8]))
+    policy = CommitPolicy(max_delay=10.0, max_records=rng.randint(1, 6))
+    s = service(tmp_path, cfg, policy=policy, reserve=rng.choice([1, 4, 64]))
+    saved = s.checkpoint(step=0)
+    step = 0
+    lineage: list[tuple[str, Any]] = []  # as of the last checkpoint
+    since: list[tuple[str, Any]] = []
+    out: list[SampleTask] = []  # handed out by this incarnation, unanswered
+    done: list[SampleTask] = []  # answered or released: a late answer is stale
+    lost: list[SampleTask] = []  # handed out by lost incarnations
+    unanswered: list[SampleTask] = []  # of those, the ones never answered before the loss
+    progress: dict[Lease, int] = {}
+    for _ in range(1500):
+        roll = rng.random()
+        if roll < 0.2:
+            out += s.take(rng.randint(1, 5), max_ahead=rng.choice([None, 3, 6])).tasks
+        elif roll < 0.35 and out:
+            t = rng.choice(out)
+            have = max(progress.get(t.lease, 0), len(t.prefix) if t.prefix else 0)
+            upto = min(len(expected(*t.lease[:2])) - 1, have + rng.randint(1, 3))
+            if upto > have:
+                s.report(progress=[(t.lease, tokens(t.lease.ordinal, t.lease.sibling, upto))])
+                progress[t.lease] = upto
+        elif roll < 0.6 and out:
+            t = out.pop(rng.randrange(len(out)))
+            if rng.random() < 0.1:
+                r = s.report(failed=[t.lease])
+            else:
+                r = s.report(sealed=[(t.lease, sample(t))])
+            # Refused only if its group failed whole meanwhile (a sibling at
+            # the attempt limit dropped it, or requeued it).
+            assert r.sealed + r.failed == 1 or r.stale == (t.lease,)
+            done.append(t)
+        elif roll < 0.65 and out:
+            gone = [out.pop(rng.randrange(len(out))) for _ in range(rng.randint(1, len(out)))]
+            s.release([t.lease for t in gone])
+            done += gone
+        elif roll < 0.72 and (done or lost):
+            t = rng.choice(done + lost)
+            r = s.report(sealed=[(t.lease, sample(t))], progress=[(t.lease, tokens(0, 0, 1))])
+            assert r.sealed == r.progress == 0 and len(r.stale) == 2
+            assert r.foreign == (2 if t in lost else 0)
+        elif roll < 0.9:
+            groups = s.batch(rng.randint(1, 4))
+            if groups:
+                step += 1
+                snap = s.trained([g.ordinal for g in groups], step=step)
+                since += [("train", g) for g in groups] + [("drop", o) for o in snap.dropped]
+                lineage += since
+                since = []
+                saved = snap
+                if rng.random() < 0.5:
+                    s.compact(snap.checkpoint_id)
+        elif roll < 0.95:
+            snap = s.checkpoint(step=step, save_buffer=rng.random() < 0.5)
+            lineage += since + [("drop", o) for o in snap.dropped]
+            since = []
+            saved = snap
+        else:  # the service is lost: resume from the last checkpoint and the journal
+            crash(s)
+            s = service(tmp_path, cfg, policy=policy, state=saved.state)
+            step = saved.state["step"]
+            lost += out + done
+            unanswered += out
+            out, done, since = [], [], []
+    # Finish: answer everything, take the rest, train it all.
+    while not s.status()["drained"]:
+        seal_all(s, out)
+        out = list(s.take(8).tasks)
+        groups = s.batch(8)
+        if groups:
+            step += 1
+            snap = s.trained([g.ordinal for g in groups], step=step)
+            lineage += since + [("train", g) for g in groups] + [("drop", o) for o in snap.dropped]
+        else:
+            snap = s.checkpoint(step=step)
+            lineage += since + [("drop", o) for o in snap.dropped]
+        since = []
+    resolved = sorted(g.ordinal if kind == "train" else g for kind, g in lineage)
+    assert resolved == list(range(n))
+    attempts: list[int] = []
+    for kind, g in lineage:
+        if kind == "train":
+            assert [x.sibling for x in g.leases] == list(range(k))
+            assert all(x.ordinal == g.ordinal for x in g.leases)
+            assert [list(p.tokens()) for p in g.samples] == [
+                expected(g.ordinal, x) for x in range(k)
+            ]
+            attempts += [x.attempt for x in g.leases]
+    assert len(attempts) == len(set(attempts))
+    trained = {x for kind, g in lineage if kind == "train" for x in g.leases}
+    assert not {t.lease for t in unanswered} & trained
