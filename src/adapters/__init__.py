@@ -26,6 +26,7 @@ from ._collector import Pull as Pull
 from ._collector import StreamCollector as StreamCollector
 from ._collector import StreamSource as StreamSource
 from ._errors import ConcurrentUseError as ConcurrentUseError
+from ._sample_service import SampleLedgerService as SampleLedgerService
 from ._samples import SampleCollector as SampleCollector
 from ._samples import Taken as Taken
 from ._service import Lease as Lease
@@ -41,6 +42,7 @@ __all__ = [
     "Pull",
     "Reported",
     "SampleCollector",
+    "SampleLedgerService",
     "SequenceSource",
     "Snapshot",
     "StreamCollector",
