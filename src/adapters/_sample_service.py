@@ -5,11 +5,11 @@
 service. It holds a ``SampleCollector`` (the ``SampleLedger`` and the prompt
 source), a rollout journal (``frontier_adapters.rollout.RolloutJournal``,
 built inside the service by the factory it is given: the adapters' root
-imports no binding, see ARCHITECTURE.md), the attempt reservation beside it,
-the sealed samples of open groups and the replay buffer of complete ones. It
-imports no Ray: ``frontier_adapters.ray.SampleLedgerActor`` is this class as
-an actor, and the same object runs in-process for tests or under another
-framework's actor.
+imports no binding, see ARCHITECTURE.md), the sealed samples of open groups
+and the replay buffer of complete ones. It imports no Ray:
+``frontier_adapters.ray.SampleLedgerActor`` is this class as an actor, and
+the same object runs in-process for tests or under another framework's
+actor.
 
 Theory of operation
 -------------------
@@ -58,11 +58,12 @@ Attempts across incarnations. The journal's ``attempt_floor`` is one above
 every attempt it names, which misses attempts the dead writer handed out
 whose workers had not yet reported anything durable; a new incarnation
 would deal those numbers again, and a surviving worker's answer would pass
-as current. So attempts are reserved before they leave the service
-(``AttemptReservation``, a small file beside the journal, written atomically
-once per ``reserve`` attempts), and a resumed incarnation starts at or above
-the last reservation: every lease of a previous incarnation is below this
-incarnation's first attempt (``floor``) and stale for good.
+as current. So attempts are reserved before they leave the service (a
+``Reserve`` record in the journal, synced, once per ``reserve`` attempts),
+and a resumed incarnation starts at or above the last reservation (the
+journal's ``attempt_floor`` includes it): every lease of a previous
+incarnation is below this incarnation's first attempt (``floor``) and stale
+for good.
 
 Rules of the house: every coverage and fencing decision is the ledger's; the
 service pre-checks currency only so that an unknown or foreign attempt is
@@ -102,7 +103,6 @@ from frontier_core.journal import (
 
 from ._collector import StreamSource
 from ._journal_files import JournalFileError, JournalWriter
-from ._reservation import AttemptReservation
 from ._samples import SampleCollector, Taken
 
 FORMAT: Final = "frontier_adapters.sample_ledger"
@@ -282,6 +282,7 @@ class ServiceJournal(Protocol):
     def progress(self, lease: Lease, payload: Payload) -> int: ...
     def poll(self) -> float | None: ...
     def mark(self, checkpoint: int) -> int: ...
+    def reserve(self, below: int) -> int: ...
     def compact(self, window: Container[int]) -> int: ...
     def recover(
         self,
@@ -319,18 +320,17 @@ class SampleLedgerService:
     "run/journal", fingerprint=config.fingerprint, lineage=run_id)`` (its
     fingerprint must be the config's; its ``progress_every`` is the cadence
     the workers are told; the lineage names the run, chosen once and kept
-    across resumes). The reservation goes to ``reservation``, default the
-    journal's path plus ``.attempts``. ``state`` (``SampleSnapshot.state``)
+    across resumes). ``state`` (``SampleSnapshot.state``)
     resumes; ``load_replay_buffer`` says whether its saved groups come back
     (else they are rebuilt from the journal if the reuse policy allows, or
     regenerated). ``reuse`` is the resume's policy (default
     ``Reuse.everything()``); ``reserve`` the attempts reserved at a time;
     ``lock_timeout`` how long to wait for a dead predecessor's journal lock.
 
-    Raises the core's ``CheckpointError``s for a bad state or reservation,
+    Raises the core's ``CheckpointError``s for a bad state,
     the journal's errors (``JournalMismatchError``, ``JournalBehindError``)
     for a journal that is not the checkpoint's, and ``ValueError`` for a
-    journal with samples (or a reservation) but no checkpoint.
+    journal with samples or reserved attempts but no checkpoint.
     """
 
     def __init__(
@@ -342,7 +342,6 @@ class SampleLedgerService:
         state: Mapping[str, Any] | None = None,
         load_replay_buffer: bool = True,
         reuse: Reuse | None = None,
-        reservation: str | os.PathLike[str] | None = None,
         reserve: int = 1024,
         lock_timeout: float = 30.0,
     ) -> None:
@@ -362,13 +361,11 @@ class SampleLedgerService:
                     f"the journal is of stream {header.fingerprint!r:.80}, the config's is "
                     f"{config.fingerprint!r:.80}"
                 )
-            path = self._journal.writer.path
-            self._reservation = AttemptReservation(
-                reservation if reservation is not None else path.with_name(path.name + ".attempts"),
-                fingerprint=config.fingerprint,
-                lineage=header.lineage,
-                block=reserve,
-            )
+            if type(reserve) is not int or reserve < 1:
+                raise ValueError(f"reserve must be an int >= 1, got {reserve!r}")
+            self._block = reserve
+            #: Attempts below this are reserved in the journal.
+            self._reserved = 0
             #: Sealed samples of open groups: (ordinal, sibling) -> (lease, sample).
             self._held: dict[tuple[int, int], tuple[Lease, Payload]] = {}
             #: The latest prefix a new attempt of a sibling continues.
@@ -647,7 +644,7 @@ class SampleLedgerService:
             "floor": self.floor,
             "journal_floor": self.journal_floor,
             "next_attempt": ledger.next_attempt,
-            "reserved": self._reservation.reserved,
+            "reserved": self._reserved,
             "cut": ledger.cut,
             "next_ordinal": ledger.next_ordinal,
             "open": len(self._open),
@@ -686,7 +683,10 @@ class SampleLedgerService:
 
     def _cover(self, count: int) -> None:
         """Reserve the next ``count`` attempts before the ledger deals them."""
-        if self._reservation.cover(self._collector.samples.next_attempt + count):
+        top = self._collector.samples.next_attempt + count
+        if top > self._reserved:
+            self._journal.reserve(top + self._block)
+            self._reserved = top + self._block
             self.stats["reservations"] += 1
 
     def _start_group(self, taken: Taken) -> None:
@@ -756,12 +756,6 @@ class SampleLedgerService:
         self.recovered = self._journal.recover(
             None, position=None, checkpoint_id=None, reuse=Reuse.nothing(), fork=0, step=0
         )
-        if self._reservation.exists:
-            raise ValueError(
-                f"{self._reservation.path} reserves attempts of this lineage but there is no "
-                "checkpoint: a missing checkpoint is not a fresh start (remove the journal and "
-                "the reservation to start afresh)"
-            )
 
     def _restore(self, state: Mapping[str, Any], load_replay_buffer: bool, reuse: Reuse) -> None:
         if not isinstance(state, Mapping):
@@ -797,16 +791,11 @@ class SampleLedgerService:
             fork=step,
             step=step,
         )
-        if not self._reservation.exists and max(checkpoint.next_attempt, recovered.attempt_floor):
-            raise CheckpointCorruptError(
-                f"{self._reservation.path} is missing but the run handed out attempts: without "
-                "it a previous incarnation's results could pass as current"
-            )
         resumed = self._collector.resume(
             collector,
             load_replay_buffer=load_replay_buffer,
             sealed=recovered.sealed,
-            attempt_floor=max(recovered.attempt_floor, self._reservation.reserved),
+            attempt_floor=recovered.attempt_floor,  # the journal's reservations included
         )
         if load_replay_buffer:
             retained = set(resumed.ledger.ledger.ordinals(Status.BUFFERED))
@@ -817,7 +806,12 @@ class SampleLedgerService:
                 )
             self._buffer = groups
         self.recovered = recovered
-        self.journal_floor = max(checkpoint.next_attempt, recovered.attempt_floor)
+        self._reserved = recovered.state.reserved
+        # What the journal's samples alone would have started attempts at.
+        self.journal_floor = max(
+            [checkpoint.next_attempt]
+            + [st.attempt + 1 for _, _, st in recovered.state.siblings()]
+        )
         for lease in recovered.state.progress():
             st = recovered.prefix(lease.ordinal, lease.sibling)
             if st is not None:

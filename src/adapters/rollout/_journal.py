@@ -43,6 +43,7 @@ from frontier_core.journal import (
     Mark,
     Payload,
     Progress,
+    Reserve,
     Reuse,
     Sealed,
     SiblingState,
@@ -133,6 +134,17 @@ class RolloutJournal:
             Extend(lease.ordinal, lease.sibling, lease.attempt, start, payload)
         )
 
+    def reserve(self, below: int) -> int:
+        """Journal, durably, that attempts below ``below`` may be in use
+        (``frontier_core.journal.Reserve``): call it before handing out an
+        attempt not reserved yet, in blocks. A resumed writer's
+        ``attempt_floor`` is at or above it, so a result of an attempt of a
+        previous incarnation, even one never journaled, is fenced. Returns
+        its position."""
+        position = self.writer.append(Reserve(below))
+        self.writer.sync()
+        return position
+
     def poll(self) -> float | None:
         """Commit a due group; the seconds until the next is due."""
         return self.writer.poll()
@@ -185,10 +197,11 @@ class RolloutJournal:
             decoded.check_mark(position, checkpoint_id)
         state = replay(decoded.records)
         floor = state.next_attempt
-        if checkpoint is None and state.groups:
+        if checkpoint is None and (state.groups or state.reserved):
             raise ValueError(
-                f"{self.writer.path} holds samples but there is no checkpoint: a missing "
-                "checkpoint is not a fresh start (remove the journal to start afresh)"
+                f"{self.writer.path} holds samples or reserved attempts but there is no "
+                "checkpoint: a missing checkpoint is not a fresh start (remove the journal "
+                "to start afresh)"
             )
         kept = reusable(state, reuse, fork=fork, step=step)
         held = {(x.ordinal, x.sibling): x for x in kept.sealed()}

@@ -55,6 +55,7 @@ from ._records import Mark as Mark
 from ._records import Payload as Payload
 from ._records import Progress as Progress
 from ._records import Record as Record
+from ._records import Reserve as Reserve
 from ._records import Sealed as Sealed
 from ._records import TokenPayload as TokenPayload
 from ._replay import JournalState as JournalState
@@ -88,6 +89,7 @@ __all__ = [
     "Payload",
     "Progress",
     "Record",
+    "Reserve",
     "Reuse",
     "Sealed",
     "SiblingState",

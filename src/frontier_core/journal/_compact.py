@@ -24,11 +24,13 @@ from __future__ import annotations
 
 from collections.abc import Container, Iterable
 
-from ._records import Progress, Record, Sealed
+from ._records import Progress, Record, Reserve, Sealed
 from ._replay import replay
 
 
-def compact(records: Iterable[Record], window: Container[int]) -> tuple[Sealed | Progress, ...]:
+def compact(
+    records: Iterable[Record], window: Container[int]
+) -> tuple[Sealed | Progress | Reserve, ...]:
     """The minimal records, ascending by (ordinal, sibling), that replay to
     the state of ``records`` restricted to the ordinals in ``window`` (any
     container: a set, a ``range``, the ledger's window). Linear in the

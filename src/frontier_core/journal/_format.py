@@ -7,7 +7,8 @@ A journal is a sequence of frames, all little-endian::
     offset  size  field
     0       4     B, the body's length in bytes (u32), at most ``max_frame``
     4       8     sequence number (u64): the header's is the base, then +1 per frame
-    12      1     kind (u8): 0 header, 1 sealed, 2 progress, 3 mark, 4 extend
+    12      1     kind (u8): 0 header, 1 sealed, 2 progress, 3 mark, 4 extend,
+                  5 reserve
     13      3     reserved, zero
     16      4     head check: CRC-32 of bytes 0..16
     20      B     body (per kind, below)
@@ -32,6 +33,7 @@ take the middle of the journal for a torn tail. Bodies::
               kind (2: tokens), a token payload as above without a reward
               (has_reward 0): a running sample's tokens from ``start`` on
     mark      u64 checkpoint
+    reserve   u64 below: attempts below it may be in use
 
 Each body must be consumed exactly, and strictly: trailing bytes, a reserved
 byte that is not zero, an unknown kind, a flag that is not 0/1, an absent
@@ -98,6 +100,7 @@ from ._records import (
     Payload,
     Progress,
     Record,
+    Reserve,
     Sealed,
     TokenPayload,
     check_token_fields,
@@ -115,8 +118,11 @@ KIND_SEALED: Final = 1
 KIND_PROGRESS: Final = 2
 KIND_MARK: Final = 3
 KIND_EXTEND: Final = 4
+KIND_RESERVE: Final = 5
 
-_RECORD_KINDS: Final = frozenset({KIND_SEALED, KIND_PROGRESS, KIND_MARK, KIND_EXTEND})
+_RECORD_KINDS: Final = frozenset(
+    {KIND_SEALED, KIND_PROGRESS, KIND_MARK, KIND_EXTEND, KIND_RESERVE}
+)
 
 PAYLOAD_BYTES: Final = 0
 PAYLOAD_JSON: Final = 1
@@ -181,6 +187,7 @@ _RECORD_KIND: Final[dict[type, int]] = {
     Progress: KIND_PROGRESS,
     Mark: KIND_MARK,
     Extend: KIND_EXTEND,
+    Reserve: KIND_RESERVE,
 }
 _PAYLOAD_KIND: Final[dict[type, int]] = {
     BytesPayload: PAYLOAD_BYTES,
@@ -240,9 +247,9 @@ def append_frames(parts: list[bytes], records: Sequence[Record], seq: int, max_f
             kind = _RECORD_KIND.get(type(record))
             if kind is None:
                 kind = _kind_of(record, _RECORD_KIND, "record")
-            if kind == KIND_MARK:
-                frame = _frame_parts(KIND_MARK, seq, _MARK.pack(record.checkpoint), max_frame)
-                parts += frame
+            if kind == KIND_MARK or kind == KIND_RESERVE:
+                value = record.checkpoint if kind == KIND_MARK else record.below
+                parts += _frame_parts(kind, seq, _MARK.pack(value), max_frame)
                 total += FRAME_OVERHEAD + _MARK.size
                 seq += 1
                 continue
@@ -529,6 +536,10 @@ def _decode_fields(body: _Body, kind: int) -> Record:
         (checkpoint,) = body.unpack(_MARK, "a mark")
         body.done("mark")
         return trusted(Mark, checkpoint)
+    if kind == KIND_RESERVE:
+        (below,) = body.unpack(_MARK, "a reservation")
+        body.done("reservation")
+        return trusted(Reserve, below)
     if kind == KIND_EXTEND:
         ordinal, sibling, attempt, start, payload_kind = body.unpack(_EXTEND, "an extend")
         if payload_kind != PAYLOAD_TOKENS:

@@ -23,6 +23,7 @@ import math
 import sys
 from array import array
 from collections.abc import Iterable
+from functools import partial
 from itertools import groupby
 from typing import Any, Final, TypeVar
 
@@ -53,28 +54,31 @@ def check_uint(name: str, value: object, limit: int) -> int:
     return value
 
 
-def _uint(limit: int) -> Any:
-    def validate(_inst: object, attribute: attrs.Attribute[int], value: int) -> None:
-        check_uint(attribute.name, value, limit)
-
-    return validate
+# The validators are plain functions bound to their limits with ``partial``
+# at the fields (not closures made by a factory): a factory runs once, at
+# import, so its mutants could never be switched on (proofs/MUTANTS_JOURNAL.md).
 
 
-def _text(limit: int, *, empty: bool) -> Any:
-    def validate(_inst: object, attribute: attrs.Attribute[str], value: str) -> None:
-        if not isinstance(value, str):
-            raise TypeError(f"{attribute.name} must be a str, got {type(value).__name__}")
-        try:
-            size = len(value.encode("utf-8"))
-        except UnicodeEncodeError:
-            raise ValueError(f"{attribute.name} is not UTF-8 (it holds a lone surrogate)") from None
-        if size > limit or (size == 0 and not empty):
-            least = 0 if empty else 1
-            raise ValueError(
-                f"{attribute.name} must be {least}..{limit} bytes of UTF-8, got {size}"
-            )
+def _uint(limit: int, _inst: object, attribute: attrs.Attribute[int], value: int) -> None:
+    check_uint(attribute.name, value, limit)
 
-    return validate
+
+def _text(
+    limit: int, empty: bool, _inst: object, attribute: attrs.Attribute[str], value: str
+) -> None:
+    if not isinstance(value, str):
+        raise TypeError(f"{attribute.name} must be a str, got {type(value).__name__}")
+    try:
+        size = len(value.encode("utf-8"))
+    except UnicodeEncodeError:
+        raise ValueError(f"{attribute.name} is not UTF-8 (it holds a lone surrogate)") from None
+    if size > limit or (size == 0 and not empty):
+        least = 0 if empty else 1
+        raise ValueError(f"{attribute.name} must be {least}..{limit} bytes of UTF-8, got {size}")
+
+
+_U64_FIELD: Final = partial(_uint, MAX_U64)
+_U32_FIELD: Final = partial(_uint, MAX_U32)
 
 
 @attrs.frozen
@@ -92,9 +96,9 @@ class JournalHeader:
     saved in a checkpoint keeps its meaning across compactions.
     """
 
-    fingerprint: str = attrs.field(validator=_text(MAX_U16, empty=True))
-    lineage: str = attrs.field(validator=_text(MAX_U8, empty=False))
-    base: int = attrs.field(default=0, validator=_uint(MAX_U64 - 1))
+    fingerprint: str = attrs.field(validator=partial(_text, MAX_U16, True))
+    lineage: str = attrs.field(validator=partial(_text, MAX_U8, False))
+    base: int = attrs.field(default=0, validator=partial(_uint, MAX_U64 - 1))
 
 
 # -- payloads -------------------------------------------------------------------
@@ -392,9 +396,9 @@ class Sealed:
     ``payload`` is the finished sample. A seal is final for its attempt;
     only a newer attempt of the same sibling supersedes it (see ``replay``)."""
 
-    ordinal: int = attrs.field(validator=_uint(MAX_U64))
-    sibling: int = attrs.field(validator=_uint(MAX_U32))
-    attempt: int = attrs.field(validator=_uint(MAX_U32))
+    ordinal: int = attrs.field(validator=_U64_FIELD)
+    sibling: int = attrs.field(validator=_U32_FIELD)
+    attempt: int = attrs.field(validator=_U32_FIELD)
     payload: Payload = attrs.field(validator=_check_payload)
 
 
@@ -407,9 +411,9 @@ class Progress:
     ``Progress`` of a new attempt with an empty payload records that the
     attempt started, which fences every older one."""
 
-    ordinal: int = attrs.field(validator=_uint(MAX_U64))
-    sibling: int = attrs.field(validator=_uint(MAX_U32))
-    attempt: int = attrs.field(validator=_uint(MAX_U32))
+    ordinal: int = attrs.field(validator=_U64_FIELD)
+    sibling: int = attrs.field(validator=_U32_FIELD)
+    attempt: int = attrs.field(validator=_U32_FIELD)
     payload: Payload = attrs.field(validator=_check_payload)
 
 
@@ -430,10 +434,10 @@ class Extend:
     its tokens once in the journal, not once per snapshot; the first record
     of an attempt is a whole snapshot (``Progress`` or ``Sealed``)."""
 
-    ordinal: int = attrs.field(validator=_uint(MAX_U64))
-    sibling: int = attrs.field(validator=_uint(MAX_U32))
-    attempt: int = attrs.field(validator=_uint(MAX_U32))
-    start: int = attrs.field(validator=_uint(MAX_U32))
+    ordinal: int = attrs.field(validator=_U64_FIELD)
+    sibling: int = attrs.field(validator=_U32_FIELD)
+    attempt: int = attrs.field(validator=_U32_FIELD)
+    start: int = attrs.field(validator=_U32_FIELD)
     payload: TokenPayload = attrs.field(validator=_token_prefix)
 
 
@@ -445,14 +449,28 @@ class Mark:
     proves the journal is the one that checkpoint was taken with. Marks
     carry no sibling state: replay and compaction ignore them."""
 
-    checkpoint: int = attrs.field(validator=_uint(MAX_U64))
+    checkpoint: int = attrs.field(validator=_U64_FIELD)
 
 
-Record = Sealed | Progress | Extend | Mark
+@attrs.frozen
+class Reserve:
+    """Attempts below ``below`` may be in use by this run: the single writer
+    appends (and syncs) one before it hands out an attempt it has not
+    reserved yet, in blocks, so that a resumed writer starts its attempt
+    counter at or above every attempt a previous incarnation could have
+    handed out, journaled or not (``JournalState.next_attempt``). A result of
+    such an attempt, from a worker that outlived its writer, then names no
+    current attempt and is fenced. Replay keeps the highest; compaction
+    keeps it."""
+
+    below: int = attrs.field(validator=_U64_FIELD)
+
+
+Record = Sealed | Progress | Extend | Mark | Reserve
 
 _FIELDS: Final[dict[type, tuple[str, ...]]] = {
     cls: tuple(f.name for f in attrs.fields(cls))
-    for cls in (Sealed, Progress, Extend, Mark, BytesPayload, TokenPayload)
+    for cls in (Sealed, Progress, Extend, Mark, Reserve, BytesPayload, TokenPayload)
 }
 
 

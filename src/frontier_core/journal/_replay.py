@@ -28,7 +28,8 @@ Fenced records (and ignored extends) are ignored rather than refused: they are t
 of a race the single writer lost (the journal is a log of what was said, not
 a proof that it was current), and refusing them would make a journal
 unusable for a reason that loses nothing. Their count is reported. A
-``Mark`` carries no sibling state and changes nothing.
+``Mark`` carries no sibling state and changes nothing; of the ``Reserve``
+records the state keeps the highest (``reserved``).
 
 The fold is a pure function of the records, each key's state depends only
 on that key's records, and each record costs O(1): replay is linear in the
@@ -44,7 +45,7 @@ from typing import Final
 import attrs
 
 from .._events import Lease
-from ._records import Extend, Mark, Payload, Progress, Record, Sealed, TokenPayload
+from ._records import Extend, Mark, Payload, Progress, Record, Reserve, Sealed, TokenPayload
 
 Key = tuple[int, int]
 
@@ -81,6 +82,8 @@ class JournalState:
 
     groups: Mapping[int, Mapping[int, SiblingState]] = _EMPTY
     fenced: int = attrs.field(default=0, eq=False)
+    #: The highest ``Reserve``: attempts below it may have been handed out.
+    reserved: int = 0
 
     def get(self, ordinal: int, sibling: int) -> SiblingState | None:
         group = self.groups.get(ordinal)
@@ -105,23 +108,28 @@ class JournalState:
 
     @property
     def next_attempt(self) -> int:
-        """One above every attempt the state names (0 if none): a floor for
-        the attempts of a resumed run (``SampleLedger.resume``'s
-        ``attempt_floor``)."""
-        return max(
-            (st.attempt + 1 for g in self.groups.values() for st in g.values()), default=0
-        )
+        """A floor for the attempts of a resumed run (``SampleLedger.resume``'s
+        ``attempt_floor``): one above every attempt the state names, and at
+        least ``reserved``; 0 if neither."""
+        attempts = [st.attempt + 1 for g in self.groups.values() for st in g.values()]
+        return max([self.reserved, *attempts])
 
     def restrict(self, window: Container[int]) -> JournalState:
         """The state of the ordinals in ``window`` only (cost: one membership
         test per ordinal of the state)."""
         kept = {o: g for o, g in self.groups.items() if o in window}
-        return JournalState(MappingProxyType(kept), self.fenced)
+        return JournalState(MappingProxyType(kept), self.fenced, self.reserved)
 
-    def to_records(self) -> tuple[Sealed | Progress, ...]:
-        """One record per sibling, ascending by (ordinal, sibling), that
-        replays to exactly this state (``fenced`` aside)."""
-        return tuple(state.record(o, s) for o, s, state in self.siblings())
+    def to_records(self) -> tuple[Sealed | Progress | Reserve, ...]:
+        """One record per sibling, ascending by (ordinal, sibling), then the
+        reservation if any: the records that replay to exactly this state
+        (``fenced`` aside)."""
+        records: list[Sealed | Progress | Reserve] = [
+            state.record(o, s) for o, s, state in self.siblings()
+        ]
+        if self.reserved:
+            records.append(Reserve(self.reserved))
+        return tuple(records)
 
 
 def accepts(current: SiblingState | None, record: Sealed | Progress | Extend) -> bool:
@@ -145,8 +153,12 @@ def replay(records: Iterable[Record]) -> JournalState:
     by the fencing rules of this module. Linear in the number of records."""
     groups: dict[int, dict[int, SiblingState]] = {}
     fenced = 0
+    reserved = 0
     for record in records:
         if isinstance(record, Mark):
+            continue
+        if isinstance(record, Reserve):
+            reserved = max(reserved, record.below)
             continue
         if not isinstance(record, Sealed | Progress | Extend):
             raise TypeError(f"not a journal record: {type(record).__name__}")
@@ -168,5 +180,5 @@ def replay(records: Iterable[Record]) -> JournalState:
             )
     # Every group holds a sibling: one is made only for an accepted record.
     return JournalState(
-        MappingProxyType({o: MappingProxyType(g) for o, g in groups.items()}), fenced
+        MappingProxyType({o: MappingProxyType(g) for o, g in groups.items()}), fenced, reserved
     )

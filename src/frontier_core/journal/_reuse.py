@@ -134,7 +134,7 @@ def reusable(state: JournalState, policy: Reuse, *, fork: int, step: int) -> Jou
     if policy.kind == ALL:
         return state
     if policy.kind == NONE:
-        return JournalState(MappingProxyType({}), state.fenced)
+        return JournalState(MappingProxyType({}), state.fenced, state.reserved)
     assert policy.max_age is not None
     groups: dict[int, Mapping[int, SiblingState]] = {}
     for ordinal, group in state.groups.items():
@@ -150,7 +150,7 @@ def reusable(state: JournalState, policy: Reuse, *, fork: int, step: int) -> Jou
                 kept[sibling] = SiblingState(st.attempt, truncated(payload, young), False)
         if kept:
             groups[ordinal] = MappingProxyType(kept)
-    return JournalState(MappingProxyType(groups), state.fenced)
+    return JournalState(MappingProxyType(groups), state.fenced, state.reserved)
 
 
 def continue_sample(prefix: TokenPayload, rest: TokenPayload) -> TokenPayload:

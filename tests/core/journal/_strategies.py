@@ -26,6 +26,7 @@ from frontier_core.journal import (
     Payload,
     Progress,
     Record,
+    Reserve,
     Sealed,
     TokenPayload,
 )
@@ -129,6 +130,7 @@ records: st.SearchStrategy[Record] = st.one_of(
     sibling_records(),
     extends(),
     st.builds(Mark, st.integers(0, 50)),
+    st.builds(Reserve, st.integers(0, 50)),
 )
 
 #: A few fixed payloads, for the tests of replay and compaction, where a
@@ -156,6 +158,7 @@ wide_records: st.SearchStrategy[Record] = st.one_of(
     sibling_records(st.integers(0, U64), st.integers(0, U32), st.integers(0, U32)),
     extends(st.integers(0, U64), st.integers(0, U32), st.integers(0, U32), st.integers(0, U32)),
     st.builds(Mark, st.integers(0, U64)),
+    st.builds(Reserve, st.integers(0, U64)),
 )
 
 headers = st.builds(

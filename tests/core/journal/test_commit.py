@@ -8,6 +8,8 @@ import pytest
 
 from frontier_core.journal import CommitPolicy
 
+pytestmark = pytest.mark.mutation
+
 
 def test_nothing_pending_nothing_due() -> None:
     assert CommitPolicy().due_in(pending_bytes=0, pending_records=0, elapsed=99.0) is None
@@ -55,3 +57,26 @@ def test_zero_bounds_commit_every_append() -> None:
 def test_invalid_policies_cannot_be_built(kwargs: dict[str, object], error: type) -> None:
     with pytest.raises(error):
         CommitPolicy(**kwargs)  # type: ignore[arg-type]
+
+
+def test_a_refused_policy_names_the_field_the_bound_and_what_it_got() -> None:
+    with pytest.raises(TypeError, match=r"^max_delay must be a number of seconds, got bool$"):
+        CommitPolicy(max_delay=True)
+    with pytest.raises(ValueError, match=r"^max_delay must be finite and >= 0, got -0\.5$"):
+        CommitPolicy(max_delay=-0.5)
+    with pytest.raises(ValueError, match=r"^max_bytes must be an int >= 0, got -1$"):
+        CommitPolicy(max_bytes=-1)
+    with pytest.raises(ValueError, match=r"^max_bytes must be an int >= 0, got None$"):
+        CommitPolicy(max_bytes=None)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match=r"^max_records must be an int >= 1, got 0$"):
+        CommitPolicy(max_records=0)
+    with pytest.raises(ValueError, match=r"^max_records must be an int >= 1, got 2\.0$"):
+        CommitPolicy(max_records=2.0)  # type: ignore[arg-type]
+
+
+def test_the_smallest_valid_bounds_are_accepted() -> None:
+    """``max_bytes`` from 0, ``max_records`` from 1 or ``None``, and
+    ``max_delay`` from 0, an int as well as a float."""
+    policy = CommitPolicy(max_delay=0, max_bytes=0, max_records=1)
+    assert (policy.max_delay, policy.max_bytes, policy.max_records) == (0, 0, 1)
+    assert CommitPolicy(max_records=None).max_records is None

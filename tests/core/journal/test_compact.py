@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Container
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -21,6 +22,8 @@ from frontier_core.journal import (
 )
 
 from ._strategies import budget, fold_records, windows
+
+pytestmark = pytest.mark.mutation
 
 
 @budget(200)

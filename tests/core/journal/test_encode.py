@@ -26,6 +26,7 @@ from frontier_core.journal import (
     Mark,
     Progress,
     Record,
+    Reserve,
     Sealed,
     TokenPayload,
     decode,
@@ -37,6 +38,8 @@ from frontier_core.journal._format import append_frames
 
 from ._strategies import U64, budget, forge_frame, forge_header_body, headers, wide_records
 
+pytestmark = pytest.mark.mutation
+
 TOKENS = TokenPayload.of([5, 6, 7], [-0.5, -1.25, -3.0], [2, 2, 3], reward=1.0)
 
 
@@ -45,6 +48,8 @@ def layout_body(record: Record) -> tuple[int, bytes]:
     ``_format``'s docstring."""
     if isinstance(record, Mark):
         return 3, struct.pack("<Q", record.checkpoint)
+    if isinstance(record, Reserve):
+        return 5, struct.pack("<Q", record.below)
     payload = record.payload
     if isinstance(payload, BytesPayload):
         kind, rest = 0, payload.data

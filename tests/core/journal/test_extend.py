@@ -27,6 +27,8 @@ from frontier_core.journal import (
 
 from ._strategies import U32, U64, budget, forge_journal, frame_offsets
 
+pytestmark = pytest.mark.mutation
+
 
 def tp(tokens: list[int], version: int = 0, reward: float | None = None) -> TokenPayload:
     return TokenPayload.of(tokens, [-0.5] * len(tokens), version, reward)

@@ -55,6 +55,8 @@ from ._strategies import (
     wide_records,
 )
 
+pytestmark = pytest.mark.mutation
+
 HEADER = JournalHeader("fp", "run")
 TOKENS = TokenPayload.of([5, 6, 7], [-0.5, -1.25, -3.0], [2, 2, 3], reward=1.0)
 SAMPLE = [

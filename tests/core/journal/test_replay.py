@@ -15,6 +15,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from frontier_core import Lease
 from frontier_core.journal import (
     BytesPayload,
     JournalHeader,
@@ -31,6 +32,8 @@ from frontier_core.journal import (
 )
 
 from ._strategies import budget, fold_records
+
+pytestmark = pytest.mark.mutation
 
 
 def p(tag: str) -> BytesPayload:
@@ -179,3 +182,36 @@ def test_replay_is_linear() -> None:
     state = replay(recs)
     assert state.fenced == 20_000 and len(state.groups) == 20_000
     assert time.process_time() - start < 10
+
+
+def test_sealed_and_progress_list_the_leases_ascending_under_their_current_attempt() -> None:
+    state = replay(
+        [
+            Progress(4, 1, 0, p("running")),
+            Sealed(2, 3, 5, p("done")),
+            Progress(4, 0, 2, p("old")),
+            Sealed(4, 0, 3, p("done too")),
+            Progress(2, 0, 1, p("running")),
+            Progress(2, 0, 6, p("newer attempt")),
+            Sealed(2, 0, 1, p("late, fenced")),
+        ]
+    )
+    assert state.sealed() == (Lease(2, 3, 5), Lease(4, 0, 3))
+    assert state.progress() == (Lease(2, 0, 6), Lease(4, 1, 0))
+    assert replay([]).sealed() == () and replay([]).progress() == ()
+
+
+def test_a_restricted_state_keeps_the_journal_fenced_count() -> None:
+    """``fenced`` is the statistic of the journal that produced the state;
+    restricting the state does not change the journal."""
+    state = replay([Sealed(0, 0, 1, p("x")), Sealed(0, 0, 0, p("late")), Sealed(5, 0, 0, p("y"))])
+    assert state.fenced == 1
+    assert state.restrict({5}).fenced == 1
+    assert state.restrict(range(0)).fenced == 1
+
+
+def test_replay_names_the_type_of_what_is_not_a_record() -> None:
+    with pytest.raises(TypeError, match=r"^not a journal record: tuple$"):
+        replay([("sealed", 0)])  # type: ignore[list-item]
+    with pytest.raises(TypeError, match=r"^not a journal record: BytesPayload$"):
+        replay([Progress(0, 0, 0, p("")), p("a payload, not a record")])  # type: ignore[list-item]

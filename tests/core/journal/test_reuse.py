@@ -14,6 +14,7 @@ from frontier_core.journal import (
     BytesPayload,
     JournalHeader,
     JournalState,
+    Mark,
     Progress,
     Reuse,
     Sealed,
@@ -26,6 +27,7 @@ from frontier_core.journal import (
     replay,
     reusable,
 )
+from frontier_core.journal._reuse import truncated
 
 from ._strategies import budget, token_payloads
 
@@ -159,3 +161,61 @@ def test_a_partly_stale_seal_becomes_a_prefix_to_continue() -> None:
     assert got == SiblingState(2, TokenPayload.of([10, 11], [-0.1] * 2, 4), False)
     assert reusable(state, Reuse.within(2), fork=5, step=5).get(3, 1) == state.get(3, 1)
     assert reusable(state, Reuse.within(0), fork=5, step=5).get(3, 1) is None
+
+
+def test_a_refused_reuse_policy_says_why_by_name() -> None:
+    with pytest.raises(ValueError, match=r"^max_age goes with Reuse\.within, and only with it$"):
+        Reuse("age")
+    with pytest.raises(ValueError, match=r"^max_age must be an int in \[0, 4294967296\], got -1$"):
+        Reuse.within(-1)
+
+
+def test_max_age_is_bounded_at_two_to_the_32() -> None:
+    assert Reuse.within(1 << 32).max_age == 1 << 32
+    with pytest.raises(ValueError, match=r"^max_age must be an int in \[0, 4294967296\]"):
+        Reuse.within((1 << 32) + 1)
+
+
+def test_reusable_refuses_a_fork_or_step_outside_two_to_the_64_by_name() -> None:
+    state = JournalState()
+    bound = 1 << 64
+    assert reusable(state, Reuse.within(1), fork=bound, step=bound) == state
+    for name, bad in [("fork", -1), ("fork", bound + 1), ("step", -1), ("step", bound + 1)]:
+        values = {"fork": 0, "step": bound, name: bad}  # the other one valid
+        with pytest.raises(
+            ValueError, match=rf"^{name} must be an int in \[0, {bound}\], got {bad}$"
+        ):
+            reusable(state, Reuse.within(1), **values)
+
+
+def test_a_reused_state_keeps_the_journal_fenced_count() -> None:
+    """``fenced`` is a statistic of the journal the state came from, under
+    every policy (it is not part of the state's value, so only the attribute
+    tells)."""
+    young = TokenPayload.of([1, 2], [-0.5, -0.5], [5, 9])
+    state = replay(
+        [Sealed(0, 0, 1, young), Sealed(0, 0, 0, young), Progress(1, 0, 1, young), Mark(3)]
+    )
+    assert state.fenced == 1
+    for policy in (Reuse.everything(), Reuse.nothing(), Reuse.within(0), Reuse.within(9)):
+        assert reusable(state, policy, fork=5, step=5).fenced == 1
+
+
+def test_truncated_keeps_the_first_tokens_as_a_prefix_and_refuses_more_than_it_has() -> None:
+    sample = TokenPayload.of([10, 11, 12, 13], [-0.1, -0.2, -0.3, -0.4], [4, 4, 7, 8], reward=0.5)
+    assert truncated(sample, 0) == TokenPayload.of([], [], 0)
+    assert truncated(sample, 3) == TokenPayload.of([10, 11, 12], [-0.1, -0.2, -0.3], [4, 4, 7])
+    assert truncated(sample, 4) == TokenPayload.of(
+        [10, 11, 12, 13], [-0.1, -0.2, -0.3, -0.4], [4, 4, 7, 8]
+    )
+    for length in (5, -1):
+        with pytest.raises(ValueError, match=rf"^cannot keep {length} of 4 tokens$"):
+            truncated(sample, length)
+
+
+def test_a_sealed_sample_is_not_continued_and_the_refusal_says_so() -> None:
+    sealed = TokenPayload.of([1], [-0.5], 0, reward=0.0)
+    with pytest.raises(
+        ValueError, match=r"^a sealed sample \(it has a reward\) is not a prefix to continue$"
+    ):
+        continue_sample(sealed, TokenPayload.of([2], [-0.5], 1))
