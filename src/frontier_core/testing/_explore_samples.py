@@ -1,0 +1,623 @@
+"""Exhaustive small-scope checking of the real sample-level ledger.
+
+The companion of ``_explore`` for ``SampleLedger``: the real class, driven
+breadth first through every state reachable within small bounds (a stream
+of a few groups of n siblings in batches, a failure policy and a
+granularity), with duplicate states merged. Every transition of one sibling
+or one group at a time: stamp a batch, dispatch a group, seal or fail a
+running sibling's current attempt, restart an unstarted sibling, fail,
+evict or train a whole group (and the whole buffer), and a checkpoint at
+every state (with and without the buffer, with and without the sealed
+siblings, each read back through JSON) followed by a crash resumed in every
+way: the buffer restored or not, every subset of the retained groups
+evicted on restore, and holding every subset of the siblings the crashed
+run had sealed, or all it had sealed or was running (a running one sealed
+after the checkpoint, into the journal, under its attempt or under a newer
+one), with ``attempt_floor`` one past every attempt the crashed run may
+have handed out after the checkpoint.
+
+In every state it checks the per-sample invariants of proofs/SAMPLES.md
+that can be read off the state and the lineage, plus the prompt-level
+ones of the groups (``_explore``'s checks); on every transition, the ones
+about transitions; and in every state, every result the ledger could be
+sent (each sibling under its current attempt, a sealed sibling's own
+attempt, another sibling's, an attempt no longer held, and one never handed
+out) to check that exactly the current one is accepted and every other is
+fenced without a change, or refused as illegal.
+
+Attempt numbers grow with every crash (the counter never goes down), so
+states are identified up to a renaming of attempts: the ledger only tests
+attempts for equality with one another and against its counter, and hands
+out new ones from the counter, so two ledgers whose groups agree and whose
+siblings agree up to an injective renaming of their attempts (each below its
+counter) have the same futures up to that renaming. A state's identity is
+therefore its groups, each sibling's status with its attempt replaced by its
+rank among the attempts the ledger holds, and whether the ledger handed out
+attempts it no longer shows (whose results must stay fenced). The failed
+attempt an unstarted sibling keeps is not part of it: like every attempt
+that is not current, it can only be fenced. The explorer reads all of this
+through the public queries (``sibling``, ``running``, ``held``), never the
+representation.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+from collections import deque
+from collections.abc import Callable, Iterator
+
+import attrs
+
+from .._errors import IllegalTransitionError
+from .._events import FailurePolicy, Granularity, Lease, Sibling, Status
+from .._ledger import LedgerConfig
+from .._samples import SampleCheckpoint, SampleLedger, SampleResumed
+from .._transitions import failure_outcome, setback_outcome
+from ._explore import Bounds, InvariantViolation, State, Tally, _check_ledger, _check_lineage
+
+_Trace = Callable[[], tuple[str, ...]]
+#: A resume's label, ledger, filter horizon and shape (``_State`` but the lineage).
+_Resumed = tuple[str, SampleLedger, "int | None", tuple[object, ...]]
+
+
+@attrs.frozen
+class SampleBounds:
+    """The small scope: a finite stream of groups of ``samples`` siblings,
+    yielded in batches, under a failure policy and a granularity."""
+
+    stream_len: int = 3
+    batch: int = 2
+    samples: int = 2
+    on_failure: FailurePolicy = FailurePolicy.RETRY
+    max_attempts: int = 2
+    granularity: Granularity = Granularity.SIBLING
+
+
+@attrs.frozen
+class SampleReport:
+    """What an exploration covered."""
+
+    bounds: SampleBounds
+    states: int
+    transitions: int
+    ledgers: int
+    drained_states: int
+    results_checked: int
+    illegal_events_checked: int
+    resumes_checked: int
+    landed_at_dispatch: int
+
+
+@attrs.frozen
+class _State:
+    """A point of the exploration: the live ledger (not part of the
+    identity), the lineage, the resume filter's horizon while active, and
+    the ledger's shape (``_shape``)."""
+
+    ledger: SampleLedger = attrs.field(eq=False)
+    lineage: Tally
+    horizon: int | None
+    shape: tuple[object, ...]
+
+    @classmethod
+    def of(cls, ledger: SampleLedger, lineage: Tally) -> _State:
+        inner = ledger.ledger
+        horizon = inner.filter_horizon if inner.filtering else None
+        return cls(ledger, lineage, horizon, _shape(ledger))
+
+
+#: The attempt of an unstarted sibling: the ledger does not show it.
+_HIDDEN = -1
+
+
+def _detail(ledger: SampleLedger) -> dict[tuple[int, int], tuple[Sibling, int]]:
+    """Every sibling the ledger shows detail of, by its public queries:
+    ``(status, attempt)``, ``_HIDDEN`` for an unstarted one's."""
+    out = {(x.ordinal, x.sibling): (Sibling.RUNNING, x.attempt) for x in ledger.running()}
+    out.update({(x.ordinal, x.sibling): (Sibling.SEALED, x.attempt) for x in ledger.held()})
+    for o in ledger.ledger.ordinals(Status.OUTSTANDING):
+        for s in range(ledger.config.samples):
+            if (o, s) not in out and ledger.sibling(o, s) is not None:
+                out[(o, s)] = (Sibling.UNSTARTED, _HIDDEN)
+    return dict(sorted(out.items()))
+
+
+def _shape(ledger: SampleLedger) -> tuple[object, ...]:
+    """The ledger's identity up to a renaming of attempts (module docstring)."""
+    detail = _detail(ledger)
+    shown = sorted({a for _, a in detail.values() if a != _HIDDEN})
+    rank = {a: i for i, a in enumerate(shown)}
+    siblings = tuple((o, s, status, rank.get(a, _HIDDEN)) for (o, s), (status, a) in detail.items())
+    return (ledger.ledger, siblings, ledger.next_attempt > len(shown))
+
+
+def explore_samples(bounds: SampleBounds) -> SampleReport:
+    """Explore every reachable state within ``bounds``; raise
+    ``InvariantViolation`` at the first broken invariant, with the shortest
+    trace that reaches it (breadth first)."""
+    config = LedgerConfig(
+        on_failure=bounds.on_failure,
+        max_attempts=bounds.max_attempts,
+        stream_len=bounds.stream_len,
+        fingerprint="explore",
+        samples=bounds.samples,
+        granularity=bounds.granularity,
+    )
+    start = _State.of(SampleLedger.start(config), Tally.empty(bounds.stream_len))
+    parents: dict[_State, tuple[_State, str] | None] = {start: None}
+    ledgers: set[tuple[SampleLedger, int | None]] = set()
+    resumes: dict[object, list[_Resumed]] = {}
+    counters = dict.fromkeys(
+        ("transitions", "drained", "results", "illegal", "resumes", "landed_at_dispatch"), 0
+    )
+    queue = deque([start])
+
+    def trace_of(state: _State) -> _Trace:
+        def trace() -> tuple[str, ...]:
+            steps: list[str] = []
+            link = parents.get(state)
+            while link is not None:
+                parent, label = link
+                steps.append(label)
+                link = parents.get(parent)
+            return tuple(reversed(steps))
+
+        return trace
+
+    def visit(state: _State) -> None:
+        trace = trace_of(state)
+        # The groups' lineage, by the prompt-level checks.
+        groups = State(state.ledger.ledger, state.lineage, state.horizon)
+        _check_lineage(groups, Bounds(stream_len=bounds.stream_len), trace)
+        if (state.ledger, state.horizon) not in ledgers:
+            ledgers.add((state.ledger, state.horizon))
+            _check_ledger(state.ledger.ledger, trace)
+            _check_detail(state.ledger, trace)
+            counters["results"] += _check_results(state.ledger, trace)
+            counters["illegal"] += _check_illegal(state.ledger, bounds, trace)
+        if state.ledger.ledger.drained:
+            counters["drained"] += 1
+            for o in range(bounds.stream_len):
+                if state.lineage.resolved[o] != 1:
+                    raise InvariantViolation(
+                        "SAMPLE-EXACTLY-ONCE",
+                        f"drained, yet group {o} was resolved {state.lineage.resolved[o]}x",
+                        trace(),
+                    )
+            if state.ledger.size():
+                raise InvariantViolation(
+                    "SIBLING-DETAIL-BOUNDED", "a drained ledger holds sibling detail", trace()
+                )
+
+    visit(start)
+    while queue:
+        state = queue.popleft()
+        trace = trace_of(state)
+        frozen = (state.ledger.checkpoint(), _detail(state.ledger), state.ledger.next_attempt)
+        for label, child in _successors(state, bounds, counters, resumes, trace):
+            counters["transitions"] += 1
+            if child in parents:
+                continue
+            parents[child] = (state, label)
+            visit(child)
+            queue.append(child)
+        # IMMUTABLE: exploring every successor left the parent value as it was.
+        after = (state.ledger.checkpoint(), _detail(state.ledger), state.ledger.next_attempt)
+        if after != frozen:
+            raise InvariantViolation("IMMUTABLE", "a transition changed its parent", trace())
+    return SampleReport(
+        bounds=bounds,
+        states=len(parents),
+        transitions=counters["transitions"],
+        ledgers=len(ledgers),
+        drained_states=counters["drained"],
+        results_checked=counters["results"],
+        illegal_events_checked=counters["illegal"],
+        resumes_checked=counters["resumes"],
+        landed_at_dispatch=counters["landed_at_dispatch"],
+    )
+
+
+def _successors(
+    state: _State,
+    bounds: SampleBounds,
+    counters: dict[str, int],
+    cache: dict[object, list[_Resumed]],
+    trace: _Trace,
+) -> Iterator[tuple[str, _State]]:
+    ledger, lineage = state.ledger, state.lineage
+    inner = ledger.ledger
+    n = bounds.samples
+    detail = _detail(ledger)
+
+    def moved(after: SampleLedger, lin: Tally = lineage) -> _State:
+        if after.ledger.cut < inner.cut:
+            raise InvariantViolation(
+                "CUT-MONO", f"cut fell from {inner.cut} to {after.ledger.cut}", trace()
+            )
+        if after.next_attempt < ledger.next_attempt:
+            raise InvariantViolation(
+                "ATTEMPT-MONOTONE",
+                f"counter fell from {ledger.next_attempt} to {after.next_attempt}",
+                trace(),
+            )
+        return _State.of(after, lin)
+
+    def failed(o: int, after: SampleLedger, dropped: tuple[int, ...]) -> _State:
+        lin = lineage.fail((o,))
+        if lin.failures[o] > bounds.max_attempts:
+            raise InvariantViolation(
+                "SAMPLE-RETRY-BOUND", f"group {o} failed {lin.failures[o]} times", trace()
+            )
+        if dropped:
+            if bounds.on_failure is FailurePolicy.RETRY and lin.failures[o] < bounds.max_attempts:
+                raise InvariantViolation(
+                    "SAMPLE-RETRY-BOUND",
+                    f"group {o} dropped after {lin.failures[o]} failures",
+                    trace(),
+                )
+            lin = lin.resolve(dropped)
+        return moved(after, lin)
+
+    def fresh(leases: tuple[Lease, ...], wanted: list[tuple[int, int]]) -> None:
+        """ATTEMPT-MONOTONE: the attempts handed out are new (at or above
+        the counter), distinct, one per sibling asked for, and running."""
+        attempts = [x.attempt for x in leases]
+        if sorted(x[:2] for x in leases) != sorted(wanted) or len(set(attempts)) != len(attempts):
+            raise InvariantViolation("ATTEMPT-MONOTONE", f"leases {leases} for {wanted}", trace())
+        if any(a < ledger.next_attempt for a in attempts):
+            raise InvariantViolation(
+                "ATTEMPT-MONOTONE", f"leases {leases} reuse attempts below the counter", trace()
+            )
+
+    if not inner.exhausted:
+        step = ledger.stamp(bounds.batch)
+        if step.ledger.size() != ledger.size() or step.ledger.next_attempt != ledger.next_attempt:
+            raise InvariantViolation(
+                "SAMPLE-MODEL-AGREE", "a stamp changed sibling detail", trace()
+            )
+        yield f"stamp {list(step.effect.stamped)}", moved(step.ledger)
+
+    for o in inner.ordinals(Status.PENDING):
+        step = ledger.dispatch([o])
+        held = sorted(
+            Lease(o, s, a) for (g, s), (st, a) in detail.items() if g == o and st is Sibling.SEALED
+        )
+        # REUSE-SOUND: the held siblings come back, the others start.
+        if list(step.effect.reused) != held:
+            raise InvariantViolation("REUSE-SOUND", f"reused {step.effect.reused}", trace())
+        fresh(step.effect.leases, [(o, s) for s in range(n) if (o, s) not in detail])
+        whole = len(held) == n
+        if step.effect.landed != ((o,) if whole else ()):
+            raise InvariantViolation(
+                "REUSE-SOUND", f"dispatch of {o} landed {step.effect.landed}", trace()
+            )
+        counters["landed_at_dispatch"] += whole
+        yield f"dispatch [{o}]", moved(step.ledger)
+
+    for (o, s), (status, a) in sorted(detail.items()):
+        if inner.status(o) is not Status.OUTSTANDING:
+            continue
+        lease = Lease(o, s, a)
+        if status is Sibling.RUNNING:
+            step = ledger.seal([lease])
+            others = all(
+                detail.get((o, t), (None,))[0] is Sibling.SEALED for t in range(n) if t != s
+            )
+            if step.effect.sealed != (lease,) or step.effect.landed != ((o,) if others else ()):
+                raise InvariantViolation("ATTEMPT-FENCING", f"seal {lease}: {step.effect}", trace())
+            if not others and step.ledger.sibling(o, s) != (Sibling.SEALED, a):
+                raise InvariantViolation("ATTEMPT-FENCING", f"{lease} not sealed", trace())
+            if others and step.ledger.status(o) is not Status.BUFFERED:
+                raise InvariantViolation("SAMPLE-EXACTLY-ONCE", f"{o} did not land", trace())
+            yield f"seal {tuple(lease)}", moved(step.ledger)
+            step = ledger.fail_sample([lease])
+            _check_sample_failure(ledger, bounds, lease, step.ledger, step.effect, trace)
+            yield (
+                f"fail_sample {tuple(lease)}",
+                failed(o, step.ledger, step.effect.dropped),
+            )
+        elif status is Sibling.UNSTARTED:
+            step = ledger.restart([(o, s)])
+            fresh(step.effect.leases, [(o, s)])
+            yield f"restart {(o, s)}", moved(step.ledger)
+
+    for o in inner.ordinals(Status.OUTSTANDING):
+        step = ledger.fail([o])
+        if any(g == o for g, _ in _detail(step.ledger)):
+            raise InvariantViolation(
+                "ATTEMPT-FENCING", f"group {o} failed whole but kept its detail", trace()
+            )
+        yield f"fail [{o}]", failed(o, step.ledger, step.effect.dropped)
+    buffered = tuple(inner.ordinals(Status.BUFFERED))
+    for o in buffered:
+        step = ledger.evict([o])
+        yield f"evict [{o}]", failed(o, step.ledger, step.effect.dropped)
+        yield f"train [{o}]", moved(ledger.train([o]).ledger, lineage.resolve((o,)))
+    if len(buffered) > 1:
+        yield (
+            f"train {list(buffered)}",
+            moved(ledger.train(buffered).ledger, lineage.resolve(buffered)),
+        )
+
+    # What a resume may hold: any subset of the siblings the crashed run
+    # had sealed (saved with the checkpoint or journaled); or every sibling
+    # it had sealed or was running, each running one sealed after the
+    # checkpoint into the journal, under its attempt or (restarted after
+    # the checkpoint) under a newer one. The crashed run may have handed out
+    # one new attempt per running sibling after the checkpoint: the resume
+    # is told so (``attempt_floor``), as a journal would tell it.
+    sealed = tuple(
+        sorted(Lease(o, s, a) for (o, s), (st, a) in detail.items() if st is Sibling.SEALED)
+    )
+    running = tuple(
+        sorted(Lease(o, s, a) for (o, s), (st, a) in detail.items() if st is Sibling.RUNNING)
+    )
+    held_options = [
+        held for r in range(len(sealed) + 1) for held in itertools.combinations(sealed, r)
+    ]
+    floor = ledger.next_attempt + len(running)
+    if running:
+        held_options.append(tuple(sorted(sealed + running)))
+        newer = tuple(
+            Lease(x.ordinal, x.sibling, ledger.next_attempt + i) for i, x in enumerate(running)
+        )
+        held_options.append(tuple(sorted(sealed + newer)))
+    seen = []
+    for save_buffer in (True, False):
+        # The sealed siblings in the record change nothing a resume builds
+        # (it is told what it holds); both records are read back and checked.
+        checkpoints = [
+            ledger.checkpoint(save_buffer=save_buffer, save_sealed=x) for x in (True, False)
+        ]
+        if checkpoints[0] in seen:
+            continue  # nothing buffered: the same record either way
+        seen.append(checkpoints[0])
+        for label, resumed, horizon, shape in _resumes(
+            ledger, checkpoints, held_options, floor, cache, counters, trace
+        ):
+            yield (
+                f"checkpoint save_buffer={save_buffer}; kill; {label}",
+                _State(resumed, lineage, horizon, shape),
+            )
+
+
+def _check_sample_failure(
+    ledger: SampleLedger,
+    bounds: SampleBounds,
+    lease: Lease,
+    after: SampleLedger,
+    effect: object,
+    trace: _Trace,
+) -> None:
+    """A failed sample of a current attempt, by the statement: one failed
+    attempt of the group (``sibling``: only it is generated again, unless
+    the policy drops the group) or a failure of the whole group (``group``)."""
+    o, s, _ = lease
+    attempts = ledger.ledger.attempts(o)
+    if bounds.granularity is Granularity.SIBLING:
+        status, left = setback_outcome(bounds.on_failure, bounds.max_attempts, attempts)
+        expected_restart = ((o, s),) if status is Status.OUTSTANDING else ()
+    else:
+        status, left = failure_outcome(
+            bounds.on_failure, bounds.max_attempts, attempts, stamped=True
+        )
+        expected_restart = ()
+    got = after.ledger.status(o)
+    if status is Status.DROPPED and got is None:
+        got = Status.DROPPED  # resolved, and the cut passed it
+    restart = getattr(effect, "restart", None)
+    if got is not status or restart != expected_restart:
+        raise InvariantViolation(
+            "SAMPLE-RETRY-BOUND",
+            f"fail_sample {tuple(lease)} after {attempts} failures: {got}, restart {restart}",
+            trace(),
+        )
+    kept = [k for k in _detail(after) if k[0] == o]
+    if status is Status.OUTSTANDING:
+        if after.sibling(o, s) != (Sibling.UNSTARTED, None) or after.ledger.attempts(o) != left:
+            raise InvariantViolation("SAMPLE-RETRY-BOUND", f"{(o, s)} not unstarted", trace())
+    elif kept:
+        raise InvariantViolation(
+            "ATTEMPT-FENCING", f"group {o} left outstanding but kept its detail", trace()
+        )
+
+
+def _resumes(
+    ledger: SampleLedger,
+    checkpoints: list[SampleCheckpoint],
+    held_options: list[tuple[Lease, ...]],
+    floor: int,
+    cache: dict[object, list[_Resumed]],
+    counters: dict[str, int],
+    trace: _Trace,
+) -> list[_Resumed]:
+    """Every ledger a crash after the checkpoint can resume into, holding
+    each of ``held_options``. Cached: many states share all three."""
+    key = (checkpoints[0], tuple(held_options), floor)
+    if key in cache:
+        return cache[key]
+    # SAMPLE-CKPT-ROUNDTRIP: the resume reads the record back, as a restart does.
+    restored = []
+    for checkpoint in checkpoints:
+        record = json.loads(json.dumps(checkpoint.state_dict()))
+        back = SampleCheckpoint.from_state_dict(record, fingerprint="explore")
+        if back != checkpoint:
+            raise InvariantViolation("SAMPLE-CKPT-ROUNDTRIP", "record read back differs", trace())
+        restored.append(back)
+    with_sealed = restored[0]
+    if with_sealed.sealed != tuple(ledger.held()) or restored[1].sealed:
+        raise InvariantViolation("SAMPLE-CKPT-ROUNDTRIP", "the record's sealed is off", trace())
+    config = ledger.config
+    inner = with_sealed.ledger
+    retained = tuple(inner.retained_ordinals())
+    loads: list[tuple[bool, tuple[int, ...]]] = [(False, ())]
+    for r in range(len(retained) + 1):
+        loads.extend((True, evicted) for evicted in itertools.combinations(retained, r))
+    resolved = set(inner.trained()) | set(inner.dropped())
+    out: list[_Resumed] = []
+    for load, evicted in loads:
+        restored_groups = set(retained) - set(evicted) if load else set()
+        for held in held_options:
+            resumed = SampleLedger.resume(
+                config,
+                with_sealed,
+                load_replay_buffer=load,
+                evicted_on_restore=evicted,
+                sealed=held,
+                attempt_floor=floor,
+            )
+            counters["resumes"] += 1
+            _check_resume(floor, with_sealed, held, resolved, restored_groups, resumed, trace)
+            label = (
+                f"resume load_replay_buffer={load} evicted_on_restore={list(evicted)} "
+                f"sealed={[tuple(x) for x in held]} attempt_floor={floor}"
+            )
+            after = _State.of(resumed.ledger, lineage=Tally((), ()))
+            out.append((label, resumed.ledger, after.horizon, after.shape))
+    cache[key] = out
+    return out
+
+
+def _check_resume(
+    crashed: int,
+    checkpoint: SampleCheckpoint,
+    held: tuple[Lease, ...],
+    resolved: set[int],
+    restored: set[int],
+    resumed: SampleResumed,
+    trace: _Trace,
+) -> None:
+    ledger = resumed.ledger
+    cut = checkpoint.ledger.cut
+    if resumed.rewind_to != cut or ledger.cut != cut:
+        raise InvariantViolation("RESUME-EXACT", "rewound elsewhere than the cut", trace())
+    # REUSE-SOUND: held siblings of groups that need generation are kept,
+    # the others ignored; nothing else is kept.
+    needed = [x for x in held if x.ordinal >= cut and x.ordinal not in resolved | restored]
+    others = [x for x in held if x not in needed]
+    if list(resumed.reused) != needed or list(resumed.ignored) != others:
+        raise InvariantViolation(
+            "REUSE-SOUND", f"reused {resumed.reused}, ignored {resumed.ignored}", trace()
+        )
+    if sorted(ledger.held()) != needed or list(ledger.running()):
+        raise InvariantViolation("REUSE-SOUND", "the resumed detail is not the held", trace())
+    # ATTEMPT-MONOTONE: above the crashed run's counter (``crashed``), the
+    # checkpoint's, and every held attempt.
+    floor = max([crashed, checkpoint.next_attempt] + [x.attempt + 1 for x in held])
+    if ledger.next_attempt < floor:
+        raise InvariantViolation(
+            "ATTEMPT-MONOTONE", f"resumed counter {ledger.next_attempt} < {floor}", trace()
+        )
+
+
+def _check_detail(ledger: SampleLedger, trace: _Trace) -> None:
+    """SIBLING-DETAIL-BOUNDED and the attempts' identity, from the state."""
+    n = ledger.config.samples
+    detail = _detail(ledger)
+    groups: dict[int, list[Sibling]] = {}
+    for (o, s), (status, a) in detail.items():
+        groups.setdefault(o, []).append(status)
+        if s >= n or a >= ledger.next_attempt:
+            raise InvariantViolation(
+                "ATTEMPT-MONOTONE", f"sibling {(o, s)} under attempt {a}", trace()
+            )
+    attempts = [a for _, a in detail.values() if a != _HIDDEN]
+    if len(set(attempts)) != len(attempts):
+        raise InvariantViolation("ATTEMPT-FENCING", f"attempts {attempts} repeat", trace())
+    for o, statuses in groups.items():
+        group = ledger.status(o)
+        if group is Status.OUTSTANDING:
+            if statuses.count(Sibling.SEALED) == n:
+                raise InvariantViolation(
+                    "SAMPLE-EXACTLY-ONCE", f"group {o} has all {n} sealed, not landed", trace()
+                )
+        elif group not in (Status.UNSTAMPED, Status.PENDING) or set(statuses) != {Sibling.SEALED}:
+            raise InvariantViolation(
+                "SIBLING-DETAIL-BOUNDED", f"{group} group {o} holds {statuses}", trace()
+            )
+    if ledger.size() != len(detail) or ledger.size() > n * len(groups):
+        raise InvariantViolation("SIBLING-DETAIL-BOUNDED", f"size {ledger.size()}", trace())
+    if ledger.checkpoint().sealed != tuple(ledger.held()):
+        raise InvariantViolation("SAMPLE-CKPT-ROUNDTRIP", "checkpoint.sealed is off", trace())
+
+
+def _check_results(ledger: SampleLedger, trace: _Trace) -> int:
+    """ATTEMPT-FENCING in this state, for every class of result: each
+    sibling under its own attempt when it is not running (a second seal, a
+    late answer of a failed attempt), under another sibling's attempt, and
+    under an attempt the ledger no longer holds. Exactly the current attempt
+    of a running sibling is accepted (a successor); every other result is
+    fenced and changes nothing. Which attempt stands for a class does not
+    matter: the ledger only tests attempts for equality."""
+    n = ledger.config.samples
+    stream = ledger.config.stream_len or 0
+    detail = _detail(ledger)
+    present = sorted({a for _, a in detail.values() if a != _HIDDEN})
+    absent = next((a for a in range(ledger.next_attempt) if a not in present), None)
+    checked = 0
+    for o in range(stream):
+        for s in range(n):
+            own = detail.get((o, s))
+            tries = {a for a in present if own is None or a != own[1]}
+            tries = {min(tries)} if tries else set()
+            if absent is not None:
+                tries.add(absent)
+            if own is not None and own[0] is Sibling.SEALED:
+                tries.add(own[1])
+            for a in sorted(tries):
+                lease = Lease(o, s, a)
+                for method in ("seal", "fail_sample"):
+                    step = getattr(ledger, method)([lease])
+                    if step.effect.fenced != (lease,) or step.ledger != ledger:
+                        raise InvariantViolation(
+                            "ATTEMPT-FENCING", f"{method} {tuple(lease)} was not fenced", trace()
+                        )
+                    checked += 1
+    return checked
+
+
+def _check_illegal(ledger: SampleLedger, bounds: SampleBounds, trace: _Trace) -> int:
+    """SAMPLE-ILLEGAL-NOCHANGE: a result under an attempt never handed out,
+    a sibling outside the group, a restart of a sibling that is not
+    unstarted, and a dispatch of a group that is not pending each raise,
+    name the event and the ordinal, and change nothing."""
+    n = bounds.samples
+    before = (ledger.checkpoint(), ledger.next_attempt, _detail(ledger))
+    # Whether an event is legal, and what the error says, depends only on
+    # the group's status and its siblings' statuses: one group per class.
+    detail = _detail(ledger)
+    classes: dict[object, int] = {}
+    for o in range(bounds.stream_len + 1):
+        siblings = tuple(detail.get((o, s), (None,))[0] for s in range(n))
+        classes.setdefault((ledger.status(o), siblings), o)
+    calls: list[tuple[str, int, list[tuple[int, ...]]]] = []
+    for o in classes.values():
+        for method in ("seal", "fail_sample"):
+            for bad in (Lease(o, 0, ledger.next_attempt), Lease(o, n, 0)):
+                calls.append((method, o, [bad]))
+        for s in range(n + 1):
+            if s < n and ledger.sibling(o, s) == (Sibling.UNSTARTED, None):
+                continue
+            calls.append(("restart", o, [(o, s)]))
+        if ledger.status(o) is not Status.PENDING:
+            calls.append(("dispatch", o, [(o,)]))
+    for name, o, args in calls:
+        try:
+            if name == "dispatch":
+                ledger.dispatch([o])
+            else:
+                getattr(ledger, name)(args)
+        except IllegalTransitionError as exc:
+            if exc.ordinals != (o,) or exc.event != name:
+                raise InvariantViolation(
+                    "SAMPLE-ILLEGAL-NOCHANGE",
+                    f"{name} of {o}: the error names {exc.event} {exc.ordinals}",
+                    trace(),
+                ) from exc
+            continue
+        raise InvariantViolation("SAMPLE-ILLEGAL-NOCHANGE", f"{name} of {o} accepted", trace())
+    if (ledger.checkpoint(), ledger.next_attempt, _detail(ledger)) != before:
+        raise InvariantViolation("SAMPLE-ILLEGAL-NOCHANGE", "a refused event changed it", trace())
+    return len(calls)
