@@ -11,7 +11,8 @@
 #
 # Prints mutmut's summary and the surviving mutants; each survivor must be
 # killed by a test marked `mutation` (the selection mutmut runs) or written
-# up in proofs/MUTANTS.md. Set MUTATION_DIR to keep (and resume) a run in a
+# up in proofs/MUTANTS.md (the journal's, src/frontier_core/journal, in
+# proofs/MUTANTS_JOURNAL.md). Set MUTATION_DIR to keep (and resume) a run in a
 # fixed place: the copy is made once, so delete the directory to measure
 # newer sources.
 set -euo pipefail

@@ -16,6 +16,7 @@ from frontier_core.journal import (
     JournalState,
     Mark,
     Progress,
+    Reserve,
     Reuse,
     Sealed,
     SiblingState,
@@ -188,17 +189,24 @@ def test_reusable_refuses_a_fork_or_step_outside_two_to_the_64_by_name() -> None
             reusable(state, Reuse.within(1), **values)
 
 
-def test_a_reused_state_keeps_the_journal_fenced_count() -> None:
-    """``fenced`` is a statistic of the journal the state came from, under
-    every policy (it is not part of the state's value, so only the attribute
-    tells)."""
+def test_a_reused_state_keeps_the_journal_fenced_count_and_reservation() -> None:
+    """``fenced`` is a statistic of the journal the state came from, and
+    ``reserved`` the attempts its writers may have handed out: whatever the
+    policy reuses, both stay (the attempt floor of a resume must not drop)."""
     young = TokenPayload.of([1, 2], [-0.5, -0.5], [5, 9])
     state = replay(
-        [Sealed(0, 0, 1, young), Sealed(0, 0, 0, young), Progress(1, 0, 1, young), Mark(3)]
+        [
+            Sealed(0, 0, 1, young),
+            Sealed(0, 0, 0, young),
+            Progress(1, 0, 1, young),
+            Mark(3),
+            Reserve(64),
+        ]
     )
-    assert state.fenced == 1
+    assert (state.fenced, state.reserved) == (1, 64)
     for policy in (Reuse.everything(), Reuse.nothing(), Reuse.within(0), Reuse.within(9)):
-        assert reusable(state, policy, fork=5, step=5).fenced == 1
+        kept = reusable(state, policy, fork=5, step=5)
+        assert (kept.fenced, kept.reserved, kept.next_attempt) == (1, 64, 64)
 
 
 def test_truncated_keeps_the_first_tokens_as_a_prefix_and_refuses_more_than_it_has() -> None:
