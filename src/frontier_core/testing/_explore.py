@@ -25,7 +25,8 @@ from __future__ import annotations
 import itertools
 import json
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Hashable, Iterable, Iterator
+from typing import TypeVar
 
 import attrs
 
@@ -136,6 +137,53 @@ class Report:
 
 
 _Trace = Callable[[], tuple[str, ...]]
+_S = TypeVar("_S", bound=Hashable)
+
+
+def breadth_first(
+    start: _S,
+    successors: Callable[[_S, _Trace], Iterable[tuple[str, _S]]],
+    visit: Callable[[_S, _Trace], None],
+    snapshot: Callable[[_S], object],
+) -> tuple[int, int]:
+    """The search both explorers share: from ``start``, every state
+    ``successors`` reaches (each labelled by its move), each distinct one
+    ``visit``ed once with its trace, breadth first, so that the first
+    violation is reached by a shortest trace. IMMUTABLE is checked here:
+    ``snapshot`` of a state is the same after its successors were built as
+    before. Returns the numbers of states and of transitions."""
+    parents: dict[_S, tuple[_S, str] | None] = {start: None}
+
+    def trace_of(state: _S) -> _Trace:
+        def trace() -> tuple[str, ...]:
+            steps: list[str] = []
+            link = parents.get(state)
+            while link is not None:
+                parent, label = link
+                steps.append(label)
+                link = parents.get(parent)
+            return tuple(reversed(steps))
+
+        return trace
+
+    visit(start, trace_of(start))
+    queue = deque([start])
+    transitions = 0
+    while queue:
+        state = queue.popleft()
+        trace = trace_of(state)
+        frozen = snapshot(state)
+        for label, child in successors(state, trace):
+            transitions += 1
+            if child in parents:
+                continue
+            parents[child] = (state, label)
+            visit(child, trace_of(child))
+            queue.append(child)
+        # IMMUTABLE: exploring every successor left the parent value as it was.
+        if snapshot(state) != frozen:
+            raise InvariantViolation("IMMUTABLE", "a transition changed its parent", trace())
+    return len(parents), transitions
 
 
 def explore(bounds: Bounds) -> Report:
@@ -149,30 +197,14 @@ def explore(bounds: Bounds) -> Report:
         fingerprint="explore",
     )
     first = Ledger.start(config)
-    empty = Tally.empty(bounds.stream_len)
-    start = State.of(first, empty)
-    parents: dict[State, tuple[State, str] | None] = {start: None}
+    start = State.of(first, Tally.empty(bounds.stream_len))
     #: Ledgers (with their active horizons) whose own invariants were
     #: checked: many states share one.
     ledgers: set[tuple[Ledger, int | None]] = set()
     resumes: dict[Checkpoint, list[tuple[str, Ledger]]] = {}
-    queue = deque([start])
     counters = {"transitions": 0, "drained": 0, "illegal": 0, "checkpoints": 0}
 
-    def trace_of(state: State) -> _Trace:
-        def trace() -> tuple[str, ...]:
-            steps: list[str] = []
-            link = parents.get(state)
-            while link is not None:
-                parent, label = link
-                steps.append(label)
-                link = parents.get(parent)
-            return tuple(reversed(steps))
-
-        return trace
-
-    def visit(state: State) -> None:
-        trace = trace_of(state)
+    def visit(state: State, trace: _Trace) -> None:
         _check_lineage(state, bounds, trace)
         if (state.ledger, state.horizon) not in ledgers:
             ledgers.add((state.ledger, state.horizon))
@@ -182,24 +214,15 @@ def explore(bounds: Bounds) -> Report:
             counters["drained"] += 1
             _check_exactly_once(state, bounds, trace)
 
-    visit(start)
-    while queue:
-        state = queue.popleft()
-        trace = trace_of(state)
-        frozen = state.ledger.checkpoint()
-        for label, child in _successors(state, bounds, counters, resumes, trace):
-            counters["transitions"] += 1
-            if child in parents:
-                continue
-            parents[child] = (state, label)
-            visit(child)
-            queue.append(child)
-        # IMMUTABLE: exploring every successor left the parent value as it was.
-        if state.ledger.checkpoint() != frozen:
-            raise InvariantViolation("IMMUTABLE", "a transition changed its parent", trace())
+    states, counters["transitions"] = breadth_first(
+        start,
+        lambda state, trace: _successors(state, bounds, counters, resumes, trace),
+        visit,
+        lambda state: state.ledger.checkpoint(),
+    )
     return Report(
         bounds=bounds,
-        states=len(parents),
+        states=states,
         transitions=counters["transitions"],
         ledgers=len(ledgers),
         drained_states=counters["drained"],

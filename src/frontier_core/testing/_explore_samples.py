@@ -44,8 +44,7 @@ from __future__ import annotations
 
 import itertools
 import json
-from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 
 import attrs
 
@@ -54,9 +53,17 @@ from .._events import FailurePolicy, Granularity, Lease, Sibling, Status
 from .._ledger import LedgerConfig
 from .._samples import SampleCheckpoint, SampleLedger, SampleResumed
 from .._transitions import failure_outcome, setback_outcome
-from ._explore import Bounds, InvariantViolation, State, Tally, _check_ledger, _check_lineage
+from ._explore import (
+    Bounds,
+    InvariantViolation,
+    State,
+    Tally,
+    _check_ledger,
+    _check_lineage,
+    _Trace,
+    breadth_first,
+)
 
-_Trace = Callable[[], tuple[str, ...]]
 #: A resume's label, ledger, filter horizon and shape (``_State`` but the lineage).
 _Resumed = tuple[str, SampleLedger, "int | None", tuple[object, ...]]
 
@@ -145,28 +152,13 @@ def explore_samples(bounds: SampleBounds) -> SampleReport:
         granularity=bounds.granularity,
     )
     start = _State.of(SampleLedger.start(config), Tally.empty(bounds.stream_len))
-    parents: dict[_State, tuple[_State, str] | None] = {start: None}
     ledgers: set[tuple[SampleLedger, int | None]] = set()
     resumes: dict[object, list[_Resumed]] = {}
     counters = dict.fromkeys(
         ("transitions", "drained", "results", "illegal", "resumes", "landed_at_dispatch"), 0
     )
-    queue = deque([start])
 
-    def trace_of(state: _State) -> _Trace:
-        def trace() -> tuple[str, ...]:
-            steps: list[str] = []
-            link = parents.get(state)
-            while link is not None:
-                parent, label = link
-                steps.append(label)
-                link = parents.get(parent)
-            return tuple(reversed(steps))
-
-        return trace
-
-    def visit(state: _State) -> None:
-        trace = trace_of(state)
+    def visit(state: _State, trace: _Trace) -> None:
         # The groups' lineage, by the prompt-level checks.
         groups = State(state.ledger.ledger, state.lineage, state.horizon)
         _check_lineage(groups, Bounds(stream_len=bounds.stream_len), trace)
@@ -190,25 +182,15 @@ def explore_samples(bounds: SampleBounds) -> SampleReport:
                     "SIBLING-DETAIL-BOUNDED", "a drained ledger holds sibling detail", trace()
                 )
 
-    visit(start)
-    while queue:
-        state = queue.popleft()
-        trace = trace_of(state)
-        frozen = (state.ledger.checkpoint(), _detail(state.ledger), state.ledger.next_attempt)
-        for label, child in _successors(state, bounds, counters, resumes, trace):
-            counters["transitions"] += 1
-            if child in parents:
-                continue
-            parents[child] = (state, label)
-            visit(child)
-            queue.append(child)
-        # IMMUTABLE: exploring every successor left the parent value as it was.
-        after = (state.ledger.checkpoint(), _detail(state.ledger), state.ledger.next_attempt)
-        if after != frozen:
-            raise InvariantViolation("IMMUTABLE", "a transition changed its parent", trace())
+    states, counters["transitions"] = breadth_first(
+        start,
+        lambda state, trace: _successors(state, bounds, counters, resumes, trace),
+        visit,
+        lambda state: (state.ledger.checkpoint(), _detail(state.ledger), state.ledger.next_attempt),
+    )
     return SampleReport(
         bounds=bounds,
-        states=len(parents),
+        states=states,
         transitions=counters["transitions"],
         ledgers=len(ledgers),
         drained_states=counters["drained"],
