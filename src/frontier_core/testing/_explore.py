@@ -26,7 +26,7 @@ import itertools
 import json
 from collections import deque
 from collections.abc import Callable, Hashable, Iterable, Iterator
-from typing import TypeVar
+from typing import Protocol, TypeVar
 
 import attrs
 
@@ -140,6 +140,15 @@ _Trace = Callable[[], tuple[str, ...]]
 _S = TypeVar("_S", bound=Hashable)
 
 
+class _FailureBounds(Protocol):
+    """What ``retry_bound`` reads of either explorer's bounds."""
+
+    @property
+    def on_failure(self) -> FailurePolicy: ...
+    @property
+    def max_attempts(self) -> int: ...
+
+
 def breadth_first(
     start: _S,
     successors: Callable[[_S, _Trace], Iterable[tuple[str, _S]]],
@@ -249,21 +258,7 @@ def _successors(
         return State.of(after, lineage)
 
     def failed(o: int, after: Ledger, dropped: tuple[int, ...]) -> State:
-        lin = lineage.fail((o,))
-        # RETRY-BOUND: attempts survive crashes, so no ordinal fails more
-        # often than the policy allows.
-        if lin.failures[o] > bounds.max_attempts:
-            raise InvariantViolation(
-                "RETRY-BOUND", f"ordinal {o} failed {lin.failures[o]} times", trace()
-            )
-        if dropped:
-            # RETRY-BOUND, checked at the moment of the drop.
-            if bounds.on_failure is FailurePolicy.RETRY and lin.failures[o] < bounds.max_attempts:
-                raise InvariantViolation(
-                    "RETRY-BOUND", f"ordinal {o} dropped after {lin.failures[o]} failures", trace()
-                )
-            lin = lin.resolve(dropped)
-        return moved(after, lin)
+        return moved(after, retry_bound(lineage, o, dropped, bounds, "RETRY-BOUND", trace))
 
     if not ledger.exhausted:
         step = ledger.stamp(bounds.batch)
@@ -292,6 +287,30 @@ def _successors(
                 f"checkpoint save_buffer={save_buffer}; kill; {label}",
                 State.of(resumed, lineage),
             )
+
+
+def retry_bound(
+    lineage: Tally,
+    o: int,
+    dropped: tuple[int, ...],
+    bounds: _FailureBounds,
+    invariant: str,
+    trace: _Trace,
+) -> Tally:
+    """The lineage after a failed attempt of ``o`` (``dropped``: what the
+    ledger dropped for it), checking the retry bound ``invariant`` of both
+    explorers: attempts survive crashes, so no ordinal fails more often than
+    the policy allows, and under retry none is dropped before its limit."""
+    lin = lineage.fail((o,))
+    if lin.failures[o] > bounds.max_attempts:
+        raise InvariantViolation(invariant, f"ordinal {o} failed {lin.failures[o]} times", trace())
+    if dropped:
+        if bounds.on_failure is FailurePolicy.RETRY and lin.failures[o] < bounds.max_attempts:
+            raise InvariantViolation(
+                invariant, f"ordinal {o} dropped after {lin.failures[o]} failures", trace()
+            )
+        lin = lin.resolve(dropped)
+    return lin
 
 
 def _resumes(

@@ -62,6 +62,7 @@ from ._explore import (
     _check_lineage,
     _Trace,
     breadth_first,
+    retry_bound,
 )
 
 #: A resume's label, ledger, filter horizon and shape (``_State`` but the lineage).
@@ -227,20 +228,7 @@ def _successors(
         return _State.of(after, lin)
 
     def failed(o: int, after: SampleLedger, dropped: tuple[int, ...]) -> _State:
-        lin = lineage.fail((o,))
-        if lin.failures[o] > bounds.max_attempts:
-            raise InvariantViolation(
-                "SAMPLE-RETRY-BOUND", f"group {o} failed {lin.failures[o]} times", trace()
-            )
-        if dropped:
-            if bounds.on_failure is FailurePolicy.RETRY and lin.failures[o] < bounds.max_attempts:
-                raise InvariantViolation(
-                    "SAMPLE-RETRY-BOUND",
-                    f"group {o} dropped after {lin.failures[o]} failures",
-                    trace(),
-                )
-            lin = lin.resolve(dropped)
-        return moved(after, lin)
+        return moved(after, retry_bound(lineage, o, dropped, bounds, "SAMPLE-RETRY-BOUND", trace))
 
     def fresh(leases: tuple[Lease, ...], wanted: list[tuple[int, int]]) -> None:
         """ATTEMPT-MONOTONE: the attempts handed out are new (at or above
