@@ -29,16 +29,16 @@ from ._errors import ConcurrentUseError as ConcurrentUseError
 from ._sample_service import SampleLedgerService as SampleLedgerService
 from ._samples import SampleCollector as SampleCollector
 from ._samples import Taken as Taken
-from ._service import Lease as Lease
 from ._service import LedgerService as LedgerService
+from ._service import PromptLease as PromptLease
 from ._service import Reported as Reported
 from ._service import Snapshot as Snapshot
 from ._sources import SequenceSource as SequenceSource
 
 __all__ = [
     "ConcurrentUseError",
-    "Lease",
     "LedgerService",
+    "PromptLease",
     "Pull",
     "Reported",
     "SampleCollector",

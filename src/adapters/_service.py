@@ -8,13 +8,15 @@ actor wrapper.
 
 Theory of operation
 -------------------
-Work leaves the service in *leases*: ``take(n)`` dispatches up to ``n``
-prompts through the collector and records them under a fresh lease id. A
-rollout worker generates them and reports back with ``report(lease,
-landed=..., failed=...)`` in batches; a landed group is stored in the buffer
-and reported buffered in the same call. When Ray says a worker is dead, the
-driver calls ``release(leases)``: every ordinal those leases still hold is
-failed through the ledger, which requeues it (``retry``) or drops it.
+Work leaves the service in *leases* (``PromptLease``, a batch of prompts;
+not ``frontier_core.Lease``, one attempt at one sibling): ``take(n)``
+dispatches up to ``n`` prompts through the collector and records them
+under a fresh lease id. A rollout worker generates them and reports back
+with ``report(lease, landed=..., failed=...)`` in batches; a landed group is
+stored in the buffer and reported buffered in the same call. When Ray says a
+worker is dead, the driver calls ``release(leases)``: every ordinal those
+leases still hold is failed through the ledger, which requeues it
+(``retry``) or drops it.
 
 Every result keeps the ledger's three outcomes of a failure apart
 (``Reported``): ``requeued`` ordinals are generated again now (the service
@@ -30,8 +32,8 @@ outstanding, and a report is applied only to the ordinals its lease still
 holds; the rest are *stale* and ignored (a worker declared dead whose last
 report arrives late, a duplicate report). So a late report can never land a
 group twice nor land one whose ordinal was already failed and handed out
-again. Lease ids carry a random token of the service instance, so a lease of
-a lost service means nothing to its successor.
+again. A lease's id carries a random token of the service instance, so a
+lease of a lost service means nothing to its successor.
 
 The driver trains on ``batch(k)`` and reports the step with ``trained``,
 which returns the checkpoint state *after* the step (ledger record, stream
@@ -69,7 +71,7 @@ _KEYS: Final = frozenset({KEY_FORMAT, KEY_VERSION, KEY_COLLECTOR, KEY_BUFFER})
 
 
 @attrs.frozen
-class Lease:
+class PromptLease:
     """Prompts handed to one worker: ``items`` are ``(ordinal, row)``.
     An empty lease is ``throttled`` when ``max_ahead`` held it back (ask
     again after a training step), else nothing was ready to take."""
@@ -160,7 +162,7 @@ class LedgerService:
 
     # -- rollout side ---------------------------------------------------------
 
-    def take(self, n: int, *, max_ahead: int | None = None) -> Lease:
+    def take(self, n: int, *, max_ahead: int | None = None) -> PromptLease:
         """Dispatch up to ``n`` prompts (retried ones first) under a new
         lease; an empty lease when none is ready. With ``max_ahead``, at
         most that many prompts are leased or buffered at once (back pressure
@@ -172,7 +174,7 @@ class LedgerService:
             if room < n and not self._collector.exhausted:
                 n = max(0, room)
                 if n == 0:
-                    return Lease(lease_id, (), throttled=True)
+                    return PromptLease(lease_id, (), throttled=True)
         items = self._collector.take(n)
         if items:
             held = {o for o, _ in items}
@@ -180,7 +182,7 @@ class LedgerService:
             for o in held:
                 self._holder[o] = lease_id
             self.stats["taken"] += len(items)
-        return Lease(lease_id, tuple(items))
+        return PromptLease(lease_id, tuple(items))
 
     def report(
         self,
@@ -340,7 +342,7 @@ class LedgerService:
         }
 
     def leased(self) -> dict[str, tuple[int, ...]]:
-        """Lease id -> the ordinals it still holds."""
+        """Each lease's id -> the ordinals it still holds."""
         return {lease: tuple(sorted(held)) for lease, held in self._leases.items()}
 
     def ping(self) -> bool:

@@ -37,6 +37,19 @@ def test_the_service_module_imports_no_ray_and_no_torch() -> None:
     assert out.stdout.strip() == "[]"
 
 
+def test_one_name_for_the_services_batch_of_prompts() -> None:
+    """``PromptLease`` is the service's batch; ``Lease`` is only the core's
+    attempt at one sibling (no alias is kept under the old name)."""
+    import frontier_adapters
+
+    import frontier_core
+
+    lease = service().take(2)
+    assert isinstance(lease, frontier_adapters.PromptLease)
+    assert not isinstance(lease, frontier_core.Lease)
+    assert not hasattr(frontier_adapters, "Lease")
+
+
 def test_a_lease_lands_and_fails_only_what_it_holds() -> None:
     s = service()
     lease = s.take(3)

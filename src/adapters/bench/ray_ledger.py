@@ -33,7 +33,7 @@ import ray
 
 from frontier_core import LedgerConfig
 
-from .._service import Lease
+from .._service import PromptLease
 from .._sources import SequenceSource
 from ..examples.local_ray import init_ray
 from ..examples.ray_workers import _trajectory
@@ -54,7 +54,7 @@ class PumpRollout:
     def pump(self, ledger: Any, per_call: int, max_ahead: int) -> int:
         done = 0
         while True:
-            lease: Lease = ray.get(ledger.take.remote(per_call, max_ahead=max_ahead))
+            lease: PromptLease = ray.get(ledger.take.remote(per_call, max_ahead=max_ahead))
             if lease.throttled:
                 time.sleep(0.002)
                 continue

@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import os
 import random
-import signal
 import subprocess
 import sys
 import time
@@ -48,15 +47,10 @@ from frontier_core._audit import audit_log
 
 from .._service import Snapshot
 from .._sources import SequenceSource
-from ..ray._fleet import (
-    LedgerActor,
-    LedgerLostError,
-    RolloutFleet,
-    ledger_call,
-    rollout_actor,
-)
+from ..ray._fleet import LedgerActor, RolloutFleet, ledger_call, rollout_actor
 from ..torch._files import read_checkpoint, write_checkpoint
-from .local_ray import init_ray, loopback_env
+from . import _ray_torture
+from ._ray_torture import KillPlan, drive_fleet, driver_command, kill_drivers, on_cluster, respawner
 from .ray_workers import CpuEngineRollout, StandInRollout
 
 LOG_NAME = "train_log.jsonl"
@@ -92,7 +86,7 @@ class JobConfig:
 
 
 @attrs.define
-class Chaos:
+class Chaos(KillPlan):
     """Kills from inside the driver: ``worker_kills`` rollout workers (every
     other one by ``os._exit`` inside the worker, the rest by ``ray.kill``)
     and ``ledger_kills`` ledger actors. Each kill is scheduled at a random
@@ -100,28 +94,13 @@ class Chaos:
     the stream, and lands at a random moment of that step or at the start of
     the next, so every kill happens before the job can finish."""
 
-    worker_kills: int = 0
-    ledger_kills: int = 0
-    seed: int = 0
-    done_workers: int = 0
-    done_ledgers: int = 0
-    _rng: random.Random = attrs.field(init=False)
-    _plan: list[tuple[int, str]] | None = attrs.field(init=False, default=None)
-
-    def __attrs_post_init__(self) -> None:
-        self._rng = random.Random(self.seed)
-
     def strike(self, fleet: RolloutFleet, ledger: Any, step: int, last_step: int) -> None:
-        if self._plan is None:
-            kinds = ["worker"] * self.worker_kills + ["ledger"] * self.ledger_kills
-            self._rng.shuffle(kinds)
-            at = sorted(self._rng.randint(step, max(step, last_step)) for _ in kinds)
-            self._plan = list(zip(at, kinds, strict=True))
-        if not self._plan or step < self._plan[0][0]:
+        plan = self.plan(step, last_step)
+        if not plan or step < plan[0][0]:
             return
-        if step == self._plan[0][0] and self._rng.random() > 0.3:
+        if step == plan[0][0] and self._rng.random() > 0.3:
             return  # not yet: strike at a random moment of this step, or the next
-        _, kind = self._plan.pop(0)
+        _, kind = plan.pop(0)
         if kind == "worker":
             slot = self._rng.choice(sorted(fleet.workers))
             fleet.kill(slot, crash=self.done_workers % 2 == 1)
@@ -230,7 +209,7 @@ class _Driver:
         )
         self.seq += 1
 
-    def train(self, batch: list[tuple[int, Any]]) -> Snapshot:
+    def train(self, batch: list[tuple[int, Any]]) -> None:
         assert self.log is not None
         x = torch.stack([_features(g) for _, g in batch])
         y = torch.tensor([[float(o % 3)] for o, _ in batch])
@@ -241,8 +220,15 @@ class _Driver:
         ordinals = [o for o, _ in batch]
         self.log.step(self.step, ordinals)
         self.step += 1
-        snap: Snapshot = ledger_call(self.ledger.trained.remote(ordinals))
-        return snap
+        self.commit(ledger_call(self.ledger.trained.remote(ordinals)))
+
+    def settle(self) -> bool:
+        # Nothing can land: the drops since the last step decide whether
+        # the stream is done.
+        snap: Snapshot = ledger_call(self.ledger.snapshot.remote())
+        if snap.dropped:
+            self.commit(snap)
+        return snap.drained
 
 
 def run_job(
@@ -259,44 +245,22 @@ def run_job(
     workdir.mkdir(parents=True, exist_ok=True)
     driver = _Driver(workdir, cfg)
     driver.load()
-    generations: dict[int, int] = {}
-
-    def spawn(slot: int) -> Any:
-        generations[slot] = generations.get(slot, -1) + 1
-        return _spawn_worker(cfg, slot, generations[slot])
-
     fleet = RolloutFleet(
         driver.ledger,
-        spawn,
+        respawner(lambda slot, generation: _spawn_worker(cfg, slot, generation)),
         cfg.workers,
         per_call=cfg.per_call,
         max_ahead=4 * cfg.groups_per_step,
     )
-    steps = 0
     try:
-        while max_steps is None or steps < max_steps:
-            try:
-                if chaos is not None:
-                    last_step = max(0, cfg.stream_len // cfg.groups_per_step - 3)
-                    chaos.strike(fleet, driver.ledger, driver.step, last_step)
-                fleet.fill()
-                fleet.poll(timeout=0.02)
-                batch = ledger_call(driver.ledger.batch.remote(cfg.groups_per_step))
-                if batch:
-                    driver.commit(driver.train(batch))
-                    steps += 1
-                elif fleet.in_flight == 0 and fleet.exhausted:
-                    # Nothing can land: the drops since the last step decide
-                    # whether the stream is done.
-                    snap: Snapshot = ledger_call(driver.ledger.snapshot.remote())
-                    if snap.dropped:
-                        driver.commit(snap)
-                    if snap.drained:
-                        break
-            except LedgerLostError:
-                driver.rebuilds += 1
-                driver.load()
-                fleet.set_ledger(driver.ledger)
+        steps = drive_fleet(
+            driver,
+            fleet,
+            groups_per_step=cfg.groups_per_step,
+            last_step=max(0, cfg.stream_len // cfg.groups_per_step - 3),
+            chaos=chaos,
+            max_steps=max_steps,
+        )
     finally:
         if driver.log is not None:
             driver.log.close()
@@ -342,26 +306,12 @@ def _job_args(cfg: JobConfig) -> list[str]:
     ]
 
 
-def _lines(path: Path) -> int:
-    try:
-        with open(path, "rb") as f:
-            return f.read().count(b"\n")
-    except FileNotFoundError:
-        return 0
-
-
 def check_kills(cfg: JobConfig, kills: int) -> None:
-    """Refuse, before anything runs, a stream too short for ``kills``: each
-    kill waits for 2 to 4 new log lines, the resume marker among them, so up
-    to 3 steps of progress, and the job would otherwise finish first."""
-    steps = -(-cfg.stream_len // cfg.groups_per_step)
-    if kills * 3 >= steps:
-        rows = -(-(kills * 3 + 1) * cfg.groups_per_step // cfg.epochs)
-        raise ValueError(
-            f"{kills} kills need more than {kills * 3} training steps, but {cfg.rows} rows x "
-            f"{cfg.epochs} epochs at {cfg.groups_per_step} groups a step make {steps}: "
-            f"pass --rows {rows} or more"
-        )
+    """Refuse, before anything runs, a stream too short for ``kills``
+    (``_ray_torture.check_kills``)."""
+    _ray_torture.check_kills(
+        kills, rows=cfg.rows, groups_per_step=cfg.groups_per_step, epochs=cfg.epochs
+    )
 
 
 def torture(
@@ -383,44 +333,17 @@ def torture(
     check_kills(cfg, kills)
     workdir = Path(workdir)
     workdir.mkdir(parents=True, exist_ok=True)
-    log = workdir / LOG_NAME
-    rng = random.Random(seed)
-    cmd = [sys.executable, "-m", "frontier_adapters.examples", "ray-run"]
-    cmd += [f"--workdir={workdir}"]
-    cmd += [f"--address={address}", *_job_args(cfg)]
-    cmd += [f"--worker-kills={chaos[0]}", f"--ledger-kills={chaos[1]}", f"--chaos-seed={seed}"]
+    args = [*_job_args(cfg), f"--worker-kills={chaos[0]}", f"--ledger-kills={chaos[1]}"]
     start = time.monotonic()
-    done_kills = runs = 0
-    with open(workdir / "drivers.err", "ab") as err:
-        while True:
-            runs += 1
-            if time.monotonic() - start > timeout:
-                raise TimeoutError(f"the job did not finish in {timeout} s")
-            proc = subprocess.Popen(
-                [*cmd[:-1], f"--chaos-seed={seed * 1000 + runs}"],
-                stdout=subprocess.DEVNULL,
-                stderr=err,
-                cwd=workdir,
-                env=loopback_env(),
-            )
-            if done_kills < kills:
-                target = _lines(log) + rng.randint(2, 4)  # the resume marker counts
-                while proc.poll() is None and _lines(log) < target:
-                    time.sleep(0.02)
-                time.sleep(rng.uniform(0.0, 0.4))
-                if proc.poll() is None:
-                    proc.send_signal(signal.SIGKILL)
-                    proc.wait()
-                    done_kills += 1
-                    continue
-            proc.wait(timeout=max(1.0, timeout - (time.monotonic() - start)))
-            if proc.returncode != 0:
-                raise RuntimeError(f"driver exited with {proc.returncode}; see {err.name}")
-            if done_kills < kills:
-                raise RuntimeError(
-                    f"delivered {done_kills} of {kills} kills: the job finished first"
-                )
-            break
+    done_kills, runs = kill_drivers(
+        driver_command("ray-run", workdir, address, args),
+        workdir=workdir,
+        log=workdir / LOG_NAME,
+        kills=kills,
+        seed=seed,
+        pause=0.4,
+        timeout=timeout,
+    )
     audit_exit = subprocess.run(
         [*AUDIT, str(workdir / LOG_NAME), f"--stream-len={cfg.stream_len}"],
         stdout=subprocess.DEVNULL,
@@ -444,11 +367,7 @@ def drive(
 ) -> JobResult:
     """One driver process: join the cluster at ``address`` (or start a
     local one on loopback), run or resume the job, shut Ray down."""
-    init_ray(address)
-    try:
-        return run_job(workdir, cfg, chaos=chaos)
-    finally:
-        ray.shutdown()
+    return on_cluster(address, lambda _: run_job(workdir, cfg, chaos=chaos))
 
 
 def torture_cluster(
@@ -463,8 +382,7 @@ def torture_cluster(
     """``torture`` on the cluster at ``address``, or on a local one started
     on loopback for the purpose (and shut down after)."""
     check_kills(cfg, kills)
-    gcs = init_ray(address)
-    try:
-        return torture(workdir, cfg, address=gcs, kills=kills, seed=seed, chaos=chaos)
-    finally:
-        ray.shutdown()
+    return on_cluster(
+        address,
+        lambda gcs: torture(workdir, cfg, address=gcs, kills=kills, seed=seed, chaos=chaos),
+    )

@@ -42,11 +42,7 @@ from __future__ import annotations
 import functools
 import json
 import os
-import random
 import secrets
-import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any, Final
@@ -59,11 +55,12 @@ from frontier_core.journal import CommitPolicy, Reuse, TokenPayload
 
 from .._sample_service import SampleGroup, SampleSnapshot
 from .._sources import SequenceSource
-from ..ray._fleet import LedgerLostError, ledger_call
+from ..ray._actors import ledger_call
 from ..ray._samples import SampleFleet, SampleLedgerActor, sample_rollout_actor, sigkill_local
 from ..rollout import RolloutJournal
+from . import _ray_torture
+from ._ray_torture import KillPlan, drive_fleet, driver_command, kill_drivers, on_cluster, respawner
 from .durable_job import digest, full_sample
-from .local_ray import init_ray, loopback_env
 from .ray_workers import StandInSampleRollout
 
 LOG_NAME = "trained.jsonl"
@@ -113,7 +110,7 @@ class SampleJobConfig:
 
 
 @attrs.define
-class SampleChaos:
+class SampleChaos(KillPlan):
     """SIGKILLs from inside the driver: ``worker_kills`` rollout worker
     processes and ``ledger_kills`` ledger actor processes, each at a random
     training step before the stream's last few, and only with sibling work
@@ -121,35 +118,21 @@ class SampleChaos:
     holds sealed siblings of open groups, so the journal has some to give
     back)."""
 
-    worker_kills: int = 0
-    ledger_kills: int = 0
-    seed: int = 0
-    done_workers: int = 0
-    done_ledgers: int = 0
-    _rng: random.Random = attrs.field(init=False)
-    _plan: list[tuple[int, str]] | None = attrs.field(init=False, default=None)
     _waited: int = attrs.field(init=False, default=0)
 
-    def __attrs_post_init__(self) -> None:
-        self._rng = random.Random(self.seed)
-
     def strike(self, fleet: SampleFleet, ledger: Any, step: int, last_step: int) -> None:
-        if self._plan is None:
-            kinds = ["worker"] * self.worker_kills + ["ledger"] * self.ledger_kills
-            self._rng.shuffle(kinds)
-            at = sorted(self._rng.randint(step, max(step, last_step)) for _ in kinds)
-            self._plan = list(zip(at, kinds, strict=True))
-        if not self._plan or step < self._plan[0][0] or fleet.leases_in_flight() == 0:
+        plan = self.plan(step, last_step)
+        if not plan or step < plan[0][0] or fleet.leases_in_flight() == 0:
             return
         if self._rng.random() > 0.3:
             return  # a random moment of this step, or a later one
-        kind = self._plan[0][1]
+        kind = plan[0][1]
         if kind == "ledger" and self._waited < 100:
             status = ledger_call(ledger.status.remote())
             if status["held"] == 0 or status["running"] == 0:
                 self._waited += 1
                 return
-        self._plan.pop(0)
+        plan.pop(0)
         self._waited = 0
         if kind == "worker":
             fleet.sigkill(self._rng.choice(sorted(fleet.workers)))
@@ -293,6 +276,16 @@ class _Driver:
         )
         self.commit(snap)
 
+    def settle(self) -> bool:
+        snap: SampleSnapshot = ledger_call(
+            self.ledger.checkpoint.remote(step=self.step, save_buffer=self.cfg.save_buffer)
+        )
+        if snap.dropped:
+            self.commit(snap)
+        if snap.drained:
+            self.last = {k: v for k, v in snap.stats.items() if isinstance(v, int)}
+        return snap.drained
+
 
 def run_sample_job(
     workdir: str | os.PathLike[str],
@@ -308,13 +301,11 @@ def run_sample_job(
     workdir.mkdir(parents=True, exist_ok=True)
     driver = _Driver(workdir, cfg)
     driver.load()
-    generations: dict[int, int] = {}
 
-    def spawn(slot: int) -> Any:
-        generations[slot] = generations.get(slot, -1) + 1
+    def spawn(slot: int, generation: int) -> Any:
         return sample_rollout_actor(
             StandInSampleRollout,
-            seed=cfg.seed * 1000 + slot * 100 + generations[slot],
+            seed=cfg.seed * 1000 + slot * 100 + generation,
             data_seed=cfg.seed,
             token_latency=cfg.token_latency,
             fail_rate=cfg.fail_rate,
@@ -324,39 +315,20 @@ def run_sample_job(
 
     fleet = SampleFleet(
         driver.ledger,
-        spawn,
+        respawner(spawn),
         cfg.workers,
         per_call=cfg.per_call,
         max_ahead=4 * cfg.groups_per_step,
     )
-    steps = 0
-    last_step = max(0, cfg.rows // cfg.groups_per_step - 3)
     try:
-        while max_steps is None or steps < max_steps:
-            try:
-                if chaos is not None:
-                    chaos.strike(fleet, driver.ledger, driver.step, last_step)
-                fleet.fill()
-                fleet.poll(timeout=0.02)
-                groups = ledger_call(driver.ledger.batch.remote(cfg.groups_per_step))
-                if groups:
-                    driver.train(groups)
-                    steps += 1
-                elif fleet.in_flight == 0 and fleet.exhausted:
-                    snap: SampleSnapshot = ledger_call(
-                        driver.ledger.checkpoint.remote(
-                            step=driver.step, save_buffer=cfg.save_buffer
-                        )
-                    )
-                    if snap.dropped:
-                        driver.commit(snap)
-                    if snap.drained:
-                        driver.last = {k: v for k, v in snap.stats.items() if isinstance(v, int)}
-                        break
-            except LedgerLostError:
-                driver.rebuilds += 1
-                driver.load()
-                fleet.set_ledger(driver.ledger)
+        steps = drive_fleet(
+            driver,
+            fleet,
+            groups_per_step=cfg.groups_per_step,
+            last_step=max(0, cfg.rows // cfg.groups_per_step - 3),
+            chaos=chaos,
+            max_steps=max_steps,
+        )
     finally:
         driver._fold_stats()
         fleet.close()
@@ -479,23 +451,10 @@ def job_args(cfg: SampleJobConfig) -> list[str]:
     return out
 
 
-def _entries(path: Path) -> int:
-    try:
-        return path.read_bytes().count(b"\n")
-    except FileNotFoundError:
-        return 0
-
-
 def check_sample_kills(cfg: SampleJobConfig, kills: int) -> None:
     """Refuse, before anything runs, a stream too short for ``kills`` driver
-    kills (each waits for up to 3 steps of progress)."""
-    steps = -(-cfg.rows // cfg.groups_per_step)
-    if kills * 3 >= steps:
-        rows = (kills * 3 + 1) * cfg.groups_per_step
-        raise ValueError(
-            f"{kills} kills need more than {kills * 3} training steps, but {cfg.rows} rows at "
-            f"{cfg.groups_per_step} groups a step make {steps}: pass --rows {rows} or more"
-        )
+    kills (``_ray_torture.check_kills``)."""
+    _ray_torture.check_kills(kills, rows=cfg.rows, groups_per_step=cfg.groups_per_step)
 
 
 @attrs.frozen
@@ -524,43 +483,19 @@ def sample_torture(
     check_sample_kills(cfg, kills)
     workdir = Path(workdir)
     workdir.mkdir(parents=True, exist_ok=True)
-    log = workdir / LOG_NAME
-    rng = random.Random(seed)
-    cmd = [sys.executable, "-m", "frontier_adapters.examples", "ray-samples-run"]
-    cmd += [f"--workdir={workdir}", f"--address={address}", *job_args(cfg)]
-    cmd += [f"--worker-kills={chaos[0]}", f"--ledger-kills={chaos[1]}"]
+    args = [*job_args(cfg), f"--worker-kills={chaos[0]}", f"--ledger-kills={chaos[1]}"]
     start = time.monotonic()
-    done = runs = 0
-    with open(workdir / "drivers.err", "ab") as err:
-        while True:
-            runs += 1
-            if time.monotonic() - start > timeout:
-                raise TimeoutError(f"the job did not finish in {timeout} s")
-            proc = subprocess.Popen(
-                [*cmd, f"--chaos-seed={seed * 1000 + runs}"],
-                stdout=subprocess.DEVNULL,
-                stderr=err,
-                cwd=workdir,
-                env=loopback_env(),
-            )
-            if done < kills:
-                target = _entries(log) + rng.randint(2, 4)  # the resume marker counts
-                while proc.poll() is None and _entries(log) < target:
-                    time.sleep(0.02)
-                time.sleep(rng.uniform(0.0, 0.3))
-                if proc.poll() is None:
-                    proc.send_signal(signal.SIGKILL)
-                    proc.wait()
-                    done += 1
-                    continue
-            proc.wait(timeout=max(1.0, timeout - (time.monotonic() - start)))
-            # 1 is also the driver's verdict on an unclean audit: then ours says why.
-            unclean = proc.returncode == 1 and not audit_samples(workdir, cfg).clean
-            if proc.returncode != 0 and not unclean:
-                raise RuntimeError(f"driver exited with {proc.returncode}; see {err.name}")
-            if done < kills:
-                raise RuntimeError(f"delivered {done} of {kills} kills: the job finished first")
-            break
+    done, runs = kill_drivers(
+        driver_command("ray-samples-run", workdir, address, args),
+        workdir=workdir,
+        log=workdir / LOG_NAME,
+        kills=kills,
+        seed=seed,
+        pause=0.3,
+        timeout=timeout,
+        # 1 is also the driver's verdict on an unclean audit: then ours says why.
+        tolerate=lambda returncode: returncode == 1 and not audit_samples(workdir, cfg).clean,
+    )
     return SampleTortureResult(
         kills=done,
         runs=runs,
@@ -578,11 +513,7 @@ def drive(
 ) -> SampleJobResult:
     """One driver process: join the cluster at ``address`` (or start a
     local one on loopback), run or resume the job, shut Ray down."""
-    init_ray(address)
-    try:
-        return run_sample_job(workdir, cfg, chaos=chaos)
-    finally:
-        ray.shutdown()
+    return on_cluster(address, lambda _: run_sample_job(workdir, cfg, chaos=chaos))
 
 
 def torture_cluster(
@@ -597,8 +528,7 @@ def torture_cluster(
     """``sample_torture`` on the cluster at ``address``, or on a local one
     started on loopback for the purpose (and shut down after)."""
     check_sample_kills(cfg, kills)
-    gcs = init_ray(address)
-    try:
-        return sample_torture(workdir, cfg, address=gcs, kills=kills, seed=seed, chaos=chaos)
-    finally:
-        ray.shutdown()
+    return on_cluster(
+        address,
+        lambda gcs: sample_torture(workdir, cfg, address=gcs, kills=kills, seed=seed, chaos=chaos),
+    )

@@ -27,7 +27,7 @@ from ray.exceptions import RayActorError
 
 from frontier_core.journal import TokenPayload, continue_sample
 
-from ..ray import Assignment, Lease, SampleTask
+from ..ray import Assignment, PromptLease, SampleTask
 from .durable_job import full_sample
 
 
@@ -64,7 +64,7 @@ class StandInRollout:
         self.report_every = max(1, report_every)
         self.tokens = tokens
 
-    def generate(self, ledger: Any, lease: Lease) -> int:
+    def generate(self, ledger: Any, lease: PromptLease) -> int:
         rng = random.Random(f"{self.seed}:{lease.id}")
         landed: list[tuple[int, Any]] = []
         failed: list[int] = []
@@ -109,7 +109,7 @@ class CpuEngineRollout:
         self.engine = CpuEngine(TinyCausalLM(seed=seed), seed=seed, token_latency=token_latency)
         self.params = CpuSamplingParams(n=n, max_tokens=max_tokens)
 
-    def generate(self, ledger: Any, lease: Lease) -> int:
+    def generate(self, ledger: Any, lease: PromptLease) -> int:
         async def one(o: int, row: Any) -> tuple[int, Any]:
             final: Any = None
             async for out in self.engine.generate(list(row), self.params, f"o{o}-{lease.id}"):

@@ -26,8 +26,8 @@ actor-died errors into ledger failures::
             log.dropped(snap.dropped); save(snap.state, log.records, model)
             if snap.drained: break
 
-A rollout actor has ``generate(ledger, lease)``: it generates
-``lease.items`` (``(ordinal, row)`` pairs) and reports with
+A rollout actor has ``generate(ledger, lease)``: it generates the
+``PromptLease``'s ``lease.items`` (``(ordinal, row)`` pairs) and reports with
 ``ledger.report.remote(lease.id, landed=[(ordinal, group), ...],
 failed=[...])``. ``LedgerLostError`` (from ``ledger_call`` or the fleet)
 means the ledger actor is gone: reload the last checkpoint, build a new
@@ -66,15 +66,15 @@ from .._sample_service import SampleLedgerService as SampleLedgerService
 from .._sample_service import SampleReported as SampleReported
 from .._sample_service import SampleSnapshot as SampleSnapshot
 from .._sample_service import SampleTask as SampleTask
-from .._service import Lease as Lease
 from .._service import LedgerService as LedgerService
+from .._service import PromptLease as PromptLease
 from .._service import Reported as Reported
 from .._service import Snapshot as Snapshot
 from .._sources import SequenceSource as SequenceSource
+from ._actors import LedgerLostError as LedgerLostError
+from ._actors import ledger_call as ledger_call
 from ._fleet import LedgerActor as LedgerActor
-from ._fleet import LedgerLostError as LedgerLostError
 from ._fleet import RolloutFleet as RolloutFleet
-from ._fleet import ledger_call as ledger_call
 from ._fleet import rollout_actor as rollout_actor
 from ._samples import SampleFleet as SampleFleet
 from ._samples import SampleLedgerActor as SampleLedgerActor
@@ -82,10 +82,10 @@ from ._samples import sample_rollout_actor as sample_rollout_actor
 
 __all__ = [
     "Assignment",
-    "Lease",
     "LedgerActor",
     "LedgerLostError",
     "LedgerService",
+    "PromptLease",
     "Reported",
     "RolloutFleet",
     "SampleFleet",

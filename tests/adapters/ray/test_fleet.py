@@ -11,7 +11,6 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +20,7 @@ pytest.importorskip("ray")
 pytest.importorskip("torch")
 
 import ray
-from frontier_adapters.examples.local_ray import init_ray, is_loopback, loopback_env
+from frontier_adapters.examples.local_ray import is_loopback, loopback_env
 from frontier_adapters.examples.ray_job import Chaos, JobConfig, audit, run_job, torture
 from frontier_adapters.examples.ray_workers import StandInRollout
 from frontier_adapters.ray import (
@@ -36,19 +35,6 @@ from frontier_adapters.ray import (
 from frontier_core import FailurePolicy, LedgerConfig
 
 
-@pytest.fixture(scope="module")
-def cluster() -> Iterator[str]:
-    """One small local cluster on loopback for the module; its GCS address."""
-    try:
-        address = init_ray(num_cpus=2)
-    except Exception as exc:  # pragma: no cover - depends on the machine
-        pytest.skip(f"Ray cannot start a local cluster here: {exc}")
-    try:
-        yield address
-    finally:
-        ray.shutdown()
-
-
 def test_the_ray_binding_imports_no_torch() -> None:
     code = (
         "import sys, frontier_adapters.ray\n"
@@ -56,6 +42,14 @@ def test_the_ray_binding_imports_no_torch() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+def test_the_binding_reexports_the_prompt_lease_under_its_one_name() -> None:
+    import frontier_adapters
+    import frontier_adapters.ray as binding
+
+    assert binding.PromptLease is frontier_adapters.PromptLease
+    assert not hasattr(binding, "Lease")  # frontier_core.Lease is a sibling's attempt
 
 
 def _ledger(n: int, **kw: Any) -> Any:

@@ -11,10 +11,7 @@ from __future__ import annotations
 import functools
 import os
 import signal
-import subprocess
-import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +20,6 @@ import pytest
 pytest.importorskip("ray")
 
 import ray
-from frontier_adapters.examples.local_ray import init_ray
 from frontier_adapters.examples.ray_sample_job import (
     SampleChaos,
     SampleJobConfig,
@@ -43,19 +39,6 @@ from frontier_adapters.rollout import RolloutJournal
 
 from frontier_core import FailurePolicy, LedgerConfig
 from frontier_core.journal import TokenPayload
-
-
-@pytest.fixture(scope="module")
-def cluster() -> Iterator[str]:
-    try:
-        address = init_ray(num_cpus=2)
-    except Exception as exc:  # pragma: no cover - depends on the machine
-        pytest.skip(f"Ray cannot start a local cluster here: {exc}")
-    try:
-        yield address
-    finally:
-        ray.shutdown()
-
 
 CONFIG = LedgerConfig(
     stream_len=8, samples=4, fingerprint="t", on_failure=FailurePolicy.RETRY, max_attempts=5
@@ -202,17 +185,3 @@ def test_sigkilled_drivers_resume_the_sample_job_until_done(cluster: str, tmp_pa
     audit = result.audit
     assert audit["clean"] and audit["trained"] + audit["dropped"] == cfg.rows, audit
     assert audit["samples"] == audit["attempts"]
-
-
-def test_the_sample_torture_refuses_a_stream_too_short_before_starting_ray(
-    tmp_path: Path,
-) -> None:
-    argv = ["ray-samples-torture", f"--workdir={tmp_path}", "--kills=10"]
-    proc = subprocess.run(
-        [sys.executable, "-m", "frontier_adapters.examples", *argv],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    assert proc.returncode == 2 and "pass --rows 124" in proc.stderr, proc.stderr
