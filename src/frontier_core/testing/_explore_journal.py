@@ -1,0 +1,893 @@
+"""Exhaustive small-scope checking of the real rollout journal, torn tails included.
+
+The companion of ``_explore`` and ``_explore_samples`` for the journal's
+core (``frontier_core.journal``): not a model of the journal, but its real
+encoder, decoder, replay and compaction, driven through EVERY sequence of
+appends up to a length over a small alphabet, breadth first (the search the
+explorers share, ``_explore.breadth_first``; here no two sequences are the
+same state), so that the first violation comes with a shortest sequence.
+
+The alphabet, for every sibling ``(ordinal, sibling)`` and attempt within
+the bounds: a ``Progress`` snapshot of no tokens (the attempt started) and
+one of ``tokens`` tokens, optionally an opaque one (bytes, which no extend
+may follow), a ``Sealed`` sample with a reward, and an ``Extend`` of
+``tokens`` tokens at the right offset (``start`` is the number of tokens the
+sibling holds, whatever its attempt), one past it (a gap) and one before it
+(an overlap); then two ``Reserve`` records (one no higher than the floor
+the attempts set, one above it) and a ``Mark``. The record at position ``i`` carries tokens
+of its own (ids ``100 * (i + 1) + j``, log-probs ``-(i + 1 + j) / 8``, exact
+in float32, policy version ``i // 2``, so that some extends go on in the
+last version run and some start a new one), and a seal the reward
+``float(i)`` (0.0 included, which must stay apart from no reward): a token
+duplicated, lost or taken from the wrong record cannot go unseen.
+
+The expected results come from a naive model written here, not from the
+code under test: the fencing and continuation rules of proofs/JOURNAL.md
+restated over plain tuples (``_Model``), and the frame sizes restated from
+the layout in ``_format``'s docstring (``_frame_size``). For every sequence
+``r`` of up to ``length`` records:
+
+* FENCING and CONTINUATION-EXACT: ``replay(r)`` is the model's state: the
+  same siblings, each with the model's attempt, seal and payload (for a
+  running attempt, exactly its snapshot's tokens, log-probs and versions
+  and then each accepted extend's, every extend at a wrong offset ignored),
+  the same count of ignored records, reservation, ``next_attempt`` and
+  leases; a running sample continued after a resume (``continue_sample``)
+  is its tokens and then exactly the new ones, in the version each was made
+  by, and a sealed one is refused.
+* COMPACTION-PRESERVES-WINDOW: for every window (every set of ordinals),
+  ``compact(r, W)`` is exactly one record per sibling of ``W`` that has a
+  state, ascending, carrying that state (a sealed sibling's seal, a running
+  one's whole snapshot, the attempt kept), then the highest reservation if
+  any, and nothing else; it replays to the model's state on ``W`` (and to
+  the real ``replay(r).restrict(W)``); and for every split ``r = J + K``,
+  ``replay(compact(J, W) + K)`` agrees with the model of ``r`` on ``W``: a
+  compacted journal that is appended to loses nothing the window needs.
+
+For every sequence of up to ``cut_length`` records, over the bytes ``F`` of
+``encode(header, r)`` (frames ``0..n``, the header first):
+
+* JOURNAL-PREFIX: ``F`` begins with the encoding of ``r[:-1]`` and its last
+  frame has the size the layout gives; ``F`` decodes to exactly ``r``;
+  every cut of ``F`` inside its last frame decodes to exactly ``r[:-1]``,
+  whose replay is the model's state of ``r[:-1]`` (what is durable replays
+  to a prefix of what was appended, in order); the last frame repeated, or
+  the frame before it dropped or moved after it, is a
+  ``JournalSequenceError`` at its offset, naming the sequence numbers due
+  and found (the header dropped or moved: an error at offset 0).
+* TORN-TAIL-ONLY: each such cut is reported as a torn tail at the last
+  frame's offset, of the cut's byte count and its shape; a cut of the
+  header is an error at offset 0 (the header is never a torn tail); every
+  byte of the last frame flipped (by each of ``masks``) is a torn tail when
+  it is in the body or the frame check, an error at the frame's offset when
+  it is in the head; every byte of the frame before it flipped, or that
+  frame zeroed, is an error at that frame's offset, never a shorter
+  journal. Group commit: for every split of ``r`` into the records synced
+  and the group after them (written with one ``write``), a kill leaves any
+  byte prefix of the group (the cuts) and a power cut may leave the group's
+  bytes zero, or zero bytes past the end: each decodes to the synced
+  records and a torn tail of exactly the zero bytes.
+
+Why the last frame only: the encoding is checked to be prefix-closed, so a
+cut anywhere in the file of ``r`` is a cut inside the last frame of the file
+of a prefix of ``r``, and every cut of every file is checked once. A flip in
+frame ``k`` is checked with no frame after ``k`` and with one; with more,
+the decoder, which must stop at ``k``, reads past ``k`` only to learn
+whether ``k`` is the last frame and whether only zeros follow it, which one
+frame answers as many would (an argument about the decoder, not a check).
+
+Why a second length: the decoder does not read what the records mean, so
+every kind of frame after every other kind is reached by short sequences,
+while fencing, continuation and compaction need longer ones, and every byte
+operation costs a decode of the whole file; ``cut_length`` keeps the byte
+checks where they reach something new at a cost CI can pay.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterator, Mapping
+from typing import Final, NamedTuple
+
+import attrs
+
+from .._events import Lease
+from ..journal._compact import compact
+from ..journal._errors import JournalCorruptError, JournalSequenceError
+from ..journal._format import FORMAT, Decoded, TornTail, decode, encode
+from ..journal._records import (
+    BytesPayload,
+    Extend,
+    JournalHeader,
+    JsonPayload,
+    Mark,
+    Payload,
+    Progress,
+    Record,
+    Reserve,
+    Sealed,
+    TokenPayload,
+)
+from ..journal._replay import JournalState, replay
+from ..journal._reuse import continue_sample
+from ._explore import InvariantViolation, _Trace, breadth_first
+
+Key = tuple[int, int]
+
+# The frame layout, restated from ``_format``'s docstring (not imported: the
+# sizes the checker expects must not come from the code it checks).
+_HEAD: Final = 20  # body length u32, sequence u64, kind u8, 3 reserved, head check u32
+_OVERHEAD: Final = _HEAD + 4  # and the frame check after the body
+_SIBLING_FIELDS: Final = 8 + 4 + 4 + 1  # ordinal, sibling, attempt, payload kind
+_EXTEND_FIELDS: Final = _SIBLING_FIELDS + 4  # and start
+_TOKEN_COUNTS: Final = 4 + 4 + 1 + 8  # n, runs, has_reward, reward
+
+#: The torn-tail shapes, as ``TornTail.reason`` names them.
+_SHORT_HEAD: Final = "an incomplete frame head"
+_CUT_SHORT: Final = "a frame cut short"
+_BAD_LAST: Final = "the last frame fails its check"
+_ZERO_HEAD: Final = "zero bytes where a frame head belongs"
+#: Zero bytes past the end that a power cut may leave (the file extended,
+#: its data not written): fewer than a head, one, and more.
+_ZERO_TAILS: Final = (1, _HEAD - 1, _HEAD, _HEAD + 1, _OVERHEAD + 8)
+#: The token a resumed engine generates next (``_Checker.continuation``).
+_NEXT_ID: Final = 7
+
+
+@attrs.frozen
+class JournalBounds:
+    """The small scope: the siblings ``(o, s)`` for ``o < ordinals`` and
+    ``s < siblings``, attempts ``0..attempts-1``, every sequence of up to
+    ``length`` appends, the byte checks for those of up to ``cut_length``
+    (at most ``length``), ``tokens`` tokens in each non-empty payload, an
+    opaque ``Progress`` in the alphabet when ``opaque``, every flipped byte
+    XORed with each of ``masks``, and the header's ``base``."""
+
+    ordinals: int = 2
+    siblings: int = 2
+    attempts: int = 2
+    length: int = 2
+    cut_length: int = 1
+    tokens: int = 1
+    opaque: bool = False
+    masks: tuple[int, ...] = (0xFF,)
+    base: int = 0
+
+    def __attrs_post_init__(self) -> None:
+        for name in ("ordinals", "siblings", "attempts", "tokens"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
+        if not 0 <= self.cut_length <= self.length:
+            raise ValueError(f"cut_length must be in [0, length], got {self.cut_length}")
+        if not self.masks or not all(0 < m < 256 for m in self.masks):
+            raise ValueError(f"masks must be non-zero bytes, got {self.masks}")
+
+
+@attrs.frozen
+class JournalReport:
+    """What an exploration covered: the ``sequences`` of appends (the empty
+    one included), of which ``framed`` had their bytes checked; the decodes
+    of a cut, of a flipped byte, of zero bytes and of spliced frames checked
+    (``torn_tails`` and ``refused`` count them by what was expected: a torn
+    tail reported, or an error naming its offset), and the torn tails of
+    each shape (``TornTail.reason``); the compactions checked, and the
+    ``splits`` ``J + K`` checked with ``J`` compacted; and how often the
+    rules under test fired (extends accepted and ignored, other records
+    fenced, seals superseded by a newer attempt), so that a vacuous run
+    shows."""
+
+    bounds: JournalBounds
+    sequences: int
+    framed: int
+    cuts: int
+    flips: int
+    zero_tails: int
+    splices: int
+    torn_tails: int
+    refused: int
+    shapes: tuple[tuple[str, int], ...]
+    compactions: int
+    splits: int
+    extends_accepted: int
+    extends_ignored: int
+    fenced: int
+    seals_superseded: int
+
+
+# -- the naive model -------------------------------------------------------------
+
+
+class _Tokens(NamedTuple):
+    """A token payload as plain values, one entry per token."""
+
+    ids: tuple[int, ...]
+    logprobs: tuple[float, ...]
+    versions: tuple[int, ...]
+    reward: float | None
+
+
+class _Opaque(NamedTuple):
+    """A bytes or JSON payload."""
+
+    kind: str
+    value: bytes | str
+
+
+_Plain = _Tokens | _Opaque
+
+
+class _Sibling(NamedTuple):
+    attempt: int
+    sealed: bool
+    payload: _Plain
+
+
+@attrs.frozen
+class _Model:
+    """Replay restated over plain values: each sibling's attempt, seal and
+    payload, the highest reservation, and the records ignored."""
+
+    siblings: Mapping[Key, _Sibling] = attrs.field(factory=dict)
+    reserved: int = 0
+    fenced: int = 0
+
+    def step(self, record: Record, plain: _Plain | None) -> tuple[_Model, str]:
+        """The model after ``record`` (whose payload is ``plain``), and what
+        happened to the record."""
+        if isinstance(record, Mark):
+            return self, "mark"
+        if isinstance(record, Reserve):
+            return attrs.evolve(self, reserved=max(self.reserved, record.below)), "reserve"
+        assert plain is not None
+        key = (record.ordinal, record.sibling)
+        current = self.siblings.get(key)
+        ignored = attrs.evolve(self, fenced=self.fenced + 1)
+        if isinstance(record, Extend):
+            # Only the next tokens of the same running attempt, exactly.
+            if (
+                current is None
+                or current.attempt != record.attempt
+                or current.sealed
+                or not isinstance(current.payload, _Tokens)
+                or len(current.payload.ids) != record.start
+                or not isinstance(plain, _Tokens)
+            ):
+                return ignored, "extend ignored"
+            held = current.payload
+            joined = _Tokens(
+                held.ids + plain.ids,
+                held.logprobs + plain.logprobs,
+                held.versions + plain.versions,
+                None,
+            )
+            return self._with(key, _Sibling(record.attempt, False, joined)), "extended"
+        if current is None or record.attempt > current.attempt:
+            outcome = "superseded" if current is not None and current.sealed else "accepted"
+        elif record.attempt == current.attempt and not current.sealed:
+            outcome = "accepted"
+        else:
+            return ignored, "fenced"
+        return self._with(key, _Sibling(record.attempt, isinstance(record, Sealed), plain)), outcome
+
+    def _with(self, key: Key, sibling: _Sibling) -> _Model:
+        siblings = dict(self.siblings)
+        siblings[key] = sibling
+        return attrs.evolve(self, siblings=siblings)
+
+    def on(self, window: frozenset[int]) -> dict[Key, _Sibling]:
+        return {k: v for k, v in self.siblings.items() if k[0] in window}
+
+    @property
+    def next_attempt(self) -> int:
+        return max([self.reserved, *(v.attempt + 1 for v in self.siblings.values())])
+
+    def leases(self, sealed: bool) -> tuple[Lease, ...]:
+        return tuple(
+            Lease(o, s, v.attempt)
+            for (o, s), v in sorted(self.siblings.items())
+            if v.sealed is sealed
+        )
+
+    def compaction(self, window: frozenset[int]) -> list[tuple[object, ...]]:
+        """COMPACTION-PRESERVES-WINDOW's records, as ``_Checker.record``
+        views them: one per sibling of the window, ascending, then the
+        reservation if any."""
+        out: list[tuple[object, ...]] = [
+            ("sealed" if v.sealed else "progress", o, s, v.attempt, v.payload)
+            for (o, s), v in sorted(self.on(window).items())
+        ]
+        if self.reserved:
+            out.append(("reserve", self.reserved))
+        return out
+
+
+# -- the alphabet ----------------------------------------------------------------
+
+
+class _Symbol(NamedTuple):
+    """A move: what to append, resolved against the model (an extend's
+    offset is relative to what its sibling holds)."""
+
+    kind: str
+    ordinal: int = 0
+    sibling: int = 0
+    attempt: int = 0
+    arg: int = 0  # progress: tokens; extend: offset from the right one; reserve: below
+
+
+def _alphabet(bounds: JournalBounds) -> tuple[_Symbol, ...]:
+    out: list[_Symbol] = []
+    for o, s, a in itertools.product(
+        range(bounds.ordinals), range(bounds.siblings), range(bounds.attempts)
+    ):
+        out += [_Symbol("progress", o, s, a, 0), _Symbol("progress", o, s, a, bounds.tokens)]
+        if bounds.opaque:
+            out.append(_Symbol("opaque", o, s, a))
+        out.append(_Symbol("sealed", o, s, a))
+        out += [_Symbol("extend", o, s, a, d) for d in (0, 1, -1)]
+    reserves = [_Symbol("reserve", arg=b) for b in (1, bounds.attempts + 1)]
+    return (*out, *reserves, _Symbol("mark"))
+
+
+def _tokens(i: int, n: int, reward: float | None) -> tuple[TokenPayload, _Tokens]:
+    """Position ``i``'s own ``n`` tokens, packed and plain."""
+    ids = tuple(100 * (i + 1) + j for j in range(n))
+    logprobs = tuple(-(i + 1 + j) / 8 for j in range(n))
+    versions = (i // 2,) * n
+    return TokenPayload.of(ids, logprobs, versions, reward), _Tokens(
+        ids, logprobs, versions, reward
+    )
+
+
+def _resolve(
+    symbol: _Symbol, model: _Model, i: int, bounds: JournalBounds
+) -> tuple[Record, _Plain | None] | None:
+    """The record ``symbol`` appends at position ``i``, with its payload as
+    plain values; ``None`` for an overlapping extend of a sibling that holds
+    no token."""
+    kind, o, s, a, arg = symbol
+    if kind == "reserve":
+        return Reserve(arg), None
+    if kind == "mark":
+        return Mark(i), None
+    if kind == "opaque":
+        data = bytes([i])
+        return Progress(o, s, a, BytesPayload(data)), _Opaque("bytes", data)
+    if kind == "progress":
+        payload, plain = _tokens(i, arg, None)
+        return Progress(o, s, a, payload), plain
+    if kind == "sealed":
+        payload, plain = _tokens(i, bounds.tokens, float(i))
+        return Sealed(o, s, a, payload), plain
+    current = model.siblings.get((o, s))
+    held = current.payload if current is not None else None
+    start = (len(held.ids) if isinstance(held, _Tokens) else 0) + arg
+    if start < 0:
+        return None
+    payload, plain = _tokens(i, bounds.tokens, None)
+    return Extend(o, s, a, start, payload), plain
+
+
+def _label(record: Record, plain: _Plain | None) -> str:
+    if not isinstance(record, Sealed | Progress | Extend):
+        return f"append {record!r}"
+    what = f"{type(record).__name__}(o{record.ordinal} s{record.sibling} a{record.attempt}"
+    if isinstance(record, Extend):
+        what += f" start {record.start}"
+    if isinstance(plain, _Tokens):
+        what += f" tokens {list(plain.ids)} v{list(plain.versions)}"
+        if plain.reward is not None:
+            what += f" reward {plain.reward}"
+    else:
+        what += f" {plain}"
+    return f"append {what})"
+
+
+def _frame_size(record: Record) -> int:
+    """A record's frame size by the layout: the head, the body, the check."""
+    if isinstance(record, Mark | Reserve):
+        return _OVERHEAD + 8
+    payload = record.payload
+    fields = _EXTEND_FIELDS if isinstance(record, Extend) else _SIBLING_FIELDS
+    if isinstance(payload, TokenPayload):
+        versions = list(payload.versions())
+        runs = sum(1 for j, v in enumerate(versions) if j == 0 or v != versions[j - 1])
+        return _OVERHEAD + fields + _TOKEN_COUNTS + 8 * len(versions) + 8 * runs
+    if isinstance(payload, BytesPayload):
+        return _OVERHEAD + fields + len(payload.data)
+    return _OVERHEAD + fields + len(payload.text.encode("utf-8"))
+
+
+def _header_size(header: JournalHeader) -> int:
+    fingerprint, lineage = header.fingerprint.encode("utf-8"), header.lineage.encode("utf-8")
+    return _OVERHEAD + 1 + len(FORMAT) + 2 + 2 + len(fingerprint) + 1 + len(lineage)
+
+
+# -- the exploration -------------------------------------------------------------
+
+
+@attrs.frozen
+class _Node:
+    """A sequence of appends (its identity) and what the checks need of it:
+    the model after it and after all but its last record (``durable``),
+    what its last record did, its file (within ``cut_length``) and its
+    parent's, and for every prefix ``r[:j]`` its compaction to every window."""
+
+    records: tuple[Record, ...]
+    model: _Model = attrs.field(eq=False)
+    durable: _Model = attrs.field(eq=False)
+    outcome: str = attrs.field(eq=False)
+    file: bytes | None = attrs.field(eq=False)
+    parent_file: bytes | None = attrs.field(eq=False)
+    compacted: tuple[Mapping[frozenset[int], tuple[Record, ...]], ...] = attrs.field(eq=False)
+
+
+_COUNTERS: Final = (
+    "framed cuts flips zero_tails splices torn_tails refused compactions splits "
+    "extended ignored fenced superseded"
+).split()
+
+
+def explore_journal(bounds: JournalBounds) -> JournalReport:
+    """Check every sequence of appends within ``bounds`` (module docstring);
+    raise ``InvariantViolation`` at the first broken invariant, with the
+    shortest sequence that breaks it and, in ``detail``, the byte operation
+    if there was one."""
+    checker = _Checker(bounds)
+    alphabet = _alphabet(bounds)
+
+    def node(
+        records: tuple[Record, ...],
+        model: _Model,
+        durable: _Model,
+        outcome: str,
+        parent: _Node | None,
+    ) -> _Node:
+        compacted = {w: compact(records, w) for w in checker.windows}
+        return _Node(
+            records,
+            model,
+            durable,
+            outcome,
+            encode(checker.header, records) if len(records) <= bounds.cut_length else None,
+            parent.file if parent else None,
+            (*(parent.compacted if parent else ()), compacted),
+        )
+
+    def successors(parent: _Node, trace: _Trace) -> Iterator[tuple[str, _Node]]:
+        if len(parent.records) == bounds.length:
+            return
+        i = len(parent.records)
+        for symbol in alphabet:
+            resolved = _resolve(symbol, parent.model, i, bounds)
+            if resolved is None:
+                continue
+            record, plain = resolved
+            model, outcome = parent.model.step(record, plain)
+            child = node((*parent.records, record), model, parent.model, outcome, parent)
+            yield _label(record, plain), child
+
+    empty = _Model()
+    sequences, _ = breadth_first(
+        node((), empty, empty, "", None), successors, checker.visit, lambda n: n.records
+    )
+    c = checker.counters
+    return JournalReport(
+        bounds=bounds,
+        sequences=sequences,
+        framed=c["framed"],
+        cuts=c["cuts"],
+        flips=c["flips"],
+        zero_tails=c["zero_tails"],
+        splices=c["splices"],
+        torn_tails=c["torn_tails"],
+        refused=c["refused"],
+        shapes=tuple(sorted(checker.shapes.items())),
+        compactions=c["compactions"],
+        splits=c["splits"],
+        extends_accepted=c["extended"],
+        extends_ignored=c["ignored"],
+        fenced=c["fenced"],
+        seals_superseded=c["superseded"],
+    )
+
+
+class _Checker:
+    """The checks of one exploration, with its counters and a cache of the
+    plain views of the payloads it has read (a pure function of a payload's
+    value, kept per exploration so that a patched method is always read)."""
+
+    def __init__(self, bounds: JournalBounds) -> None:
+        self.bounds = bounds
+        self.header = JournalHeader("explore", "journal", base=bounds.base)
+        self.windows = tuple(
+            frozenset(w)
+            for r in range(bounds.ordinals + 1)
+            for w in itertools.combinations(range(bounds.ordinals), r)
+        )
+        self.counters = dict.fromkeys(_COUNTERS, 0)
+        self.shapes: dict[str, int] = {}
+        self._plain: dict[Payload, _Plain] = {}
+        self._next = {
+            v: TokenPayload.of([_NEXT_ID], [-0.5], v) for v in range(bounds.length // 2 + 2)
+        }
+
+    # What the code under test returned, as plain values.
+
+    def plain(self, payload: Payload) -> _Plain:
+        known = self._plain.get(payload)
+        if known is not None:
+            return known
+        if isinstance(payload, TokenPayload):
+            plain: _Plain = _Tokens(
+                tuple(payload.tokens()),
+                tuple(payload.logprobs()),
+                tuple(payload.versions()),
+                payload.reward,
+            )
+        elif isinstance(payload, BytesPayload):
+            plain = _Opaque("bytes", payload.data)
+        else:
+            assert isinstance(payload, JsonPayload)
+            plain = _Opaque("json", payload.text)
+        self._plain[payload] = plain
+        return plain
+
+    def view(self, state: JournalState) -> dict[Key, _Sibling]:
+        return {
+            (o, s): _Sibling(x.attempt, x.sealed, self.plain(x.payload))
+            for o, s, x in state.siblings()
+        }
+
+    def record(self, record: Record) -> tuple[object, ...]:
+        if isinstance(record, Reserve):
+            return ("reserve", record.below)
+        if isinstance(record, Mark):
+            return ("mark", record.checkpoint)
+        kind = "extend" if isinstance(record, Extend) else type(record).__name__.lower()
+        return (kind, record.ordinal, record.sibling, record.attempt, self.plain(record.payload))
+
+    # The checks.
+
+    def visit(self, n: _Node, trace: _Trace) -> None:
+        c = self.counters
+        c["extended"] += n.outcome == "extended"
+        c["ignored"] += n.outcome == "extend ignored"
+        c["fenced"] += n.outcome == "fenced"
+        c["superseded"] += n.outcome == "superseded"
+        state = self.replay(n.records, n.model, trace)
+        self.continuation(state, n.model, trace)
+        self.compaction(n, state, trace)
+        if n.file is not None:
+            c["framed"] += 1
+            _Bytes(self, n, trace).check()
+
+    def replay(self, records: tuple[Record, ...], model: _Model, trace: _Trace) -> JournalState:
+        """FENCING and CONTINUATION-EXACT: replay is the model."""
+        state = replay(records)
+        got = self.view(state)
+        if got != model.siblings:
+            raise InvariantViolation(
+                _which(got, model.siblings), _difference(got, model.siblings), trace()
+            )
+        facts = (state.fenced, state.reserved, state.next_attempt, state.sealed(), state.progress())
+        want = (
+            model.fenced,
+            model.reserved,
+            model.next_attempt,
+            model.leases(True),
+            model.leases(False),
+        )
+        if facts != want:
+            raise InvariantViolation(
+                "FENCING",
+                f"replay's (fenced, reserved, next_attempt, sealed, progress) is {facts}, "
+                f"expected {want}",
+                trace(),
+            )
+        return state
+
+    def continuation(self, state: JournalState, model: _Model, trace: _Trace) -> None:
+        """CONTINUATION-EXACT after a resume: a running sample continued is
+        its durable tokens then exactly the new one, in the version each was
+        made by, whether the new one goes on in the last version or not; a
+        sealed sample is not a prefix."""
+        for o, s, x in state.siblings():
+            held = model.siblings[(o, s)].payload
+            if not isinstance(x.payload, TokenPayload) or not isinstance(held, _Tokens):
+                continue
+            if x.sealed:
+                try:
+                    continue_sample(x.payload, self._next[0])
+                except ValueError:
+                    continue
+                raise InvariantViolation(
+                    "CONTINUATION-EXACT", f"sealed sibling {(o, s)} was continued", trace()
+                )
+            last = held.versions[-1] if held.versions else 0
+            for version in (last, last + 1):
+                got = self.plain(continue_sample(x.payload, self._next[version]))
+                want = _Tokens(
+                    (*held.ids, _NEXT_ID),
+                    (*held.logprobs, -0.5),
+                    (*held.versions, version),
+                    None,
+                )
+                if got != want:
+                    raise InvariantViolation(
+                        "CONTINUATION-EXACT",
+                        f"sibling {(o, s)} continued by one token of version {version} is "
+                        f"{got}, expected {want}",
+                        trace(),
+                    )
+
+    def compaction(self, n: _Node, state: JournalState, trace: _Trace) -> None:
+        """COMPACTION-PRESERVES-WINDOW for every window and every split."""
+        records, model = n.records, n.model
+        for window in self.windows:
+            self.counters["compactions"] += 1
+            compacted = n.compacted[-1][window]
+            got = [self.record(r) for r in compacted]
+            want = model.compaction(window)
+            if got != want:
+                raise InvariantViolation(
+                    "COMPACTION-PRESERVES-WINDOW",
+                    f"compact(records, {set(window)}) is {got}, expected {want}",
+                    trace(),
+                )
+            again = replay(compacted)
+            if self.view(again) != model.on(window) or again.reserved != model.reserved:
+                raise InvariantViolation(
+                    "COMPACTION-PRESERVES-WINDOW",
+                    f"compact(records, {set(window)}) replays to {self.view(again)}, "
+                    f"reserved {again.reserved}",
+                    trace(),
+                )
+            if again != state.restrict(window):
+                raise InvariantViolation(
+                    "COMPACTION-PRESERVES-WINDOW",
+                    f"replay(compact(records, {set(window)})) is not replay(records).restrict",
+                    trace(),
+                )
+            # Compacted after the first j records, then appended to: the
+            # same state on the window as the whole journal.
+            for j in range(1, len(records)):
+                self.counters["splits"] += 1
+                later = replay(n.compacted[j][window] + records[j:])
+                on = {k: v for k, v in self.view(later).items() if k[0] in window}
+                if on != model.on(window) or later.reserved != model.reserved:
+                    raise InvariantViolation(
+                        "COMPACTION-PRESERVES-WINDOW",
+                        f"compacted to {set(window)} after {j} records, then appended to: "
+                        + _difference(on, model.on(window))
+                        + f", reserved {later.reserved}",
+                        trace(),
+                    )
+
+
+def _difference(got: Mapping[Key, _Sibling], want: Mapping[Key, _Sibling]) -> str:
+    for key in sorted(set(got) | set(want)):
+        if got.get(key) != want.get(key):
+            return f"sibling {key} is {got.get(key)}, expected {want.get(key)}"
+    return "the siblings agree"
+
+
+def _which(got: Mapping[Key, _Sibling], want: Mapping[Key, _Sibling]) -> str:
+    """CONTINUATION-EXACT when every sibling has its expected attempt and
+    seal and only running samples differ; FENCING otherwise."""
+    if set(got) == set(want) and all(
+        got[k][:2] == want[k][:2] and (got[k] == want[k] or not want[k].sealed) for k in want
+    ):
+        return "CONTINUATION-EXACT"
+    return "FENCING"
+
+
+def _decoded(data: bytes) -> Decoded | Exception:
+    try:
+        return decode(data)
+    except Exception as exc:  # a seeded bug may raise anything: report it
+        return exc
+
+
+class _Bytes:
+    """JOURNAL-PREFIX and TORN-TAIL-ONLY over one sequence's file (module
+    docstring): its last frame starts at ``last``, the frame before it at
+    ``previous``. Each decode is named by a format string and its
+    arguments, formatted only for a violation (there are many decodes)."""
+
+    def __init__(self, checker: _Checker, n: _Node, trace: _Trace) -> None:
+        assert n.file is not None
+        self.checker = checker
+        self.counters = checker.counters
+        self.header = checker.header
+        self.n = n
+        self.trace = trace
+        self.data = n.file
+        self.records = n.records
+        self.kept = n.records[:-1]
+        self.last = len(n.parent_file) if n.parent_file is not None else 0
+        self.previous = self.last - _frame_size(n.records[-2]) if len(n.records) >= 2 else 0
+
+    def fail(
+        self, invariant: str, what: str, args: tuple[object, ...], detail: str
+    ) -> InvariantViolation:
+        return InvariantViolation(invariant, f"{what.format(*args)}: {detail}", self.trace())
+
+    def torn(
+        self, data: bytes, kept: tuple[Record, ...], tail: TornTail | None, what: str, *args: object
+    ) -> Decoded:
+        """``data`` decodes to ``kept`` and reports ``tail``."""
+        got = _decoded(data)
+        if tail is not None:
+            self.counters["torn_tails"] += 1
+            shapes = self.checker.shapes
+            shapes[tail.reason] = shapes.get(tail.reason, 0) + 1
+        if isinstance(got, Exception):
+            raise self.fail(
+                "TORN-TAIL-ONLY",
+                what,
+                args,
+                f"raised {got!r}, expected {len(kept)} records and {tail}",
+            )
+        if got.records != kept or got.header != self.header:
+            raise self.fail(
+                "JOURNAL-PREFIX",
+                what,
+                args,
+                f"decoded {len(got.records)} records {got.records!r:.300}, expected the first "
+                f"{len(kept)} appended",
+            )
+        end = len(data) - (tail.length if tail else 0)
+        if got.torn != tail or got.end != end:
+            raise self.fail(
+                "TORN-TAIL-ONLY",
+                what,
+                args,
+                f"reported end {got.end} and torn tail {got.torn}, expected {end} and {tail}",
+            )
+        return got
+
+    def refused(
+        self,
+        data: bytes,
+        offset: int,
+        what: str,
+        *args: object,
+        due: tuple[int, int] | None = None,
+        invariant: str = "TORN-TAIL-ONLY",
+    ) -> None:
+        """``data`` is an error naming ``offset`` (a sequence error with
+        ``due`` = (expected, found), if given)."""
+        got = _decoded(data)
+        self.counters["refused"] += 1
+        if not isinstance(got, JournalCorruptError):
+            raise self.fail(
+                invariant,
+                what,
+                args,
+                f"decoded as {got!r:.300}, expected an error naming byte {offset}",
+            )
+        wrong = got.offset != offset
+        if due is not None:
+            wrong = wrong or not (
+                isinstance(got, JournalSequenceError) and (got.expected, got.found) == due
+            )
+        if wrong:
+            expected = f"an error at byte {offset}"
+            if due is not None:
+                expected += f", sequence number {due[1]} where {due[0]} was due"
+            raise self.fail(invariant, what, args, f"{got!r}, expected {expected}")
+
+    def check(self) -> None:
+        data, records, last = self.data, self.records, self.last
+        n = self.n
+        if n.parent_file is not None and not data.startswith(n.parent_file):
+            raise InvariantViolation(
+                "JOURNAL-PREFIX",
+                "the encoding does not begin with the encoding of all records but the last",
+                self.trace(),
+            )
+        size = _frame_size(records[-1]) if records else _header_size(self.header)
+        if len(data) - last != size:
+            raise InvariantViolation(
+                "JOURNAL-PREFIX",
+                f"the last frame is {len(data) - last} bytes, the layout says {size}",
+                self.trace(),
+            )
+        self.torn(data, records, None, "the whole file")
+        self.cuts()
+        self.flips()
+        self.zeros()
+        if records:
+            self.splices()
+
+    def cuts(self) -> None:
+        """Every cut inside the last frame (a kill during its group's write)."""
+        data, last = self.data, self.last
+        if not self.records:
+            for cut in range(len(data)):
+                self.counters["cuts"] += 1
+                self.refused(data[:cut], 0, "the header cut at byte {}", cut)
+            return
+        durable: tuple[Record, ...] = ()
+        for cut in range(last + 1, len(data)):
+            self.counters["cuts"] += 1
+            left = cut - last
+            tail = TornTail(last, left, _SHORT_HEAD if left < _HEAD else _CUT_SHORT)
+            got = self.torn(data[:cut], self.kept, tail, "cut at byte {} of {}", cut, len(data))
+            durable = got.records
+        # What is durable replays to the state of a prefix of what was appended.
+        state = self.checker.view(replay(durable))
+        if state != self.n.durable.siblings:
+            raise InvariantViolation(
+                "JOURNAL-PREFIX",
+                "the durable records replay to another state: "
+                + _difference(state, self.n.durable.siblings),
+                self.trace(),
+            )
+
+    def flips(self) -> None:
+        """Every byte of the last frame, and of the frame before it, flipped;
+        that frame zeroed."""
+        data, last, previous = self.data, self.last, self.previous
+        masks = self.checker.bounds.masks
+        whole = TornTail(last, len(data) - last, _BAD_LAST)
+        for at, mask in itertools.product(range(last, len(data)), masks):
+            self.counters["flips"] += 1
+            bad = bytearray(data)
+            bad[at] ^= mask
+            what = "byte {} XOR {:#04x}, in the last frame (at {})"
+            if self.records and at >= last + _HEAD:
+                self.torn(bytes(bad), self.kept, whole, what, at, mask, last)
+            else:
+                self.refused(bytes(bad), last, what, at, mask, last)
+        if not self.records:
+            return
+        for at, mask in itertools.product(range(previous, last), masks):
+            self.counters["flips"] += 1
+            bad = bytearray(data)
+            bad[at] ^= mask
+            what = "byte {} XOR {:#04x}, in the frame at {}, not the last"
+            self.refused(bytes(bad), previous, what, at, mask, previous)
+        self.counters["zero_tails"] += 1
+        zeroed = data[:previous] + bytes(last - previous) + data[last:]
+        self.refused(zeroed, previous, "the frame at {} zeroed, not the last", previous)
+
+    def zeros(self) -> None:
+        """Group commit: the records after any synced prefix were one group,
+        which a power cut may leave as zero bytes; or zero bytes past the end."""
+        data, records = self.data, self.records
+        at = _header_size(self.header)
+        for synced in range(len(records)):
+            self.counters["zero_tails"] += 1
+            length = len(data) - at
+            tail = TornTail(at, length, _ZERO_HEAD if length >= _HEAD else _SHORT_HEAD)
+            what = "the group of records {}.. zeroed by a power cut"
+            self.torn(data[:at] + bytes(length), records[:synced], tail, what, synced)
+            at += _frame_size(records[synced])
+        for zeros in _ZERO_TAILS:
+            self.counters["zero_tails"] += 1
+            tail = TornTail(len(data), zeros, _ZERO_HEAD if zeros >= _HEAD else _SHORT_HEAD)
+            self.torn(data + bytes(zeros), records, tail, "{} zero bytes past the end", zeros)
+
+    def splices(self) -> None:
+        """The last frame repeated; the frame before it dropped, or moved
+        after it (the header, when it is the one before)."""
+        data, last, previous = self.data, self.last, self.previous
+        count, base = len(self.records), self.header.base
+        self.counters["splices"] += 3
+        repeat = (base + count + 1, base + count)
+        self.refused(
+            data + data[last:],
+            len(data),
+            "the last frame repeated",
+            due=repeat,
+            invariant="JOURNAL-PREFIX",
+        )
+        due = (base + count - 1, base + count) if count >= 2 else None
+        dropped = data[:previous] + data[last:]
+        what = "the frame before the last dropped"
+        self.refused(dropped, previous, what, due=due, invariant="JOURNAL-PREFIX")
+        swapped = data[:previous] + data[last:] + data[previous:last]
+        what = "the last two frames swapped"
+        self.refused(swapped, previous, what, due=due, invariant="JOURNAL-PREFIX")
