@@ -155,7 +155,7 @@ def breadth_first(
     visit: Callable[[_S, _Trace], None],
     snapshot: Callable[[_S], object],
 ) -> tuple[int, int]:
-    """The search both explorers share: from ``start``, every state
+    """The search the explorers share: from ``start``, every state
     ``successors`` reaches (each labelled by its move), each distinct one
     ``visit``ed once with its trace, breadth first, so that the first
     violation is reached by a shortest trace. IMMUTABLE is checked here:
