@@ -8,14 +8,26 @@ checkpoint (ledger and training steps alike), exactly as a real process
 death does, and ``resume`` restarts from that checkpoint through its JSON
 record, so the codec is exercised on every replayed crash.
 
+A trace whose ``config`` names ``samples`` or ``granularity`` is replayed
+sample by sample through a ``SampleLedger``: ``seal``, ``fail_sample`` and
+``restart`` name attempts, and the replayer plays the framework's part too.
+It keeps the samples the ledger accepted (as a rollout journal would: a
+``resume`` may hold only those), files each under its group, and trains a
+group's samples with it; a checkpoint saves the samples of the buffered
+groups with it.
+
 The coverage report at ``finish`` is computed from the replayer's own record
-of the surviving lineage (which steps trained what, which drops happened),
-not from the ledger's sets, so it checks the ledger rather than echoing it.
+of the surviving lineage (which steps trained what, which drops happened,
+and in sample mode which samples each trained group had, and whether each
+was accepted from its sibling's current attempt by the replayer's own
+account of the attempts handed out), not from the ledger's sets, so it
+checks the ledger rather than echoing it.
 """
 
 from __future__ import annotations
 
 import json
+from collections import Counter
 from collections.abc import Iterable, Mapping
 from typing import IO, Any, Final
 
@@ -24,12 +36,33 @@ import attrs
 from ._audit import coverage_counts
 from ._checkpoint import Checkpoint
 from ._errors import FrontierError
-from ._events import Buffer, Dispatch, Evict, Fail, FailurePolicy, Status, Train
+from ._events import (
+    Buffer,
+    Dispatch,
+    Effect,
+    Evict,
+    Fail,
+    FailSample,
+    FailurePolicy,
+    Granularity,
+    Lease,
+    Restart,
+    Seal,
+    Status,
+    Train,
+)
 from ._ledger import Ledger, LedgerConfig
+from ._samples import MAX_ATTEMPT, SampleCheckpoint, SampleLedger
 from ._trainlog import Lineage
 
-#: The most ordinals one ``stamp`` op may stamp.
+#: The most ordinals one ``stamp`` op may stamp, and the most attempts one
+#: sample-level ``dispatch`` may start.
 MAX_STAMP: Final = 1_000_000
+#: The largest group a sample-level trace may configure: every dispatched
+#: group costs n leases, so n is bounded like a stamp's count.
+MAX_SAMPLES: Final = 1024
+
+_LIVE: Final = (Status.PENDING, Status.OUTSTANDING, Status.BUFFERED)
 
 
 class TraceError(FrontierError, ValueError):
@@ -59,30 +92,68 @@ _SCHEMA: dict[str, tuple[frozenset[str], frozenset[str]]] = {
     "finish": (frozenset(), frozenset()),
     **{name: (frozenset({"ordinals"}), frozenset()) for name in _MOVES},
 }
+#: A sample-level trace: the prompt-level ops, some with more keys, and the
+#: sibling ops.
+_SAMPLE_SCHEMA: dict[str, tuple[frozenset[str], frozenset[str]]] = {
+    **_SCHEMA,
+    "checkpoint": (frozenset(), frozenset({"save_buffer", "save_sealed"})),
+    "resume": (
+        frozenset(),
+        _SCHEMA["resume"][1] | {"load_sealed", "sealed", "attempt_floor"},
+    ),
+    Seal.name: (frozenset({"leases"}), frozenset()),
+    FailSample.name: (frozenset({"leases"}), frozenset()),
+    Restart.name: (frozenset({"siblings"}), frozenset()),
+}
+# Either of these selects the sample-level replay.
+_SAMPLE_KEYS: Final = frozenset({"samples", "granularity"})
+_CONFIG_KEYS: Final = _SCHEMA["config"][1] | _SAMPLE_KEYS
+
+#: A sample as the replayer files it: its lease, and whether the replayer's
+#: own account had its attempt current when the ledger accepted it.
+_Sample = tuple[Lease, bool]
 
 
 @attrs.frozen
 class _Saved:
-    """A committed checkpoint and the lineage length it covers."""
+    """A committed checkpoint and the lineage length it covers; in sample
+    mode, the samples of the buffered groups it saved."""
 
     record: dict[str, Any]
+    cut: int
     trained_events: int
     dropped_events: int
+    buffered: Mapping[int, tuple[_Sample, ...]] = attrs.field(factory=dict)
 
 
 class Replayer:
     """Feeds trace ops to a ledger, one at a time, and returns the output
-    lines each produces. Raises ``TraceError`` on a bad op and is then
-    unusable (as a real run would be)."""
+    lines each produces. Raises ``TraceError`` on a bad op and leaves the
+    run as it was (``replay`` stops there, as a real run would)."""
 
     def __init__(self) -> None:
         self.config = LedgerConfig()
-        self.ledger: Ledger | None = Ledger.start(self.config)
-        self._saved = _Saved(self.ledger.checkpoint().state_dict(), 0, 0)
+        self.ledger: Ledger | SampleLedger | None = Ledger.start(self.config)
+        self._saved = _Saved(self.ledger.checkpoint().state_dict(), 0, 0, 0)
         self._trained: list[tuple[int, ...]] = []
         self._dropped: list[tuple[int, ...]] = []
         self._highest_yielded = -1
         self._ops = 0
+        self._sample_mode = False
+        # Sample mode only. ``_trained_samples`` runs beside ``_trained``:
+        # each step's groups with the samples trained for each.
+        self._trained_samples: list[tuple[tuple[int, tuple[_Sample, ...]], ...]] = []
+        # Every sample a seal had accepted, in any life: what a journal holds.
+        self._accepted: set[Lease] = set()
+        # This life: ordinal -> sibling -> the attempt the replayer counts
+        # current (handed out, no result accepted yet, group outstanding).
+        self._running: dict[int, dict[int, int]] = {}
+        # This life: ordinal -> the samples filed for the group since its
+        # dispatch (or restored with the buffer).
+        self._samples: dict[int, list[_Sample]] = {}
+        # This life: the samples the resume held and the ledger kept, not
+        # reused yet.
+        self._held: set[Lease] = set()
 
     def feed(self, op: Mapping[str, Any], line: int) -> list[dict[str, Any]]:
         try:
@@ -98,9 +169,16 @@ class Replayer:
         if not isinstance(op, Mapping):
             raise TraceError(line, "an op must be a JSON object")
         name = op.get("op")
-        if name not in _SCHEMA:
-            raise TraceError(line, f"unknown op {name!r}; expected one of {sorted(_SCHEMA)}")
-        required, optional = _SCHEMA[name]
+        schema = _SAMPLE_SCHEMA if self._sample_mode else _SCHEMA
+        if name in _SAMPLE_SCHEMA and name not in schema:
+            raise TraceError(
+                line, f"{name} is a sample-level op: the config must set 'samples' first"
+            )
+        if name not in schema:
+            raise TraceError(line, f"unknown op {name!r}; expected one of {sorted(schema)}")
+        required, optional = schema[name]
+        if name == "config":
+            optional = _CONFIG_KEYS
         keys = set(op) - {"op"}
         if required - keys:
             raise TraceError(line, f"{name}: missing {sorted(required - keys)}")
@@ -112,6 +190,8 @@ class Replayer:
         if name == "finish":
             return [self._coverage()]
         if name == "resume":
+            if self._sample_mode:
+                return [self._resume_samples(op, line)]
             return [self._resume(op, line)]
         ledger = self.ledger
         if ledger is None:
@@ -135,6 +215,8 @@ class Replayer:
                     "kept": list(step.effect.kept),
                 }
             ]
+        if isinstance(ledger, SampleLedger):
+            return self._feed_samples(ledger, name, op, line)
         if name in _MOVES:
             ordinals = _ordinal_list(op["ordinals"], "ordinals", line)
             result = ledger.apply(_MOVES[name](ordinals))
@@ -149,23 +231,23 @@ class Replayer:
             checkpoint = ledger.checkpoint(save_buffer=save_buffer)
             # Commit through the wire form, as a real run would.
             record = json.loads(json.dumps(checkpoint.state_dict()))
-            self._saved = _Saved(record, len(self._trained), len(self._dropped))
-            return [
-                {
-                    "event": "checkpoint",
-                    "cut": checkpoint.cut,
-                    "trained_above_cut": list(checkpoint.trained()),
-                    "dropped_above_cut": list(checkpoint.dropped()),
-                    "retained": list(checkpoint.retained_ordinals()),
-                }
-            ]
+            self._saved = _Saved(record, checkpoint.cut, len(self._trained), len(self._dropped))
+            return [_checkpoint_line(checkpoint)]
         assert name == "kill"
+        self._kill()
+        return []
+
+    def _kill(self) -> None:
         # Everything after the last checkpoint dies with the process,
-        # training steps included: the resumed run re-executes them.
+        # training steps included: the resumed run re-executes them. So do
+        # the samples it held in memory; the journal (``_accepted``) stays.
         self.ledger = None
         del self._trained[self._saved.trained_events :]
+        del self._trained_samples[self._saved.trained_events :]
         del self._dropped[self._saved.dropped_events :]
-        return []
+        self._running = {}
+        self._samples = {}
+        self._held = set()
 
     def _configure(self, op: Mapping[str, Any], line: int) -> list[dict[str, Any]]:
         if self._ops:
@@ -179,11 +261,31 @@ class Replayer:
         max_attempts = _int(op.get("max_attempts", 3), "max_attempts", line)
         if max_attempts < 1:
             raise TraceError(line, f"max_attempts must be >= 1, got {max_attempts}")
+        samples = _int(op.get("samples", 1), "samples", line)
+        if not 1 <= samples <= MAX_SAMPLES:
+            raise TraceError(
+                line, f"samples must be in [1, {MAX_SAMPLES}], got {str(samples)[:40]}"
+            )
+        granularity = op.get("granularity", "sibling")
+        if granularity not in ("sibling", "group"):
+            raise TraceError(
+                line, f"granularity must be 'sibling' or 'group', got {granularity!r:.40}"
+            )
         self.config = LedgerConfig(
-            on_failure=FailurePolicy(on_failure), max_attempts=max_attempts, stream_len=stream_len
+            on_failure=FailurePolicy(on_failure),
+            max_attempts=max_attempts,
+            stream_len=stream_len,
+            samples=samples,
+            granularity=Granularity(granularity),
         )
-        self.ledger = Ledger.start(self.config)
-        self._saved = _Saved(self.ledger.checkpoint().state_dict(), 0, 0)
+        self._sample_mode = bool(_SAMPLE_KEYS & set(op))
+        if self._sample_mode:
+            ledger = SampleLedger.start(self.config)
+            self.ledger = ledger
+            self._saved = _Saved(ledger.checkpoint().state_dict(), 0, 0, 0)
+        else:
+            self.ledger = Ledger.start(self.config)
+            self._saved = _Saved(self.ledger.checkpoint().state_dict(), 0, 0, 0)
         return []
 
     def _resume(self, op: Mapping[str, Any], line: int) -> dict[str, Any]:
@@ -205,6 +307,203 @@ class Replayer:
             "covered": list(resumed.covered),
         }
 
+    # -- sample mode ------------------------------------------------------
+
+    def _feed_samples(
+        self, ledger: SampleLedger, name: str, op: Mapping[str, Any], line: int
+    ) -> list[dict[str, Any]]:
+        n = self.config.samples
+        if name == "checkpoint":
+            save_buffer = _bool(op.get("save_buffer", True), "save_buffer", line)
+            save_sealed = _bool(op.get("save_sealed", True), "save_sealed", line)
+            checkpoint = ledger.checkpoint(save_buffer=save_buffer, save_sealed=save_sealed)
+            record = json.loads(json.dumps(checkpoint.state_dict()))
+            # The framework saves the buffered groups' samples with it.
+            buffered = {
+                o: tuple(self._samples.get(o, ())) for o in checkpoint.ledger.retained_ordinals()
+            }
+            self._saved = _Saved(
+                record, checkpoint.cut, len(self._trained), len(self._dropped), buffered
+            )
+            return [
+                {
+                    **_checkpoint_line(checkpoint.ledger),
+                    "next_attempt": checkpoint.next_attempt,
+                    "sealed": _leases(checkpoint.sealed),
+                }
+            ]
+        if name == "kill":
+            self._kill()
+            return []
+        if name == Restart.name:
+            pairs = _sibling_list(op["siblings"], "siblings", line, n, width=2)
+            result = ledger.apply(Restart(pairs))
+            self.ledger = result.ledger
+            self._start(result.effect.leases)
+            return [{"event": Restart.name, "leases": _leases(result.effect.leases)}]
+        if name in (Seal.name, FailSample.name):
+            leases = [Lease(*x) for x in _sibling_list(op["leases"], "leases", line, n, width=3)]
+            if name == Seal.name:
+                result = ledger.apply(Seal(leases))
+                self.ledger = result.ledger
+                self._seal(result.effect)
+                return [
+                    {
+                        "event": Seal.name,
+                        "sealed": _leases(result.effect.sealed),
+                        "fenced": _leases(result.effect.fenced),
+                        "landed": sorted(result.effect.landed),
+                    }
+                ]
+            result = ledger.apply(FailSample(leases))
+            self.ledger = result.ledger
+            self._fail_sample(leases, result.effect)
+            effect = result.effect
+            return [
+                {
+                    "event": FailSample.name,
+                    "fenced": _leases(effect.fenced),
+                    "restart": sorted(map(list, effect.restart)),
+                    "requeued": sorted(effect.requeued),
+                    "unstamped": sorted(effect.unstamped),
+                    "dropped": sorted(effect.dropped),
+                }
+            ]
+        ordinals = _ordinal_list(op["ordinals"], "ordinals", line)
+        if name == "dispatch" and len(ordinals) * n > MAX_STAMP:
+            raise TraceError(
+                line,
+                f"dispatch would start up to {len(ordinals) * n} attempts, more than "
+                f"{MAX_STAMP}; split it",
+            )
+        result = ledger.apply(_MOVES[name](ordinals))
+        self.ledger = result.ledger
+        effect = result.effect
+        if effect.dropped:
+            self._dropped.append(effect.dropped)
+        if name == "dispatch":
+            self._dispatch(ordinals, effect)
+            return [
+                {
+                    "event": "dispatch",
+                    "leases": _leases(effect.leases),
+                    "reused": _leases(effect.reused),
+                    "landed": sorted(effect.landed),
+                }
+            ]
+        if name == "train":
+            self._trained.append(tuple(ordinals))
+            self._trained_samples.append(
+                tuple((o, tuple(self._samples.pop(o, ()))) for o in ordinals)
+            )
+        # A group that leaves outstanding whole (buffer, fail) takes its
+        # attempts with it; a dropped group takes its samples.
+        for o in ordinals:
+            self._running.pop(o, None)
+        for o in effect.dropped:
+            self._samples.pop(o, None)
+        return []
+
+    # The replayer's own account of the attempts, from what the ledger
+    # handed out and accepted: an attempt is current from its hand-out to
+    # its first accepted result, or until its group leaves outstanding or
+    # the process dies. The ledger decides; this only records, so that
+    # ``finish`` can tell a sample accepted from a stale attempt.
+
+    def _start(self, leases: Iterable[Lease]) -> None:
+        for o, s, a in leases:
+            self._running.setdefault(o, {})[s] = a
+
+    def _dispatch(self, ordinals: Iterable[int], effect: Effect) -> None:
+        for o in ordinals:
+            self._samples[o] = []
+            self._running.pop(o, None)
+        for lease in effect.reused:
+            # Reused: current only if this life's resume held it.
+            self._samples.setdefault(lease.ordinal, []).append((lease, lease in self._held))
+            self._held.discard(lease)
+        self._start(effect.leases)
+        for o in effect.landed:
+            self._running.pop(o, None)
+
+    def _seal(self, effect: Effect) -> None:
+        for lease in effect.sealed:
+            o, s, a = lease
+            running = self._running.get(o, {})
+            current = running.get(s) == a
+            if current:
+                del running[s]
+            self._samples.setdefault(o, []).append((lease, current))
+            self._accepted.add(lease)
+        for o in effect.landed:
+            self._running.pop(o, None)
+
+    def _fail_sample(self, leases: Iterable[Lease], effect: Effect) -> None:
+        fenced = set(effect.fenced)
+        for o, s, a in leases:
+            running = self._running.get(o, {})
+            if (o, s, a) not in fenced and running.get(s) == a:
+                del running[s]
+        for o in (*effect.requeued, *effect.unstamped, *effect.dropped):
+            self._running.pop(o, None)
+        for o in effect.dropped:
+            self._samples.pop(o, None)
+        if effect.dropped:
+            self._dropped.append(effect.dropped)
+
+    def _resume_samples(self, op: Mapping[str, Any], line: int) -> dict[str, Any]:
+        if self.ledger is not None:
+            raise TraceError(line, "resume without a kill: the process is still alive")
+        n = self.config.samples
+        load = _bool(op.get("load_replay_buffer", True), "load_replay_buffer", line)
+        load_sealed = _bool(op.get("load_sealed", True), "load_sealed", line)
+        evicted = _ordinal_list(op.get("evicted_on_restore", []), "evicted_on_restore", line)
+        journal = [Lease(*x) for x in _sibling_list(op.get("sealed", []), "sealed", line, n, 3)]
+        floor = _int(op.get("attempt_floor", 0), "attempt_floor", line)
+        if floor > MAX_ATTEMPT + 1:
+            raise TraceError(
+                line, f"'attempt_floor' {str(floor)[:40]} is above 2**32, the attempts' bound"
+            )
+        unknown = [lease for lease in journal if lease not in self._accepted]
+        if unknown:
+            raise TraceError(
+                line,
+                f"'sealed' holds samples no seal accepted, which no journal can hold: "
+                f"{_leases(unknown[:5])}",
+            )
+        checkpoint = SampleCheckpoint.from_state_dict(
+            self._saved.record, fingerprint=self.config.fingerprint
+        )
+        # The checkpoint's samples and the journal's are one sample each.
+        held = dict.fromkeys([*(checkpoint.sealed if load_sealed else ()), *journal])
+        resumed = SampleLedger.resume(
+            self.config,
+            checkpoint,
+            load_replay_buffer=load,
+            sealed=held,
+            evicted_on_restore=evicted,
+            attempt_floor=floor,
+        )
+        ledger = resumed.ledger
+        self.ledger = ledger
+        self._held = set(resumed.reused)
+        self._samples = {
+            o: list(samples)
+            for o, samples in self._saved.buffered.items()
+            if ledger.status(o) is Status.BUFFERED
+        }
+        return {
+            "event": "resume",
+            "rewind_to": resumed.rewind_to,
+            "cut": ledger.cut,
+            "covered": list(resumed.covered),
+            "next_attempt": ledger.next_attempt,
+            "reused": _leases(resumed.reused),
+            "ignored": _leases(resumed.ignored),
+        }
+
+    # -- the report -------------------------------------------------------
+
     def _coverage(self) -> dict[str, Any]:
         # Counted by the audit's one function, over the replayer's own
         # lineage (never the ledger's sets).
@@ -215,17 +514,15 @@ class Replayer:
         )
         trained, dropped_counts = coverage_counts(lineage)
         dropped = set(dropped_counts)
-        if self.ledger is not None:
-            live = {
-                o
-                for status in (Status.PENDING, Status.OUTSTANDING, Status.BUFFERED)
-                for o in self.ledger.ordinals(status)
-            }
-            position = self.ledger.next_ordinal
+        ledger = self.ledger
+        if ledger is not None:
+            groups = ledger.ledger if isinstance(ledger, SampleLedger) else ledger
+            live = {o for status in _LIVE for o in groups.ordinals(status)}
+            position = groups.next_ordinal
         else:
             # Dead: the next resume restarts the source at the saved cut.
             live = set()
-            position = int(self._saved.record["cut"])
+            position = self._saved.cut
         stream_len = self.config.stream_len
         upper = stream_len if stream_len is not None else self._highest_yielded + 1
         lost = [
@@ -233,13 +530,60 @@ class Replayer:
             for o in range(min(upper, position))
             if trained[o] == 0 and o not in dropped and o not in live
         ]
-        return {
+        report: dict[str, Any] = {
             "event": "coverage",
             "trained": sum(1 for n in trained.values() if n == 1),
             "dropped": sorted(dropped),
             "lost": lost,
             "duplicated": sorted(o for o, n in trained.items() if n > 1),
         }
+        if self._sample_mode:
+            report.update(self._sample_coverage())
+        return report
+
+    def _sample_coverage(self) -> dict[str, Any]:
+        n = self.config.samples
+        incomplete: set[int] = set()
+        fenced: set[Lease] = set()
+        by_attempt: Counter[int] = Counter()
+        trained: list[Lease] = []
+        for step in self._trained_samples:
+            for o, samples in step:
+                siblings = {lease.sibling for lease, _ in samples}
+                # One sample per sibling 0..n-1, each of this group.
+                if (
+                    len(samples) != n
+                    or len(siblings) != n
+                    or any(not 0 <= s < n for s in siblings)
+                    or any(lease.ordinal != o for lease, _ in samples)
+                ):
+                    incomplete.add(o)
+                for lease, current in samples:
+                    if not current:
+                        fenced.add(lease)
+                    by_attempt[lease.attempt] += 1
+                    trained.append(lease)
+        twice = sorted({lease for lease in trained if by_attempt[lease.attempt] > 1})
+        return {
+            "samples": len(trained),
+            "incomplete": sorted(incomplete),
+            "fenced": _leases(fenced),
+            "duplicated_attempts": _leases(twice),
+        }
+
+
+def _checkpoint_line(checkpoint: Checkpoint) -> dict[str, Any]:
+    return {
+        "event": "checkpoint",
+        "cut": checkpoint.cut,
+        "trained_above_cut": list(checkpoint.trained()),
+        "dropped_above_cut": list(checkpoint.dropped()),
+        "retained": list(checkpoint.retained_ordinals()),
+    }
+
+
+def _leases(leases: Iterable[Lease]) -> list[list[int]]:
+    return [list(x) for x in sorted(leases)]
 
 
 def _int(value: object, key: str, line: int) -> int:
@@ -258,6 +602,27 @@ def _ordinal_list(value: object, key: str, line: int) -> list[int]:
     if not isinstance(value, list):
         raise TraceError(line, f"{key!r} must be a list of ordinals, got {value!r:.40}")
     return [_int(o, key, line) for o in value]
+
+
+def _sibling_list(value: object, key: str, line: int, n: int, width: int) -> list[tuple[int, ...]]:
+    """``value`` as ``[ordinal, sibling]`` pairs (``width`` 2) or
+    ``[ordinal, sibling, attempt]`` leases (3): sibling below ``n``, attempt
+    at most ``MAX_ATTEMPT``. Whether they are legal now is the ledger's
+    decision."""
+    shape = "[ordinal, sibling]" if width == 2 else "[ordinal, sibling, attempt]"
+    if not isinstance(value, list):
+        raise TraceError(line, f"{key!r} must be a list of {shape}, got {value!r:.40}")
+    out = []
+    for item in value:
+        if not isinstance(item, list) or len(item) != width:
+            raise TraceError(line, f"{key!r} must be a list of {shape}, holds {item!r:.40}")
+        xs = tuple(_int(x, key, line) for x in item)
+        if xs[1] >= n:
+            raise TraceError(line, f"{key!r}: sibling {str(xs[1])[:40]} is not below samples={n}")
+        if width == 3 and xs[2] > MAX_ATTEMPT:
+            raise TraceError(line, f"{key!r}: attempt {str(xs[2])[:40]} is above 2**32 - 1")
+        out.append(xs)
+    return out
 
 
 def replay(lines: Iterable[str | bytes], out: IO[str]) -> None:

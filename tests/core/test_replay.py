@@ -169,6 +169,11 @@ def test_unbounded_stream_reports_live_prompts_as_not_lost(tmp_path: Path) -> No
         ({"op": "config"}, "config must be the first op"),
         ({"op": "resume"}, "resume without a kill"),
         ({"op": "checkpoint", "save_buffer": 1}, "'save_buffer' must be true or false"),
+        # The sibling ops and keys need a sample-level config.
+        ({"op": "seal", "leases": [[0, 0, 0]]}, "seal is a sample-level op"),
+        ({"op": "restart", "siblings": []}, "restart is a sample-level op"),
+        ({"op": "checkpoint", "save_sealed": True}, "unknown keys ['save_sealed']"),
+        ({"op": "resume", "attempt_floor": 0}, "unknown keys ['attempt_floor']"),
     ],
 )
 def test_bad_line_exits_2_naming_the_line_and_prints_nothing_after(
