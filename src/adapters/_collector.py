@@ -379,6 +379,8 @@ class StreamCollector:
         evicted_on_restore: Iterable[int],
         **extra: Any,
     ) -> Resumed | SampleResumed:
+        """Both collectors' ``resume``: ``extra`` goes to the ledger's own
+        (``SampleLedger.resume``'s ``sealed`` and ``attempt_floor``)."""
         if not isinstance(load_replay_buffer, bool):
             raise TypeError(
                 f"load_replay_buffer must be a bool, got {type(load_replay_buffer).__name__}"
@@ -407,12 +409,17 @@ class StreamCollector:
                 f"{now}: a resume may lengthen the stream, never shorten it"
             )
         base = self.source.base(state[KEY_STREAM], checkpoint.cut)
-        resumed = self._resume_ledger(
-            checkpoint,
-            load_replay_buffer=load_replay_buffer,
-            evicted_on_restore=evicted_on_restore,
-            rewind_to=base,
+        options: dict[str, Any] = {
+            "load_replay_buffer": load_replay_buffer,
+            "evicted_on_restore": evicted_on_restore,
+            "rewind_to": base,
             **extra,
+        }
+        # The record's kind (``_read_record``) says the ledger's.
+        resumed: Resumed | SampleResumed = (
+            SampleLedger.resume(self.config, checkpoint, **options)
+            if isinstance(checkpoint, SampleCheckpoint)
+            else Ledger.resume(self.config, checkpoint, **options)
         )
         self.source.restore(state[KEY_STREAM], checkpoint.cut)
         self._ledger = resumed.ledger
@@ -423,22 +430,7 @@ class StreamCollector:
         return resumed
 
     def _read_record(self, record: Any) -> Checkpoint | SampleCheckpoint:
+        """The ledger record of a collector state (the sample collector's is
+        a ``SampleCheckpoint``, which ``_resume`` resumes a ``SampleLedger``
+        from)."""
         return Checkpoint.from_state_dict(record)
-
-    def _resume_ledger(
-        self,
-        checkpoint: Checkpoint | SampleCheckpoint,
-        *,
-        load_replay_buffer: bool,
-        evicted_on_restore: Iterable[int],
-        rewind_to: int,
-        **extra: Any,
-    ) -> Resumed | SampleResumed:
-        assert isinstance(checkpoint, Checkpoint)
-        return Ledger.resume(
-            self.config,
-            checkpoint,
-            load_replay_buffer=load_replay_buffer,
-            evicted_on_restore=evicted_on_restore,
-            rewind_to=rewind_to,
-        )

@@ -35,7 +35,6 @@ from frontier_core import (
     Lease,
     Ledger,
     LedgerConfig,
-    Resumed,
     SampleCheckpoint,
     SampleLedger,
     SampleResumed,
@@ -216,23 +215,3 @@ class SampleCollector(StreamCollector):
 
     def _read_record(self, record: Any) -> Checkpoint | SampleCheckpoint:
         return SampleCheckpoint.from_state_dict(record)
-
-    def _resume_ledger(
-        self,
-        checkpoint: Checkpoint | SampleCheckpoint,
-        *,
-        load_replay_buffer: bool,
-        evicted_on_restore: Iterable[int],
-        rewind_to: int,
-        **extra: Any,
-    ) -> Resumed | SampleResumed:
-        assert isinstance(checkpoint, SampleCheckpoint)
-        return SampleLedger.resume(
-            self.config,
-            checkpoint,
-            load_replay_buffer=load_replay_buffer,
-            sealed=extra["sealed"],
-            evicted_on_restore=evicted_on_restore,
-            rewind_to=rewind_to,
-            attempt_floor=extra["attempt_floor"],
-        )

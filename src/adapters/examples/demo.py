@@ -604,29 +604,17 @@ def format_results(
 ) -> str:
     a, b = results["legacy"], results["frontier"]
     ra, rb = a.report, b.report
-
-    def row(label: str, x: object, y: object) -> str:
-        return f"  {label:<30}{x!s:>16}{y!s:>16}"
-
     lines = [
         f"Audit of the training-data logs (stream of {stream_len} prompts):",
-        row("", "legacy cursor", "frontier_core"),
-        row("SIGKILLs", a.kills, b.kills),
-        row("process lives", a.lives, b.lives),
-        row("training steps kept", ra.steps, rb.steps),
-        row("executions lost to kills", ra.discarded_steps, rb.discarded_steps),
-        row("prompts trained exactly once", ra.trained_once, rb.trained_once),
-        row("skipped (silently lost)", len(ra.skipped), len(rb.skipped)),
-        row("duplicated", len(ra.duplicated), len(rb.duplicated)),
-        row("dropped on record", len(ra.dropped), len(rb.dropped)),
-        row("failures (timeouts)", _fails(a), _fails(b)),
-        row("stale evictions", a.counters.get("evicted", 0), b.counters.get("evicted", 0)),
-        row(
-            "resumes without the buffer",
-            a.counters.get("buffer_skipped", 0),
-            b.counters.get("buffer_skipped", 0),
+        *_table(
+            [
+                ("", "legacy cursor", "frontier_core"),
+                ("SIGKILLs", a.kills, b.kills),
+                *_coverage_rows(a, b, lost="skipped (silently lost)", discarded=True),
+                *_run_rows(a, b),
+            ],
+            widths=(30, 16),
         ),
-        row("wall time (s)", a.seconds, b.seconds),
         "",
     ]
     if ra.skipped:
@@ -640,15 +628,7 @@ def format_results(
     lines.append(f"{task}, 1/16 by chance;")
     lines.append("the full block is the highest bucket, then the means of eight consecutive")
     lines.append("eighths of the run):")
-    curves = {r.mode: buckets(r.rewards, 32) for r in (a, b)}
-    top = max((v for c in curves.values() for v in c), default=1.0)
-    for r in (a, b):
-        k = buckets(r.rewards, 8)
-        lines.append(
-            f"  {r.mode:<9}{sparkline(curves[r.mode], top):<32}  "
-            + " ".join(f"{v:.2f}" for v in k)
-            + f"  ({len(r.rewards)} steps)"
-        )
+    lines += _reward_curves(a, b)
     return "\n".join(lines)
 
 
@@ -668,56 +648,32 @@ def format_journal_results(results: dict[str, ModeResult], stream_len: int) -> s
     a, b = results["coverage"], results["journal"]
     assert a.samples is not None and b.samples is not None
     sa, sb = a.samples, b.samples
-    ra, rb = a.report, b.report
-
-    def row(label: str, x: object, y: object) -> str:
-        return f"  {label:<34}{x!s:>14}{y!s:>14}"
-
     lines = [
         f"Audit of the training-data logs, sample by sample (stream of {stream_len} prompts):",
-        row("", "coverage only", "journal"),
-        row("SIGKILLs", a.kills, b.kills),
-    ]
-    for kind, label in KILL_ROWS.items():
-        lines.append(row(label, a.kills_at.count(kind), b.kills_at.count(kind)))
-    lines += [
-        row("process lives", a.lives, b.lives),
-        row("training steps kept", ra.steps, rb.steps),
-        row("prompts trained exactly once", ra.trained_once, rb.trained_once),
-        row("lost (skipped)", len(ra.skipped), len(rb.skipped)),
-        row("duplicated", len(ra.duplicated), len(rb.duplicated)),
-        row("dropped on record", len(ra.dropped), len(rb.dropped)),
-        row("samples trained", sa.samples, sb.samples),
-        row("groups without all samples", len(sa.wrong_size), len(sb.wrong_size)),
-        row("attempts trained twice", len(sa.attempts_twice), len(sb.attempts_twice)),
-        row("samples not as generated", len(sa.unexplained), len(sb.unexplained)),
-        row(
-            "torn journal tails repaired",
-            a.resumes.get("torn_tails", 0),
-            b.resumes.get("torn_tails", 0),
+        *_table(
+            [
+                ("", "coverage only", "journal"),
+                ("SIGKILLs", a.kills, b.kills),
+                *[
+                    (label, a.kills_at.count(k), b.kills_at.count(k))
+                    for k, label in KILL_ROWS.items()
+                ],
+                *_coverage_rows(a, b, lost="lost (skipped)", discarded=False),
+                ("samples trained", sa.samples, sb.samples),
+                ("groups without all samples", len(sa.wrong_size), len(sb.wrong_size)),
+                ("attempts trained twice", len(sa.attempts_twice), len(sb.attempts_twice)),
+                ("samples not as generated", len(sa.unexplained), len(sb.unexplained)),
+                _count_row("torn journal tails repaired", a.resumes, b.resumes, "torn_tails"),
+                _count_row("compaction leftovers removed", a.resumes, b.resumes, "leftovers"),
+                _count_row("siblings reused at resumes", a.resumes, b.resumes, "reused"),
+                _count_row("samples continued from a prefix", a.counters, b.counters, "continued"),
+                ("tokens trained", sa.tokens_needed, sb.tokens_needed),
+                ("tokens generated", sa.tokens_generated, sb.tokens_generated),
+                ("tokens generated again", sa.tokens_redone, sb.tokens_redone),
+                *_run_rows(a, b),
+            ],
+            widths=(34, 14),
         ),
-        row(
-            "compaction leftovers removed",
-            a.resumes.get("leftovers", 0),
-            b.resumes.get("leftovers", 0),
-        ),
-        row("siblings reused at resumes", a.resumes.get("reused", 0), b.resumes.get("reused", 0)),
-        row(
-            "samples continued from a prefix",
-            a.counters.get("continued", 0),
-            b.counters.get("continued", 0),
-        ),
-        row("tokens trained", sa.tokens_needed, sb.tokens_needed),
-        row("tokens generated", sa.tokens_generated, sb.tokens_generated),
-        row("tokens generated again", sa.tokens_redone, sb.tokens_redone),
-        row("failures (timeouts)", _fails(a), _fails(b)),
-        row("stale evictions", a.counters.get("evicted", 0), b.counters.get("evicted", 0)),
-        row(
-            "resumes without the buffer",
-            a.counters.get("buffer_skipped", 0),
-            b.counters.get("buffer_skipped", 0),
-        ),
-        row("wall time (s)", a.seconds, b.seconds),
         "",
     ]
     for r in (a, b):
@@ -730,16 +686,68 @@ def format_journal_results(results: dict[str, ModeResult], stream_len: int) -> s
         lines.append(f"  {r.mode}: {verdict}")
     lines.append("")
     lines.append("Mean reward per training step (surviving lineage), as in the A/B:")
+    lines += _reward_curves(a, b)
+    return "\n".join(lines)
+
+
+#: A row of a side-by-side audit: its label and the two modes' values.
+_Row = tuple[str, object, object]
+
+
+def _table(rows: Sequence[_Row], *, widths: tuple[int, int]) -> list[str]:
+    """The lines of a side-by-side audit: each label left-aligned in
+    ``widths[0]`` characters, each value right-aligned in ``widths[1]``."""
+    label_width, width = widths
+    return [f"  {label:<{label_width}}{x!s:>{width}}{y!s:>{width}}" for label, x, y in rows]
+
+
+def _count_row(label: str, a: dict[str, int], b: dict[str, int], key: str) -> _Row:
+    """The row of a count two modes report under ``key`` (0 when absent)."""
+    return (label, a.get(key, 0), b.get(key, 0))
+
+
+def _coverage_rows(a: ModeResult, b: ModeResult, *, lost: str, discarded: bool) -> list[_Row]:
+    """The rows of what both audits count of coverage: the lives and steps,
+    then what was trained once, ``lost`` (the skipped), duplicated and
+    dropped; ``discarded`` adds the executions lost to kills."""
+    ra, rb = a.report, b.report
+    return [
+        ("process lives", a.lives, b.lives),
+        ("training steps kept", ra.steps, rb.steps),
+        *(
+            [("executions lost to kills", ra.discarded_steps, rb.discarded_steps)]
+            if discarded
+            else []
+        ),
+        ("prompts trained exactly once", ra.trained_once, rb.trained_once),
+        (lost, len(ra.skipped), len(rb.skipped)),
+        ("duplicated", len(ra.duplicated), len(rb.duplicated)),
+        ("dropped on record", len(ra.dropped), len(rb.dropped)),
+    ]
+
+
+def _run_rows(a: ModeResult, b: ModeResult) -> list[_Row]:
+    """The last rows of both audits: the failures, the evictions, the
+    resumes without the buffer and the wall time."""
+    return [
+        ("failures (timeouts)", _fails(a), _fails(b)),
+        _count_row("stale evictions", a.counters, b.counters, "evicted"),
+        _count_row("resumes without the buffer", a.counters, b.counters, "buffer_skipped"),
+        ("wall time (s)", a.seconds, b.seconds),
+    ]
+
+
+def _reward_curves(a: ModeResult, b: ModeResult) -> list[str]:
+    """One line per mode: its rewards in 32 buckets as a sparkline (on one
+    scale for both), then the means of eight buckets and the step count."""
     curves = {r.mode: buckets(r.rewards, 32) for r in (a, b)}
     top = max((v for c in curves.values() for v in c), default=1.0)
-    for r in (a, b):
-        k = buckets(r.rewards, 8)
-        lines.append(
-            f"  {r.mode:<9}{sparkline(curves[r.mode], top):<32}  "
-            + " ".join(f"{v:.2f}" for v in k)
-            + f"  ({len(r.rewards)} steps)"
-        )
-    return "\n".join(lines)
+    return [
+        f"  {r.mode:<9}{sparkline(curves[r.mode], top):<32}  "
+        + " ".join(f"{v:.2f}" for v in buckets(r.rewards, 8))
+        + f"  ({len(r.rewards)} steps)"
+        for r in (a, b)
+    ]
 
 
 def _fails(r: ModeResult) -> str:

@@ -45,6 +45,9 @@ structure (one JSON part per rank of its world, names matching the rank),
 and each part's size and SHA-256 as committed; files are opened relative to
 the root's descriptor without following symlinks (``torch._files``'s
 readers). Tensor parts load with ``torch.load(weights_only=True)``.
+``COMMIT`` is read, published and pruned by the code that does so for a
+checkpoint root's ``LATEST`` (``torch._files``'s ``_LineageFile``): only
+its names, bounds and entries are its own (``_COMMITTED``).
 
 One job writes a root at a time.
 """
@@ -86,18 +89,21 @@ from .._collector import (
     StreamSource,
 )
 from .._collector import VERSION as COLLECTOR_VERSION
-from .._errors import CheckpointFileError, CheckpointFileVersionError, DatasetChangedError
+from .._errors import CheckpointFileError
 from ._files import (
     _TMP_PREFIX,
-    _digest,
+    _check_fingerprint,
+    _decode_part,
     _fsync_fd,
     _is_int,
-    _listing,
+    _lineage_dirs,
+    _LineageFile,
     _open_dir,
-    _parse_json,
-    _read_file,
-    _remove,
-    _replace_json,
+    _publish_lineage,
+    _publish_next,
+    _read_lineage,
+    _read_part,
+    _read_previous,
     _root_fd,
     _write_new,
 )
@@ -306,7 +312,6 @@ MAX_WORLD: Final = 1 << 16
 _STEP_DIR: Final = re.compile(r"^step-(\d{8,})-([0-9a-f]{16})$")
 _PART_FILE: Final = re.compile(r"^rank-(\d{5,})-of-(\d{5,})\.(json|pt)$")
 _HEX64: Final = re.compile(r"^[0-9a-f]{64}$")
-_COMMIT_KEYS: Final = frozenset({"format", "version", "lineage", "sha256"})
 _ENTRY_KEYS: Final = frozenset({"dir", "step", "world", "fingerprint", "parts"})
 _FILE_KEYS: Final = frozenset({"rank", "name", "size", "sha256"})
 
@@ -398,49 +403,7 @@ def _bad(path: Path, reason: str) -> CheckpointFileError:
     return CheckpointFileError(path, reason)
 
 
-def _read_commit(root: Path, root_fd: int) -> list[dict[str, Any]] | None:
-    """The committed lineage, newest first, validated; ``None`` when
-    ``COMMIT`` is absent from a root with no step directory."""
-    shown = root / COMMIT
-    try:
-        data = _read_file(COMMIT, dir_fd=root_fd, shown=shown, limit=MAX_COMMIT_BYTES)
-    except FileNotFoundError:
-        dirs = sorted(n for n in _listing(root_fd, root) if _STEP_DIR.match(n))
-        if dirs:
-            raise _bad(
-                shown,
-                f"missing, but the root holds step directories ({', '.join(dirs[:3])}"
-                f"{', ...' if len(dirs) > 3 else ''}): refusing to treat it as a fresh start",
-            ) from None
-        return None
-    doc = _parse_json(data, shown, "garbled")
-    if not isinstance(doc, dict):
-        raise _bad(shown, "garbled: not a JSON object")
-    if doc.get("format") != ROOT_FORMAT or not _is_int(doc.get("version")):
-        raise CheckpointFileVersionError(
-            shown,
-            f"format {str(doc.get('format'))[:80]!r}; this library reads {ROOT_FORMAT!r}",
-        )
-    if doc["version"] != ROOT_VERSION:
-        raise CheckpointFileVersionError(
-            shown, f"version {doc['version']}; this library reads version {ROOT_VERSION}"
-        )
-    if set(doc) != _COMMIT_KEYS:
-        raise _bad(shown, f"has keys {sorted(doc)[:10]}, expected {sorted(_COMMIT_KEYS)}")
-    if doc["sha256"] != _digest(doc):
-        raise _bad(shown, "corrupted: its SHA-256 does not match its content")
-    lineage = doc["lineage"]
-    if not isinstance(lineage, list) or len(lineage) > MAX_KEEP:
-        raise _bad(shown, f"'lineage' must be a list of at most {MAX_KEEP}")
-    for entry in lineage:
-        _check_entry(shown, entry)
-    steps = [e["step"] for e in lineage]
-    if steps != sorted(set(steps), reverse=True):
-        raise _bad(shown, "lineage steps must strictly decrease")
-    return lineage
-
-
-def _check_entry(shown: Path, entry: object) -> None:
+def _parse_entry(shown: Path, entry: object) -> dict[str, Any]:
     if not isinstance(entry, dict) or set(entry) != _ENTRY_KEYS:
         raise _bad(shown, f"bad lineage entry {str(entry)[:200]}")
     name, step, world = entry["dir"], entry["step"], entry["world"]
@@ -478,18 +441,30 @@ def _check_entry(shown: Path, entry: object) -> None:
             json_ranks.append(rank)
     if sorted(json_ranks) != list(range(world)):
         raise _bad(shown, f"entry {name}: a JSON part for each of its {world} ranks is required")
+    return entry
+
+
+#: ``COMMIT``: the committed lineage of a distributed checkpoint root.
+_COMMITTED: Final = _LineageFile(
+    name=COMMIT,
+    format=ROOT_FORMAT,
+    version=ROOT_VERSION,
+    max_bytes=MAX_COMMIT_BYTES,
+    max_entries=MAX_KEEP,
+    dirs=_STEP_DIR,
+    dirs_are="step directories",
+    lineage_is="committed",
+    leftovers=(_TMP_PREFIX,),
+    parse_entry=_parse_entry,
+    step_of=lambda e: int(e["step"]),
+    dir_of=lambda e: str(e["dir"]),
+    to_json=lambda e: e,
+)
 
 
 def committed_checkpoints(root: str | os.PathLike[str]) -> list[Path]:
     """The committed lineage under ``root``, newest first (``[]`` if none)."""
-    root = Path(root)
-    fd = _root_fd(root)
-    if fd is None:
-        return []
-    try:
-        return [root / e["dir"] for e in _read_commit(root, fd) or []]
-    finally:
-        os.close(fd)
+    return _lineage_dirs(root, _COMMITTED)
 
 
 def read_distributed_checkpoint(
@@ -508,50 +483,24 @@ def read_distributed_checkpoint(
     missing, truncated or corrupted part), ``CheckpointFileVersionError``
     and ``DatasetChangedError`` (another ``fingerprint``), naming the
     file."""
-    if not _is_int(previous) or previous < 0:
-        raise ValueError(f"previous must be an int >= 0, got {previous!r}")
-    root = Path(root)
-    root_fd = _root_fd(root)
-    if root_fd is None:
-        return None
-    try:
-        lineage = _read_commit(root, root_fd)
-        if not lineage:
-            return None
-        if previous >= len(lineage):
-            raise _bad(
-                root / COMMIT,
-                f"the committed lineage holds {len(lineage)} checkpoint(s); "
-                f"there is no checkpoint {previous} back",
-            )
-        entry = lineage[previous]
+
+    def read(root: Path, root_fd: int, entry: dict[str, Any]) -> LoadedDistributedCheckpoint:
         path = root / entry["dir"]
-        if fingerprint is not None and entry["fingerprint"] != fingerprint:
-            raise DatasetChangedError(
-                root / COMMIT, expected=fingerprint, found=entry["fingerprint"]
-            )
+        _check_fingerprint(root / COMMIT, fingerprint, entry["fingerprint"])
+        world = entry["world"]
+        json_parts: dict[int, Any] = {}
+        tensor_parts: dict[int, Any] = {}
         dir_fd = _open_dir(entry["dir"], dir_fd=root_fd, shown=path)
         try:
-            world = entry["world"]
-            json_parts: dict[int, Any] = {}
-            tensor_parts: dict[int, Any] = {}
             for f in entry["parts"]:
                 file = path / f["name"]
-                try:
-                    data = _read_file(f["name"], dir_fd=dir_fd, shown=file, size=f["size"])
-                except FileNotFoundError:
-                    raise _bad(file, "missing part of a committed checkpoint") from None
-                if hashlib.sha256(data).hexdigest() != f["sha256"]:
-                    raise _bad(file, "corrupted: SHA-256 differs from the committed one")
-                if f["name"].endswith(".json"):
-                    json_parts[f["rank"]] = _parse_json(data, file, "not JSON")
+                data = _read_part(
+                    f["name"], dir_fd=dir_fd, shown=file, size=f["size"], sha256=f["sha256"]
+                )
+                if file.suffix == ".json":
+                    json_parts[f["rank"]] = _decode_part(data, file)
                 elif tensors:
-                    try:
-                        tensor_parts[f["rank"]] = torch.load(
-                            io.BytesIO(data), weights_only=True, map_location="cpu"
-                        )
-                    except Exception as exc:
-                        raise _bad(file, f"cannot be loaded: {exc}") from None
+                    tensor_parts[f["rank"]] = _decode_part(data, file)
         finally:
             os.close(dir_fd)
         return LoadedDistributedCheckpoint(
@@ -564,13 +513,8 @@ def read_distributed_checkpoint(
                 for r in range(world)
             ),
         )
-    finally:
-        os.close(root_fd)
 
-
-def _publish_commit(root: Path, root_fd: int, lineage: list[dict[str, Any]]) -> None:
-    doc: dict[str, Any] = {"format": ROOT_FORMAT, "version": ROOT_VERSION, "lineage": lineage}
-    _replace_json(root, root_fd, COMMIT, doc)
+    return _read_previous(root, _COMMITTED, previous, read)
 
 
 class DistributedCheckpointer:
@@ -630,8 +574,8 @@ class DistributedCheckpointer:
         fd = _root_fd(self.root)
         assert fd is not None
         try:
-            if _read_commit(self.root, fd) is None:
-                _publish_commit(self.root, fd, [])
+            if _read_lineage(self.root, fd, _COMMITTED) is None:
+                _publish_lineage(self.root, fd, _COMMITTED, [])
         finally:
             os.close(fd)
 
@@ -721,7 +665,7 @@ class DistributedCheckpointer:
                         raise _bad(self.root / name / f.name, "missing at commit") from None
                     if st.st_size != f.size:
                         raise _bad(self.root / name / f.name, "changed size before the commit")
-            old = _read_commit(self.root, root_fd) or []
+            old = _read_lineage(self.root, root_fd, _COMMITTED) or []
             entry = {
                 "dir": name,
                 "step": step,
@@ -733,14 +677,9 @@ class DistributedCheckpointer:
                     for f in p.files
                 ],
             }
-            lineage = [entry, *[e for e in old if e["step"] < step][: self.keep - 1]]
             if self.hook is not None:
                 self.hook("commit")
-            _publish_commit(self.root, root_fd, lineage)
-            kept = {e["dir"] for e in lineage}
-            for item in _listing(root_fd, self.root):
-                if (_STEP_DIR.match(item) and item not in kept) or item.startswith(_TMP_PREFIX):
-                    _remove(self.root, item)
+            _publish_next(self.root, root_fd, _COMMITTED, entry, old, self.keep)
         finally:
             os.close(root_fd)
         return self.root / name

@@ -52,7 +52,7 @@ import stat
 import tempfile
 from collections.abc import Callable, Collection, Iterable, Mapping
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, Final, Generic, TypeVar
 
 import attrs
 import torch
@@ -74,7 +74,8 @@ _NAME: Final = re.compile(r"^ckpt-(\d{6,})(?:-([1-9]\d{0,5}))?$")
 _PART: Final = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}\.(json|pt)$")
 _HEX64: Final = re.compile(r"^[0-9a-f]{64}$")
 _MANIFEST_KEYS: Final = frozenset({"format", "version", "step", "fingerprint", "parts", "sha256"})
-_LATEST_KEYS: Final = frozenset({"format", "version", "lineage", "sha256"})
+#: The keys of a lineage file's document (``LATEST``, and ``_distributed``'s ``COMMIT``).
+_LINEAGE_KEYS: Final = frozenset({"format", "version", "lineage", "sha256"})
 _ENTRY_KEYS: Final = frozenset({"name", "step", "manifest_sha256"})
 _PART_KEYS: Final = frozenset({"name", "size", "sha256"})
 _TMP_PREFIX: Final = ".tmp-"
@@ -303,63 +304,204 @@ def _listing(root_fd: int, root: Path) -> list[str]:
         raise CheckpointFileError(root, f"cannot be listed: {exc.strerror}") from None
 
 
-def _read_lineage(root: Path, root_fd: int) -> list[_Entry] | None:
-    """The published lineage, newest first; ``None`` when ``LATEST`` is
+# -- a root's lineage file, shared with _distributed ------------------------------------
+
+_E = TypeVar("_E")
+_T = TypeVar("_T")
+
+
+@attrs.frozen
+class _LineageFile(Generic[_E]):
+    """One kind of root's lineage file: ``LATEST`` of a checkpoint root
+    (``_PUBLISHED``), ``COMMIT`` of a distributed one
+    (``_distributed._COMMITTED``). Both are a bounded JSON document sealed
+    by its SHA-256 whose ``lineage`` lists the checkpoints newest first, with
+    strictly decreasing steps; one code reads them (``_read_lineage``,
+    ``_lineage_dirs``, ``_read_previous``) and publishes them
+    (``_publish_lineage``, ``_publish_next``), and what differs is named
+    here."""
+
+    #: The file's name in the root, and the format and version it must hold.
+    name: str
+    format: str
+    version: int
+    max_bytes: int
+    max_entries: int
+    #: The names of the root's checkpoint directories, and what errors call them.
+    dirs: re.Pattern[str]
+    dirs_are: str
+    #: What errors call the lineage: ``"published"``, ``"committed"``.
+    lineage_is: str
+    #: What killed writes leave in the root: names with these prefixes.
+    leftovers: tuple[str, ...]
+    #: ``parse_entry(shown, raw)``: the validated entry, or a
+    #: ``CheckpointFileError`` naming ``shown``.
+    parse_entry: Callable[[Path, object], _E]
+    step_of: Callable[[_E], int]
+    dir_of: Callable[[_E], str]
+    to_json: Callable[[_E], dict[str, Any]]
+
+
+def _check_sealed(
+    shown: Path, doc: dict[str, Any], fmt: str, version: int, keys: frozenset[str]
+) -> None:
+    """Check a sealed document's format and version, then its keys (another
+    version may have others), then its SHA-256 (``_digest``)."""
+    if doc.get("format") != fmt or not _is_int(doc.get("version")) or doc["version"] != version:
+        raise CheckpointFileVersionError(
+            shown,
+            f"format {str(doc.get('format'))[:80]!r} version {str(doc.get('version'))[:20]!r}; "
+            f"this library reads {fmt!r} version {version}",
+        )
+    if set(doc) != keys:
+        raise CheckpointFileError(shown, f"has keys {sorted(doc)[:20]}, expected {sorted(keys)}")
+    if doc["sha256"] != _digest(doc):
+        raise CheckpointFileError(shown, "corrupted: its SHA-256 does not match its content")
+
+
+def _read_lineage(root: Path, root_fd: int, kind: _LineageFile[_E]) -> list[_E] | None:
+    """The lineage ``kind`` lists, newest first; ``None`` when its file is
     absent from a root that holds no checkpoint directory (nothing was ever
-    published). Raises ``CheckpointFileError`` for a missing ``LATEST`` next
-    to checkpoint directories, and for an empty, garbled or forged one."""
-    shown = root / LATEST
+    published). Raises ``CheckpointFileError`` for a missing file next to
+    checkpoint directories, and for an empty, garbled or forged one
+    (``CheckpointFileVersionError`` for another format or version)."""
+    shown = root / kind.name
     try:
-        data = _read_file(LATEST, dir_fd=root_fd, shown=shown, limit=MAX_LATEST_BYTES)
+        data = _read_file(kind.name, dir_fd=root_fd, shown=shown, limit=kind.max_bytes)
     except FileNotFoundError:
-        dirs = sorted(n for n in _listing(root_fd, root) if _NAME.match(n))
+        dirs = sorted(n for n in _listing(root_fd, root) if kind.dirs.match(n))
         if dirs:
             raise CheckpointFileError(
                 shown,
-                f"missing, but the root holds checkpoint directories ({', '.join(dirs[:3])}"
+                f"missing, but the root holds {kind.dirs_are} ({', '.join(dirs[:3])}"
                 f"{', ...' if len(dirs) > 3 else ''}): refusing to treat it as a fresh start",
             ) from None
         return None
     if not data.strip():
-        raise CheckpointFileError(shown, "empty: it must list the published checkpoints")
+        raise CheckpointFileError(shown, f"empty: it must list the {kind.lineage_is} checkpoints")
     doc = _parse_json(data, shown, "garbled")
     if not isinstance(doc, dict):
         raise CheckpointFileError(shown, "garbled: not a JSON object")
-    if (
-        doc.get("format") != ROOT_FORMAT
-        or not _is_int(doc.get("version"))
-        or doc["version"] != ROOT_VERSION
-    ):
-        raise CheckpointFileVersionError(
-            shown,
-            f"format {doc.get('format')!r} version {doc.get('version')!r}; "
-            f"this library reads {ROOT_FORMAT!r} version {ROOT_VERSION}",
-        )
-    if set(doc) != _LATEST_KEYS:
-        raise CheckpointFileError(shown, f"has keys {sorted(doc)}, expected {sorted(_LATEST_KEYS)}")
-    if doc["sha256"] != _digest(doc):
-        raise CheckpointFileError(shown, "corrupted: its SHA-256 does not match its content")
+    _check_sealed(shown, doc, kind.format, kind.version, _LINEAGE_KEYS)
     lineage = doc["lineage"]
-    if not isinstance(lineage, list) or len(lineage) > MAX_KEEP:
-        raise CheckpointFileError(shown, f"'lineage' must be a list of at most {MAX_KEEP}")
-    entries: list[_Entry] = []
-    for raw in lineage:
-        if (
-            not isinstance(raw, dict)
-            or set(raw) != _ENTRY_KEYS
-            or not isinstance(raw["name"], str)
-            or not (m := _NAME.match(raw["name"]))
-            or not _is_int(raw["step"])
-            or int(m.group(1)) != raw["step"]
-            or not isinstance(raw["manifest_sha256"], str)
-            or not _HEX64.match(raw["manifest_sha256"])
-        ):
-            raise CheckpointFileError(shown, f"bad lineage entry {str(raw)[:200]}")
-        entries.append(_Entry(raw["name"], raw["step"], raw["manifest_sha256"]))
-    steps = [e.step for e in entries]
+    if not isinstance(lineage, list) or len(lineage) > kind.max_entries:
+        raise CheckpointFileError(shown, f"'lineage' must be a list of at most {kind.max_entries}")
+    entries = [kind.parse_entry(shown, raw) for raw in lineage]
+    steps = [kind.step_of(e) for e in entries]
     if steps != sorted(set(steps), reverse=True):
         raise CheckpointFileError(shown, "lineage steps must strictly decrease")
     return entries
+
+
+def _lineage_dirs(root: str | os.PathLike[str], kind: _LineageFile[_E]) -> list[Path]:
+    """The directories of the lineage ``kind`` lists under ``root``, newest
+    first (``[]`` for a root with no checkpoint); raises as ``_read_lineage``."""
+    root = Path(root)
+    fd = _root_fd(root)
+    if fd is None:
+        return []
+    try:
+        return [root / kind.dir_of(e) for e in _read_lineage(root, fd, kind) or []]
+    finally:
+        os.close(fd)
+
+
+def _read_previous(
+    root: str | os.PathLike[str],
+    kind: _LineageFile[_E],
+    previous: int,
+    read: Callable[[Path, int, _E], _T],
+) -> _T | None:
+    """``read(root, root_fd, entry)`` of the entry ``previous`` back along
+    the lineage ``kind`` lists (0: the newest); ``None`` for a root that
+    holds no checkpoint. Raises ``ValueError`` for a bad ``previous``,
+    ``CheckpointFileError`` when the lineage is shorter, and what
+    ``_read_lineage`` and ``read`` raise."""
+    if not _is_int(previous) or previous < 0:
+        raise ValueError(f"previous must be an int >= 0, got {previous!r}")
+    root = Path(root)
+    fd = _root_fd(root)
+    if fd is None:
+        return None
+    try:
+        lineage = _read_lineage(root, fd, kind)
+        if not lineage:
+            return None
+        if previous >= len(lineage):
+            raise CheckpointFileError(
+                root / kind.name,
+                f"the {kind.lineage_is} lineage holds {len(lineage)} checkpoint(s); "
+                f"there is no checkpoint {previous} back",
+            )
+        return read(root, fd, lineage[previous])
+    finally:
+        os.close(fd)
+
+
+def _check_fingerprint(shown: Path, expected: str | None, saved: str) -> None:
+    """Raise ``DatasetChangedError`` naming ``shown`` unless the checkpoint
+    was saved for the ``expected`` dataset (``None``: not checked)."""
+    if expected is not None and saved != expected:
+        raise DatasetChangedError(shown, expected=expected, found=saved)
+
+
+def _read_part(name: str, *, dir_fd: int, shown: Path, size: int, sha256: str) -> bytes:
+    """The bytes of part ``name`` of a checkpoint directory, at the ``size``
+    and with the ``sha256`` saved for it."""
+    try:
+        data = _read_file(name, dir_fd=dir_fd, shown=shown, size=size)
+    except FileNotFoundError:
+        raise CheckpointFileError(shown, "missing part of the checkpoint") from None
+    if hashlib.sha256(data).hexdigest() != sha256:
+        raise CheckpointFileError(shown, "corrupted: SHA-256 differs from the saved one")
+    return data
+
+
+def _decode_part(data: bytes, shown: Path) -> Any:
+    """A part's content by its name's extension: a ``.json`` part parsed, a
+    ``.pt`` part loaded with ``torch.load(weights_only=True)``."""
+    if shown.suffix == ".json":
+        return _parse_json(data, shown, "not JSON")
+    try:
+        return torch.load(io.BytesIO(data), weights_only=True, map_location="cpu")
+    except Exception as exc:
+        raise CheckpointFileError(shown, f"cannot be loaded: {exc}") from None
+
+
+# -- reading a checkpoint root ---------------------------------------------------------
+
+
+def _parse_entry(shown: Path, raw: object) -> _Entry:
+    if (
+        not isinstance(raw, dict)
+        or set(raw) != _ENTRY_KEYS
+        or not isinstance(raw["name"], str)
+        or not (m := _NAME.match(raw["name"]))
+        or not _is_int(raw["step"])
+        or int(m.group(1)) != raw["step"]
+        or not isinstance(raw["manifest_sha256"], str)
+        or not _HEX64.match(raw["manifest_sha256"])
+    ):
+        raise CheckpointFileError(shown, f"bad lineage entry {str(raw)[:200]}")
+    return _Entry(raw["name"], raw["step"], raw["manifest_sha256"])
+
+
+#: ``LATEST``: the published lineage of a checkpoint root.
+_PUBLISHED: Final = _LineageFile(
+    name=LATEST,
+    format=ROOT_FORMAT,
+    version=ROOT_VERSION,
+    max_bytes=MAX_LATEST_BYTES,
+    max_entries=MAX_KEEP,
+    dirs=_NAME,
+    dirs_are="checkpoint directories",
+    lineage_is="published",
+    leftovers=_LEFTOVER_PREFIXES,
+    parse_entry=_parse_entry,
+    step_of=lambda e: e.step,
+    dir_of=lambda e: e.name,
+    to_json=_Entry.to_json,
+)
 
 
 def published_checkpoints(root: str | os.PathLike[str]) -> list[Path]:
@@ -368,14 +510,7 @@ def published_checkpoints(root: str | os.PathLike[str]) -> list[Path]:
     ``[]`` for a root with no checkpoint. Raises ``CheckpointFileError`` for
     a missing, empty, garbled or forged ``LATEST`` next to checkpoint
     directories."""
-    root = Path(root)
-    fd = _root_fd(root)
-    if fd is None:
-        return []
-    try:
-        return [root / e.name for e in _read_lineage(root, fd) or []]
-    finally:
-        os.close(fd)
+    return _lineage_dirs(root, _PUBLISHED)
 
 
 def latest_checkpoint(root: str | os.PathLike[str]) -> Path | None:
@@ -405,26 +540,11 @@ def read_checkpoint(
     ``LATEST`` next to checkpoint directories, no ``k``-th previous one),
     ``CheckpointFileVersionError`` and ``DatasetChangedError``, each naming
     the file."""
-    if not _is_int(previous) or previous < 0:
-        raise ValueError(f"previous must be an int >= 0, got {previous!r}")
-    root = Path(root)
-    fd = _root_fd(root)
-    if fd is None:
-        return None
-    try:
-        lineage = _read_lineage(root, fd)
-        if not lineage:
-            return None
-        if previous >= len(lineage):
-            raise CheckpointFileError(
-                root / LATEST,
-                f"the published lineage holds {len(lineage)} checkpoint(s); "
-                f"there is no checkpoint {previous} back",
-            )
-        entry = lineage[previous]
-        return _read_dir(root, fd, entry.name, entry, fingerprint=fingerprint, require=require)
-    finally:
-        os.close(fd)
+
+    def read(root: Path, root_fd: int, entry: _Entry) -> LoadedCheckpoint:
+        return _read_dir(root, root_fd, entry.name, entry, fingerprint=fingerprint, require=require)
+
+    return _read_previous(root, _PUBLISHED, previous, read)
 
 
 def read_checkpoint_dir(
@@ -455,21 +575,8 @@ def _read_manifest(
     manifest = _parse_json(raw, shown, "truncated or corrupted")
     if not isinstance(manifest, dict):
         raise CheckpointFileError(shown, "not a JSON object")
-    version = manifest.get("version")
-    if manifest.get("format") != FORMAT or not _is_int(version) or version != VERSION:
-        raise CheckpointFileVersionError(
-            shown,
-            f"format {str(manifest.get('format'))[:80]!r} version "
-            f"{str(manifest.get('version'))[:20]!r}; "
-            f"this library reads {FORMAT!r} version {VERSION}",
-        )
-    if set(manifest) != _MANIFEST_KEYS:
-        raise CheckpointFileError(
-            shown, f"has keys {sorted(manifest)[:20]}, expected {sorted(_MANIFEST_KEYS)}"
-        )
+    _check_sealed(shown, manifest, FORMAT, VERSION, _MANIFEST_KEYS)
     sha = manifest["sha256"]
-    if sha != _digest(manifest):
-        raise CheckpointFileError(shown, "corrupted: its SHA-256 does not match its content")
     if entry is not None and sha != entry.manifest_sha256:
         raise CheckpointFileError(
             shown, f"is not the manifest {LATEST} published for {name} (SHA-256 differs)"
@@ -514,8 +621,7 @@ def _read_dir(
     ckpt_fd = _open_dir(name, dir_fd=root_fd, shown=path)
     try:
         step, saved_fp, parts, _ = _read_manifest(root, ckpt_fd, name, entry)
-        if fingerprint is not None and saved_fp != fingerprint:
-            raise DatasetChangedError(path / MANIFEST, expected=fingerprint, found=saved_fp)
+        _check_fingerprint(path / MANIFEST, fingerprint, saved_fp)
         stems = {p["name"].rpartition(".")[0] for p in parts}
         missing = [n for n in require if n not in stems]
         if missing:
@@ -524,22 +630,11 @@ def _read_dir(
         tensor_parts: dict[str, Any] = {}
         for part in parts:
             file = path / part["name"]
-            try:
-                data = _read_file(part["name"], dir_fd=ckpt_fd, shown=file, size=part["size"])
-            except FileNotFoundError:
-                raise CheckpointFileError(file, "missing part of the checkpoint") from None
-            if hashlib.sha256(data).hexdigest() != part["sha256"]:
-                raise CheckpointFileError(file, "corrupted: SHA-256 differs from the saved one")
+            data = _read_part(
+                part["name"], dir_fd=ckpt_fd, shown=file, size=part["size"], sha256=part["sha256"]
+            )
             stem, _, ext = part["name"].rpartition(".")
-            if ext == "json":
-                json_parts[stem] = _parse_json(data, file, "not JSON")
-            else:
-                try:
-                    tensor_parts[stem] = torch.load(
-                        io.BytesIO(data), weights_only=True, map_location="cpu"
-                    )
-                except Exception as exc:
-                    raise CheckpointFileError(file, f"cannot be loaded: {exc}") from None
+            (json_parts if ext == "json" else tensor_parts)[stem] = _decode_part(data, file)
         return LoadedCheckpoint(
             path=path, step=step, json_parts=json_parts, tensor_parts=tensor_parts
         )
@@ -587,13 +682,31 @@ def _replace_json(root: Path, root_fd: int, name: str, doc: dict[str, Any]) -> N
     _fsync_fd(root_fd)
 
 
-def _publish_latest(root: Path, root_fd: int, lineage: list[_Entry]) -> None:
+def _publish_lineage(root: Path, root_fd: int, kind: _LineageFile[_E], lineage: list[_E]) -> None:
+    """Replace the lineage file ``kind`` names with one that lists ``lineage``."""
     doc: dict[str, Any] = {
-        "format": ROOT_FORMAT,
-        "version": ROOT_VERSION,
-        "lineage": [e.to_json() for e in lineage],
+        "format": kind.format,
+        "version": kind.version,
+        "lineage": [kind.to_json(e) for e in lineage],
     }
-    _replace_json(root, root_fd, LATEST, doc)
+    _replace_json(root, root_fd, kind.name, doc)
+
+
+def _publish_next(
+    root: Path, root_fd: int, kind: _LineageFile[_E], new: _E, old: list[_E], keep: int
+) -> None:
+    """Publish ``new`` as the newest checkpoint: it continues the entries of
+    the ``old`` lineage of lower step (a resume from an older checkpoint
+    abandons the newer ones), ``keep`` entries in all. Then remove every
+    other checkpoint directory of the root (older ones, dead branches) and
+    every leftover of a killed write."""
+    step = kind.step_of(new)
+    lineage = [new, *[e for e in old if kind.step_of(e) < step][: keep - 1]]
+    _publish_lineage(root, root_fd, kind, lineage)
+    kept = {kind.dir_of(e) for e in lineage}
+    for name in _listing(root_fd, root):
+        if (kind.dirs.match(name) and name not in kept) or name.startswith(kind.leftovers):
+            _remove(root, name)
 
 
 def _remove(root: Path, name: str) -> None:
@@ -655,13 +768,13 @@ def write_checkpoint(
     root_fd = _root_fd(root)
     assert root_fd is not None
     try:
-        old = _read_lineage(root, root_fd)
+        old = _read_lineage(root, root_fd, _PUBLISHED)
         if old is None:
             # The first write publishes an empty lineage before anything
             # else, so that a checkpoint directory is never found next to a
             # missing LATEST unless something removed it.
             old = []
-            _publish_latest(root, root_fd, old)
+            _publish_lineage(root, root_fd, _PUBLISHED, old)
         tmp = Path(tempfile.mkdtemp(prefix=f"{_TMP_PREFIX}ckpt-", dir=root))
         tmp_fd = _open_dir(tmp.name, dir_fd=root_fd, shown=tmp)
         try:
@@ -708,13 +821,7 @@ def write_checkpoint(
         _fsync_fd(root_fd)
         if between_parts is not None:
             between_parts(LATEST)
-        lineage = [_Entry(name, step, manifest["sha256"])]
-        lineage += [e for e in old if e.step < step][: keep - 1]
-        _publish_latest(root, root_fd, lineage)
-        kept = {e.name for e in lineage}
-        for entry in _listing(root_fd, root):
-            if (_NAME.match(entry) and entry not in kept) or entry.startswith(_LEFTOVER_PREFIXES):
-                _remove(root, entry)
+        _publish_next(root, root_fd, _PUBLISHED, _Entry(name, step, manifest["sha256"]), old, keep)
         return root / name
     finally:
         os.close(root_fd)
