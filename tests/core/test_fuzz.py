@@ -151,7 +151,19 @@ def test_arbitrary_bytes_as_a_record_are_refused_by_type(raw: bytes) -> None:
 # -- the command lines: exit 0, 1 (a coverage verdict only), or 2 -------------------
 
 OPS = ("config", "stamp", "dispatch", "buffer", "fail", "evict", "train", "checkpoint", "kill")
-ops = st.sampled_from([*OPS, "resume", "finish", "bogus"])
+#: The sample-level ops and keys of a trace (``frontier replay`` with ``samples``).
+SAMPLE_OPS = ("seal", "fail_sample", "restart")
+SAMPLE_KEYS = (
+    "samples",
+    "granularity",
+    "leases",
+    "siblings",
+    "save_sealed",
+    "load_sealed",
+    "sealed",
+    "attempt_floor",
+)
+ops = st.sampled_from([*OPS, *SAMPLE_OPS, "resume", "finish", "bogus"])
 
 
 @st.composite
@@ -177,13 +189,20 @@ def trace_lines(draw: st.DrawFn) -> bytes:
                             "save_buffer",
                             "load_replay_buffer",
                             "evicted_on_restore",
+                            *SAMPLE_KEYS,
                         ]
                     ),
                     max_size=3,
                 )
             ):
                 op[key] = draw(
-                    st.one_of(values, st.lists(st.integers(0, 20), max_size=6), st.integers(0, 30))
+                    st.one_of(
+                        values,
+                        st.lists(st.integers(0, 20), max_size=6),
+                        st.integers(0, 30),
+                        # leases and siblings: [o, s, a] and [o, s]
+                        st.lists(st.lists(st.integers(0, 4), max_size=4), max_size=4),
+                    )
                 )
             lines.append(json.dumps(op).encode())
     prefix = draw(st.sampled_from([b"", b"\xef\xbb\xbf", b"\xff\xfe"]))
