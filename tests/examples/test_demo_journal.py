@@ -28,7 +28,7 @@ pytest.importorskip("torch")
 pytest.importorskip("torchdata")
 
 from frontier_adapters._journal_files import read_journal
-from frontier_adapters.examples import grpo_worker as gw
+from frontier_adapters.examples import _killpoints as kp
 from frontier_adapters.examples.demo import (
     COUNTS,
     KILL_KINDS,
@@ -63,37 +63,37 @@ def test_the_journal_kill_schedule_covers_every_kind_first() -> None:
 
 
 def test_a_kill_point_fires_once_and_only_after_its_steps() -> None:
-    point = gw.KillPoint("commit:2:3")
+    point = kp.KillPoint("commit:2:3")
     passes = []
     for steps in (0, 1, 2, 2, 2, 2, 3):
         point.steps = steps
         passes.append(point.passed("commit") or point.passed("append"))
     assert passes == [False, False, False, False, True, False, False]
-    assert not gw.KillPoint("").passed("commit")
+    assert not kp.KillPoint("").passed("commit")
     for bad in ("nowhere:1:1", "commit:1", "commit:-1:1", "commit:1:0"):
         with pytest.raises(ValueError):
-            gw.KillPoint(bad)
+            kp.KillPoint(bad)
 
 
 def _payload(n: int, version: int = 0) -> TokenPayload:
     return TokenPayload.of(range(10, 10 + n), [-0.5] * n, version)
 
 
-def _journal(path: Path, spec: str, delay: float = 60.0) -> gw.KillPointJournal:
-    return gw.KillPointJournal(
+def _journal(path: Path, spec: str, delay: float = 60.0) -> kp.KillPointJournal:
+    return kp.KillPointJournal(
         path,
         fingerprint=FP,
         lineage="L",
         policy=CommitPolicy(max_delay=delay),
         progress_every=2,
-        point=gw.KillPoint(spec),
+        point=kp.KillPoint(spec),
     )
 
 
 def _sigkilled_at_the_point(monkeypatch: pytest.MonkeyPatch, work: Callable[[], None]) -> None:
     """Run ``work`` in a forked child that must die of a SIGKILL at its kill
     point (the point SIGKILLs its own process when nobody else does)."""
-    monkeypatch.setattr(gw, "KILL_WAIT", 0.0)
+    monkeypatch.setattr(kp, "KILL_WAIT", 0.0)
     pid = os.fork()
     if pid == 0:  # pragma: no cover - the child
         try:

@@ -136,6 +136,20 @@ def _configure_torch_run(p: argparse.ArgumentParser) -> None:
     p.add_argument("--fail-rate", type=float, default=d.fail_rate)
     p.add_argument("--write-pause", type=float, default=d.write_pause)
     p.add_argument("--announce", action="store_true")
+    p.add_argument(
+        "--journal", action="store_true", help="sample by sample, with the rollout journal"
+    )
+    p.add_argument("--samples", type=int, default=d.samples, help="siblings per prompt (journal)")
+    p.add_argument(
+        "--progress-every",
+        type=int,
+        default=d.progress_every,
+        help="tokens between progress records, 0: sealed samples only (journal)",
+    )
+    p.add_argument("--tick", type=float, default=d.tick, help="seconds per token (journal)")
+    p.add_argument("--reuse", choices=["everything", "nothing"], default=d.reuse, help="(journal)")
+    p.add_argument("--commit-delay", type=float, default=d.commit_delay)
+    p.add_argument("--kill-at", default=d.kill_at, help="KIND:STEPS:COUNT: die there (journal)")
 
 
 def _run_torch_run(args: argparse.Namespace) -> int:
@@ -150,6 +164,15 @@ def _configure_torch_torture(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--rows", type=int, default=None, help="default: max(20, 2 * kills)")
     p.add_argument("--epochs", type=int, default=2)
+    p.add_argument(
+        "--journal",
+        action="store_true",
+        help="sample by sample with the rollout journal; kills at its points, per-sample audit",
+    )
+    p.add_argument("--samples", type=int, default=4, help="siblings per prompt (journal)")
+    p.add_argument("--progress-every", type=int, default=4, help="(journal)")
+    p.add_argument("--tick", type=float, default=0.002, help="seconds per token (journal)")
+    p.add_argument("--reuse", choices=["everything", "nothing"], default="everything")
 
 
 def _run_torch_torture(args: argparse.Namespace) -> int:
@@ -162,8 +185,16 @@ def _run_torch_torture(args: argparse.Namespace) -> int:
         rows=args.rows,
         epochs=args.epochs,
         verbose=True,
+        journal=args.journal,
+        samples=args.samples,
+        progress_every=args.progress_every,
+        tick=args.tick,
+        reuse=args.reuse,
     )
-    print(json.dumps(attrs.asdict(result)))
+    report = attrs.asdict(result)
+    if result.samples is not None:
+        report["samples"]["tokens_redone"] = result.samples.tokens_redone
+    print(json.dumps(report))
     return 0 if result.clean else 1
 
 

@@ -19,6 +19,9 @@ in the surviving lineage, with exactly its n siblings, each from one attempt
 token was lost or duplicated across a continuation), and it counts the
 tokens generated again. The training log is ours (JSON lines, fsynced per
 step, with a resume marker per life that discards the dead branch's steps).
+The audit itself (``audit_log``, over the log's records) is shared with the
+torch job's journal torture (``torch_job.run_journal``), which writes the
+same per-sample log.
 
 Not API: an example and a test fixture, like the other jobs here.
 """
@@ -34,7 +37,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -99,6 +102,14 @@ def _write_atomic(path: Path, data: bytes) -> None:
         os.close(dfd)
 
 
+def _lineage(work: Path) -> str:
+    """The run's lineage id (for the journal), chosen at its first start."""
+    path = work / "lineage"
+    if not path.exists():
+        _write_atomic(path, secrets.token_hex(8).encode())
+    return path.read_text()
+
+
 def _append_line(path: Path, line: dict[str, Any], *, sync: bool) -> None:
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
     try:
@@ -130,10 +141,7 @@ def run_life(args: DurableArgs) -> int:
     prompt is trained. Returns 0."""
     work = Path(args.workdir)
     work.mkdir(parents=True, exist_ok=True)
-    lineage_path = work / "lineage"
-    if not lineage_path.exists():
-        _write_atomic(lineage_path, secrets.token_hex(8).encode())
-    lineage = lineage_path.read_text()
+    lineage = _lineage(work)
     trained_log = work / "trained.jsonl"
     generated_log = work / "generated.log"
     _drop_torn_line(trained_log)
@@ -289,7 +297,14 @@ def run_life(args: DurableArgs) -> int:
 
 @attrs.frozen
 class Audit:
-    """The per-sample verdict of a run's surviving lineage."""
+    """The per-sample verdict of a run's surviving lineage (``audit_log``).
+
+    ``lost``: prompts neither trained nor dropped; ``duplicated``: trained
+    more than once; ``bad_groups``: trained with wrong siblings, a reused
+    attempt or wrong tokens. ``tokens_needed`` is what the trained samples
+    hold, ``tokens_generated`` what the engine made in every life,
+    ``tokens_failed`` what it made for attempts the job failed on purpose
+    (a failure, not a kill, threw them away)."""
 
     prompts: int
     trained: int
@@ -299,6 +314,8 @@ class Audit:
     tokens_needed: int
     tokens_generated: int
     lives: int
+    dropped: tuple[int, ...] = ()
+    tokens_failed: int = 0
 
     @property
     def clean(self) -> bool:
@@ -306,20 +323,46 @@ class Audit:
 
     @property
     def tokens_redone(self) -> int:
-        return self.tokens_generated - self.tokens_needed
+        """Tokens generated again because a kill lost them."""
+        return self.tokens_generated - self.tokens_needed - self.tokens_failed
 
 
-def audit(args: DurableArgs) -> Audit:
-    """Fold the training log (a resume marker discards the dead branch's
-    steps after it) and check every sample of the lineage."""
-    work = Path(args.workdir)
+def read_lines(path: Path) -> list[dict[str, Any]]:
+    """A JSON-lines log's records (none if the file does not exist)."""
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def audit_log(
+    trained: Iterable[Mapping[str, Any]],
+    generated: Iterable[Mapping[str, Any]],
+    *,
+    prompts: int,
+    samples: int,
+    seed: int,
+) -> Audit:
+    """Fold a per-sample training log and check every sample of the lineage
+    against the stand-in engine (``full_sample(ordinal, sibling, seed)``).
+
+    ``trained`` holds ``{"resume": k}`` when a life starts from the
+    checkpoint of step ``k`` (it discards the dead branch's lines after
+    it), ``{"step": k, "groups": {ordinal: [[sibling, attempt, length,
+    digest], ...]}}`` per training step (steps count from 1, a checkpoint
+    after step ``k`` resumes at ``k``), and ``{"dropped": [ordinals],
+    "at": k}`` for groups the failure policy dropped after ``k`` steps.
+    ``generated`` holds ``{"tokens": n}`` lines (``"failed": m`` of them
+    for attempts the job failed)."""
     steps: list[tuple[int, dict[str, Any]]] = []
+    drops: list[tuple[int, list[int]]] = []
     lives = 0
-    for line in (work / "trained.jsonl").read_text().splitlines():
-        entry = json.loads(line)
+    for entry in trained:
         if "resume" in entry:
             lives += 1
             steps = [(k, g) for k, g in steps if k <= entry["resume"]]
+            drops = [(k, d) for k, d in drops if k < entry["resume"]]
+        elif "dropped" in entry:
+            drops.append((entry["at"], list(entry["dropped"])))
         else:
             steps.append((entry["step"], entry["groups"]))
     seen: dict[int, int] = {}
@@ -329,30 +372,48 @@ def audit(args: DurableArgs) -> Audit:
         for key, group in groups.items():
             o = int(key)
             seen[o] = seen.get(o, 0) + 1
-            if sorted(s for s, _, _, _ in group) != list(range(args.samples)):
+            if sorted(s for s, _, _, _ in group) != list(range(samples)):
                 bad.add(o)
             for s, a, n, d in group:
-                want = full_sample(o, s, args.seed)
+                want = full_sample(o, s, seed)
                 if a in attempts or n != len(want) or d != digest(want):
                     bad.add(o)
                 attempts.add(a)
-    generated = 0
-    path = work / "generated.log"
-    if path.exists():
-        for line in path.read_text().splitlines():
-            generated += json.loads(line)["tokens"]
+    dropped: dict[int, int] = {}
+    for _, ordinals in drops:
+        for o in ordinals:
+            dropped[o] = dropped.get(o, 0) + 1
+    made = failed = 0
+    for line in generated:
+        made += line["tokens"]
+        failed += line.get("failed", 0)
     needed = sum(
-        len(full_sample(o, s, args.seed)) for o in range(args.prompts) for s in range(args.samples)
+        len(full_sample(o, s, seed)) for o in range(prompts) if o in seen for s in range(samples)
     )
+    resolved = {o: seen.get(o, 0) + dropped.get(o, 0) for o in {*seen, *dropped}}
     return Audit(
-        prompts=args.prompts,
+        prompts=prompts,
         trained=len(seen),
-        lost=tuple(o for o in range(args.prompts) if o not in seen),
-        duplicated=tuple(sorted(o for o, k in seen.items() if k > 1)),
+        lost=tuple(o for o in range(prompts) if o not in resolved),
+        duplicated=tuple(sorted(o for o, k in resolved.items() if k > 1 or not 0 <= o < prompts)),
         bad_groups=tuple(sorted(bad)),
         tokens_needed=needed,
-        tokens_generated=generated,
+        tokens_generated=made,
         lives=lives,
+        dropped=tuple(sorted(dropped)),
+        tokens_failed=failed,
+    )
+
+
+def audit(args: DurableArgs) -> Audit:
+    """The per-sample audit (``audit_log``) of ``args.workdir``'s logs."""
+    work = Path(args.workdir)
+    return audit_log(
+        read_lines(work / "trained.jsonl"),
+        read_lines(work / "generated.log"),
+        prompts=args.prompts,
+        samples=args.samples,
+        seed=args.seed,
     )
 
 

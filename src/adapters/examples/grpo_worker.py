@@ -57,8 +57,6 @@ import hashlib
 import json
 import os
 import secrets
-import signal
-import time
 import warnings
 from collections import deque
 from collections.abc import AsyncIterator, Iterable, Sequence
@@ -78,16 +76,12 @@ from frontier_core import (
 )
 from frontier_core.journal import (
     CommitPolicy,
-    JournalHeader,
-    Payload,
-    Record,
     Reuse,
     TokenPayload,
-    encode,
 )
 
 from .._collector import StreamCollector
-from .._journal_files import JournalWriter, read_journal
+from .._journal_files import read_journal
 from .._samples import SampleCollector
 from ..rollout._buffer import ReplayBuffer
 from ..rollout._engine import AsyncEngine, RequestOutputLike
@@ -97,6 +91,7 @@ from ..rollout._sample_loop import SampleRolloutLoop
 from ..torch import make_seekable_loader
 from ..torch._files import read_checkpoint, write_checkpoint
 from ..torch._sources import SeekableSource
+from ._killpoints import KillPoint, KillPointJournal, _write_all
 from .cpu_engine import CUMULATIVE, CpuEngine, CpuSamplingParams, TinyCausalLM
 from .grpo import grpo_step, make_prompts, reward
 
@@ -577,139 +572,6 @@ GENERATED_LOG = "generated-{life}.jsonl"
 #: The CPU demo's prompts are this many tokens (``make_prompts``' default).
 PROMPT_LEN = 4
 REUSE = ("age", "everything", "nothing")
-#: Where ``--kill-at`` can stop a life (``KillPoint``).
-KILL_POINTS = ("append", "commit", "compact", "compacted")
-#: How long a life stopped at a kill point waits for its SIGKILL.
-KILL_WAIT = 30.0
-
-
-class KillPoint:
-    """``--kill-at KIND:STEPS:COUNT``: once the life has committed ``STEPS``
-    steps, the ``COUNT``-th time it passes the point ``KIND`` it prints
-    ``kill-point KIND ...`` and blocks there (the event loop with it), for
-    ``frontier demo`` to SIGKILL its process group at that very point. The
-    points: ``append``, a record queued for the journal and not yet
-    committed; ``commit``, a group commit with the group written up to the
-    middle of its last frame (what a SIGKILL during the ``write`` can
-    leave: a torn tail); ``compact``,
-    a compaction with the compacted journal in its temporary file, not yet
-    in place; ``compacted``, just after the compacted journal replaced the
-    old one. A life that nobody kills within ``KILL_WAIT`` seconds SIGKILLs
-    itself: the point is a death either way. An empty spec never fires."""
-
-    def __init__(self, spec: str) -> None:
-        self.kind = ""
-        self.after = self.count = 0
-        if spec:
-            kind, after, count = spec.split(":")
-            if kind not in KILL_POINTS or int(after) < 0 or int(count) < 1:
-                raise ValueError(f"--kill-at wants KIND:STEPS:COUNT, KIND in {KILL_POINTS}")
-            self.kind, self.after, self.count = kind, int(after), int(count)
-        #: Steps this life has committed.
-        self.steps = 0
-        self._hits = 0
-
-    def passed(self, kind: str) -> bool:
-        """Whether this passage of ``kind`` is the one to die at."""
-        if kind != self.kind or self.steps < self.after:
-            return False
-        self._hits += 1
-        return self._hits == self.count
-
-    def die(self, detail: str) -> None:
-        print(f"kill-point {self.kind} {detail}", flush=True)
-        deadline = time.monotonic() + KILL_WAIT
-        while time.monotonic() < deadline:
-            time.sleep(0.05)
-        os.kill(os.getpid(), signal.SIGKILL)
-
-
-def _write_all(fd: int, data: bytes) -> None:
-    view = memoryview(data)
-    while view:
-        view = view[os.write(fd, view) :]
-
-
-class KillPointWriter(JournalWriter):
-    """The journal writer with the ``commit``, ``compact`` and ``compacted``
-    kill points. A test hook on ``JournalWriter._commit``, the one place a
-    group reaches the file: the ``commit`` point writes the group up to the
-    middle of its last frame, as a SIGKILL in the middle of the ``write``
-    can leave it, and stops there."""
-
-    point: KillPoint | None = None
-    fingerprint = ""
-    lineage = ""
-
-    def _commit(self) -> None:
-        point = self.point
-        if point is not None and self._pending and point.passed("commit"):
-            data = b"".join(self._pending)
-            # Cut inside the last frame: the group's other frames reach the
-            # file whole, the last one torn.
-            cut = len(data) - max(1, len(self._pending[-1]) // 2)
-            _write_all(self._fd, data[:cut])
-            point.die(f"{self.pending} records, {cut} of {len(data)} bytes written")
-        super()._commit()
-
-    def compact_to(self, new_path: str | os.PathLike[str], records: Iterable[Record]) -> int:
-        records = tuple(records)
-        point = self.point
-        if point is not None and point.passed("compact"):
-            self.sync()
-            target = Path(new_path)
-            header = JournalHeader(self.fingerprint, self.lineage, self.position)
-            tmp = target.with_name(f".{target.name}.tmp-{secrets.token_hex(8)}")
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
-            try:
-                _write_all(fd, encode(header, records))
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-            point.die(f"compacted journal of {len(records)} records in {tmp.name}, not in place")
-        durable = super().compact_to(new_path, records)
-        if point is not None and point.passed("compacted"):
-            point.die(f"compacted journal of {len(records)} records in place")
-        return durable
-
-
-class KillPointJournal(RolloutJournal):
-    """A ``RolloutJournal`` whose writer is a ``KillPointWriter``, with the
-    ``append`` kill point after a sealed or progress record is queued."""
-
-    def __init__(
-        self,
-        path: Path,
-        *,
-        fingerprint: str,
-        lineage: str,
-        policy: CommitPolicy,
-        progress_every: int,
-        point: KillPoint,
-    ) -> None:
-        super().__init__(
-            path,
-            fingerprint=fingerprint,
-            lineage=lineage,
-            policy=policy,
-            progress_every=progress_every,
-        )
-        self.writer.close()  # reopened with the kill points (one writer at a time)
-        writer = KillPointWriter(path, JournalHeader(fingerprint, lineage), policy)
-        writer.point, writer.fingerprint, writer.lineage = point, fingerprint, lineage
-        self.writer = writer
-        self.point = point
-
-    def sealed(self, lease: Lease, payload: Payload) -> int:
-        return self._appended(super().sealed(lease, payload), f"sealed {tuple(lease)}")
-
-    def progress(self, lease: Lease, payload: Payload) -> int:
-        return self._appended(super().progress(lease, payload), f"progress {tuple(lease)}")
-
-    def _appended(self, position: int, what: str) -> int:
-        if self.writer.durable < position and self.point.passed("append"):
-            self.point.die(f"{what} queued at {position}, durable up to {self.writer.durable}")
-        return position
 
 
 class TokenLog:
