@@ -95,6 +95,22 @@ def test_a_correct_integration_passes() -> None:
 TestBareLedgerMachine = integration_machine(BareLedger, settings=FAST).TestCase
 
 
+def test_an_integration_implements_exactly_the_documented_hooks() -> None:
+    """The hooks shared with the sample-level harness stay ``Integration``'s:
+    a subclass must implement these nine (``close`` is optional)."""
+    assert Integration.__abstractmethods__ == {
+        "start",
+        "stamp",
+        "dispatch",
+        "land",
+        "fail",
+        "train",
+        "checkpoint",
+        "crash",
+        "resume",
+    }
+
+
 # -- broken integrations: each is caught, and the failure names the program ------
 
 

@@ -1,7 +1,12 @@
 """Verification tools for frontier_core and for frameworks that embed it.
 
 ``explore`` checks the real ledger exhaustively within small bounds, and
-``explore_samples`` the real sample-level ledger. Nothing here is imported
+``explore_samples`` the real sample-level ledger; ``explore_journal``
+checks the rollout journal's core (encoder, decoder, replay, compaction),
+torn tails included. ``run_integration_test``
+drives a framework's wiring of the ledger (an ``Integration``) through
+random runs with crashes, and ``run_sample_integration_test`` a wiring of
+the sample-level ledger (a ``SampleIntegration``). Nothing here is imported
 by ``import frontier_core``.
 """
 
@@ -9,6 +14,9 @@ from ._explore import Bounds as Bounds
 from ._explore import InvariantViolation as InvariantViolation
 from ._explore import Report as Report
 from ._explore import explore as explore
+from ._explore_journal import JournalBounds as JournalBounds
+from ._explore_journal import JournalReport as JournalReport
+from ._explore_journal import explore_journal as explore_journal
 from ._explore_samples import SampleBounds as SampleBounds
 from ._explore_samples import SampleReport as SampleReport
 from ._explore_samples import explore_samples as explore_samples
@@ -18,6 +26,10 @@ from ._harness import Integration as Integration
 from ._harness import IntegrationMachine as IntegrationMachine
 from ._harness import integration_machine as integration_machine
 from ._harness import run_integration_test as run_integration_test
+from ._sample_harness import SampleIntegration as SampleIntegration
+from ._sample_harness import SampleIntegrationMachine as SampleIntegrationMachine
+from ._sample_harness import run_sample_integration_test as run_sample_integration_test
+from ._sample_harness import sample_integration_machine as sample_integration_machine
 
 __all__ = [
     "DEFAULT_SETTINGS",
@@ -26,11 +38,18 @@ __all__ = [
     "Integration",
     "IntegrationMachine",
     "InvariantViolation",
+    "JournalBounds",
+    "JournalReport",
     "Report",
     "SampleBounds",
+    "SampleIntegration",
+    "SampleIntegrationMachine",
     "SampleReport",
     "explore",
+    "explore_journal",
     "explore_samples",
     "integration_machine",
     "run_integration_test",
+    "run_sample_integration_test",
+    "sample_integration_machine",
 ]

@@ -19,16 +19,22 @@ Hypothesis found, one hook call per line, ready to paste into a test.
 
 The integration implements ``Integration`` (eleven small hooks) and runs
 ``run_integration_test(MyIntegration)``, or collects
-``integration_machine(MyIntegration).TestCase`` with pytest. Importing this
-module imports Hypothesis; ``import frontier_core`` does not import it.
+``integration_machine(MyIntegration).TestCase`` with pytest. The
+sample-level harness (``_sample_harness.py``: a group's siblings, attempts
+and fencing) is built on this module's ``_Wiring`` and ``_Machine``: the
+lineage, the checkpoints and crashes, the failure policy's checks, the drain
+and the verdict are this module's, for both. Importing this module imports
+Hypothesis; ``import frontier_core`` does not import it.
 """
 
 from __future__ import annotations
 
 import abc
 import contextlib
+import types
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from typing import Any, TypeVar, cast
 
 import attrs
 from hypothesis import HealthCheck, note, settings
@@ -42,16 +48,11 @@ from hypothesis.stateful import (
 )
 
 
-class Integration(abc.ABC):
-    """What the harness needs of an integration: one method per event.
-
-    A new instance is built for every test case and ``start()`` begins a
-    fresh run. The harness calls the hooks only with legal arguments that it
-    derives from its own record: ``land``, ``fail`` and ``train`` receive
-    ordinals that a ``dispatch`` returned (or ``resume`` restored) in this
-    process life and that were not released since. Any exception a hook
-    raises fails the test with the program that led to it.
-    """
+class _Wiring(abc.ABC):
+    """The hooks both harnesses call the same way: a run's start, the
+    source, whole-group failures, checkpoints and crashes. The public bases
+    (``Integration``, ``SampleIntegration``) add how work is handed out,
+    comes back and is trained."""
 
     #: Ordinals the source yields in a whole run (epochs times dataset length).
     stream_len: int
@@ -72,15 +73,9 @@ class Integration(abc.ABC):
         filter kept."""
 
     @abc.abstractmethod
-    def dispatch(self, n: int) -> Iterable[int]:
-        """Hand up to ``n`` pending prompts (retried ones included) to the
-        rollout workers, in the integration's order; returns their
-        ordinals. May pull from the source, as a gap-filling loop does."""
-
-    @abc.abstractmethod
-    def land(self, ordinals: list[int]) -> None:
-        """These dispatched prompts' groups finished and are now in the
-        replay buffer."""
+    def dispatch(self, n: int) -> object:
+        """Hand out up to ``n`` pending prompts (each base says what it
+        returns)."""
 
     @abc.abstractmethod
     def fail(self, ordinals: list[int]) -> Iterable[int]:
@@ -89,8 +84,9 @@ class Integration(abc.ABC):
         others must come back through ``dispatch``."""
 
     @abc.abstractmethod
-    def train(self, ordinals: list[int]) -> None:
-        """One training step over these buffered groups."""
+    def train(self, ordinals: list[int]) -> object:
+        """One training step over these buffered groups (each base says
+        what it returns)."""
 
     @abc.abstractmethod
     def checkpoint(self) -> object:
@@ -114,10 +110,39 @@ class Integration(abc.ABC):
         a test case, whatever its outcome. Optional."""
 
 
+class Integration(_Wiring):
+    """What the harness needs of an integration: one method per event.
+
+    A new instance is built for every test case and ``start()`` begins a
+    fresh run. The harness calls the hooks only with legal arguments that it
+    derives from its own record: ``land``, ``fail`` and ``train`` receive
+    ordinals that a ``dispatch`` returned (or ``resume`` restored) in this
+    process life and that were not released since. Any exception a hook
+    raises fails the test with the program that led to it.
+    """
+
+    @abc.abstractmethod
+    def dispatch(self, n: int) -> Iterable[int]:
+        """Hand up to ``n`` pending prompts (retried ones included) to the
+        rollout workers, in the integration's order; returns their
+        ordinals. May pull from the source, as a gap-filling loop does."""
+
+    @abc.abstractmethod
+    def land(self, ordinals: list[int]) -> None:
+        """These dispatched prompts' groups finished and are now in the
+        replay buffer."""
+
+    @abc.abstractmethod
+    def train(self, ordinals: list[int]) -> None:
+        """One training step over these buffered groups."""
+
+
 class CoverageViolation(AssertionError):
     """The surviving lineage broke exactly-once coverage. ``invariant`` is
     the ID of proofs/INVARIANTS.md (``NO-SKIP``, ``NO-DUP``,
-    ``RETRY-BOUND``); ``ordinals`` are the offending ones."""
+    ``RETRY-BOUND``) or, from the sample-level harness, of proofs/SAMPLES.md
+    (``SAMPLE-EXACTLY-ONCE``, ``ATTEMPT-FENCING``, ``SAMPLE-RETRY-BOUND``);
+    ``ordinals`` are the offending ones."""
 
     def __init__(self, invariant: str, ordinals: Iterable[int], detail: str) -> None:
         self.invariant = invariant
@@ -157,17 +182,27 @@ DEFAULT_SETTINGS = settings(
 )
 
 
-class IntegrationMachine(RuleBasedStateMachine):
-    """The Hypothesis state machine; subclass it with ``integration_factory``
-    set, or let ``integration_machine`` do it."""
+class _Machine(RuleBasedStateMachine):
+    """The rules and the verdict both harnesses share (the source, whole
+    failures, training, checkpoints, crashes, the drain). A subclass says
+    how work is handed out and comes back (``_read_dispatch``,
+    ``_record_dispatch``, ``_arrive``, ``_drain_round``), what a training
+    step must hold (``_trained``), what a group's release and a crash
+    forget (``_release``, ``_new_life``), and which invariant each shared
+    check names (``SKIP``, ``DUP``, ``RETRY``)."""
 
-    integration_factory: Callable[[], Integration]
+    integration_factory: Callable[[], _Wiring]
+    #: The invariant IDs the shared checks name: a prompt skipped, a prompt
+    #: resolved twice, a drop before the attempt limit.
+    SKIP = "NO-SKIP"
+    DUP = "NO-DUP"
+    RETRY = "RETRY-BOUND"
 
     def __init__(self) -> None:
         super().__init__()
         self.integration = type(self).integration_factory()
         self.n = self.integration.stream_len
-        self.lineage = Lineage()
+        self.lineage: Lineage = self._empty_lineage()
         #: Dispatched and neither landed nor failed, in this process life.
         self.outstanding: set[int] = set()
         #: Landed (or restored) and not trained, in this process life.
@@ -179,6 +214,9 @@ class IntegrationMachine(RuleBasedStateMachine):
         #: Every checkpoint written, oldest first, with the lineage it saved.
         self.saved: list[tuple[object, Lineage]] = []
 
+    def _empty_lineage(self) -> Lineage:
+        return Lineage()
+
     @contextlib.contextmanager
     def _step(self) -> Iterator[None]:
         try:
@@ -186,6 +224,38 @@ class IntegrationMachine(RuleBasedStateMachine):
         except BaseException:
             self.broken = True
             raise
+
+    # -- what a subclass says -----------------------------------------------------
+
+    def _read_dispatch(self, got: Any) -> Any:
+        """What ``dispatch`` returned, read once (it may be an iterator)."""
+        raise NotImplementedError
+
+    def _record_dispatch(self, got: Any) -> None:
+        """Check and record what ``dispatch`` returned (as read)."""
+        raise NotImplementedError
+
+    def _arrive(self, data: st.DataObject) -> None:
+        """Some of the work that is out comes back (``round_trip``)."""
+        raise NotImplementedError
+
+    def _drain_round(self) -> bool:
+        """One round of the drain without failures; whether anything
+        happened."""
+        raise NotImplementedError
+
+    def _trained(self, ordinals: list[int], trained: object) -> Mapping[str, Any]:
+        """Check what ``train`` returned for these ordinals; the fields to
+        add to the lineage's record of the step."""
+        return {}
+
+    def _release(self, ordinals: Iterable[int]) -> None:
+        """These groups are no longer outstanding (failed whole or dropped)."""
+        self.outstanding.difference_update(ordinals)
+
+    def _new_life(self) -> None:
+        """A crash: forget what was out in the dead process."""
+        self.outstanding = set()
 
     # -- checks on the harness's own record ------------------------------------
 
@@ -195,37 +265,44 @@ class IntegrationMachine(RuleBasedStateMachine):
         out = list(ordinals)
         outside = [o for o in out if not 0 <= o < self.n]
         if outside:
-            raise CoverageViolation("NO-SKIP", outside, f"{what} ordinals outside the stream")
+            raise CoverageViolation(self.SKIP, outside, f"{what} ordinals outside the stream")
         resolved = self.lineage.resolved()
         again = [o for o in out if resolved[o]]
         if again:
             raise CoverageViolation(
-                "NO-DUP", again, f"{what} ordinals already trained or dropped in this lineage"
+                self.DUP, again, f"{what} ordinals already trained or dropped in this lineage"
             )
         return out
 
-    def _record_step(self, ordinals: list[int]) -> None:
+    def _record_kept(self, kept: list[int]) -> None:
+        self._fresh(kept, "yielded and kept")
+
+    def _record_step(self, ordinals: list[int], trained: object) -> None:
         self._fresh(ordinals, "trained")
-        self.lineage = attrs.evolve(self.lineage, steps=(*self.lineage.steps, tuple(ordinals)))
+        extra = self._trained(ordinals, trained)
+        self.lineage = attrs.evolve(
+            self.lineage, steps=(*self.lineage.steps, tuple(ordinals)), **extra
+        )
         self.buffered.difference_update(ordinals)
 
     def _record_failure(self, ordinals: list[int], dropped: list[int]) -> None:
+        """``ordinals`` failed once each (in this lineage) and the policy
+        dropped ``dropped`` of them."""
         self.lineage = self.lineage.failed(ordinals)
-        self.outstanding.difference_update(ordinals)
         strangers = sorted(set(dropped) - set(ordinals))
         if strangers:
-            raise CoverageViolation("NO-SKIP", strangers, "fail dropped ordinals it was not given")
+            raise CoverageViolation(self.SKIP, strangers, "fail dropped ordinals it was not given")
         limit = self.integration.max_attempts
         failures = dict(self.lineage.failures)
         early = [o for o in dropped if limit is not None and failures[o] < limit]
         if early:
             raise CoverageViolation(
-                "RETRY-BOUND", early, f"dropped before {limit} failures in the lineage"
+                self.RETRY, early, f"dropped before {limit} failures in the lineage"
             )
         self._fresh(dropped, "dropped")
         self.lineage = attrs.evolve(self.lineage, dropped=(*self.lineage.dropped, *dropped))
 
-    def _pick(self, data: st.DataObject, pool: set[int]) -> list[int]:
+    def _pick(self, data: st.DataObject, pool: Iterable[int]) -> list[int]:
         return data.draw(st.lists(st.sampled_from(sorted(pool)), unique=True, min_size=1))
 
     # -- rules --------------------------------------------------------------------
@@ -243,36 +320,26 @@ class IntegrationMachine(RuleBasedStateMachine):
     @rule(n=st.integers(1, 6))
     def stamp(self, n: int) -> None:
         with self._step():
-            kept = self._fresh(self.integration.stamp(n), "yielded and kept")
+            kept = list(self.integration.stamp(n))
             note(f"integration.stamp({n})  # kept {kept}")
+            self._record_kept(kept)
 
     @rule(n=st.integers(1, 6))
     def dispatch(self, n: int) -> None:
         with self._step():
-            got = self._fresh(self.integration.dispatch(n), "dispatched")
-            note(f"integration.dispatch({n})  # -> {got}")
-            self.outstanding.update(got)
+            got = self._read_dispatch(self.integration.dispatch(n))
+            note(f"integration.dispatch({n})  # -> {_shown(got)}")
+            self._record_dispatch(got)
 
     @rule(n=st.integers(1, 6), data=st.data())
     def round_trip(self, n: int, data: st.DataObject) -> None:
         """What a loop does between two training steps: the source yields,
-        prompts are dispatched, and some of what is generating lands.
-        (The single events have their own rules; this one reaches deep
-        states in fewer steps.)"""
+        work is dispatched, and some of what is out comes back. (The
+        single events have their own rules; this one reaches deep states in
+        fewer steps.)"""
         self.stamp(n)
         self.dispatch(n)
-        if self.outstanding:
-            self.land(data)
-
-    @precondition(lambda self: self.outstanding)
-    @rule(data=st.data())
-    def land(self, data: st.DataObject) -> None:
-        with self._step():
-            chosen = self._pick(data, self.outstanding)
-            note(f"integration.land({chosen})")
-            self.integration.land(chosen)
-            self.outstanding.difference_update(chosen)
-            self.buffered.update(chosen)
+        self._arrive(data)
 
     @precondition(lambda self: self.outstanding)
     @rule(data=st.data())
@@ -281,6 +348,7 @@ class IntegrationMachine(RuleBasedStateMachine):
             chosen = self._pick(data, self.outstanding)
             dropped = list(self.integration.fail(chosen))
             note(f"integration.fail({chosen})  # dropped {dropped}")
+            self._release(chosen)
             self._record_failure(chosen, dropped)
 
     @precondition(lambda self: self.buffered)
@@ -289,8 +357,7 @@ class IntegrationMachine(RuleBasedStateMachine):
         with self._step():
             chosen = self._pick(data, self.buffered)
             note(f"integration.train({chosen})  # step {len(self.lineage.steps)}")
-            self.integration.train(chosen)
-            self._record_step(chosen)
+            self._record_step(chosen, self.integration.train(chosen))
 
     @rule()
     def checkpoint(self) -> None:
@@ -315,7 +382,7 @@ class IntegrationMachine(RuleBasedStateMachine):
         checkpoint, lineage = self.saved[index]
         self.integration.crash()
         self.lineage = lineage
-        self.outstanding = set()
+        self._new_life()
         self.buffered = set(self.integration.resume(checkpoint))
         restored = sorted(self.buffered)
         note(f"integration.crash(); integration.resume(checkpoint_{index})  # buffer {restored}")
@@ -324,7 +391,7 @@ class IntegrationMachine(RuleBasedStateMachine):
     def teardown(self) -> None:
         try:
             if self.started and not self.broken:
-                note("# teardown: drain (stamp, dispatch, land, train all) and check")
+                note("# teardown: drain (stamp, dispatch, complete and train all) and check")
                 self.drain()
                 self.check_exactly_once()
         finally:
@@ -334,33 +401,94 @@ class IntegrationMachine(RuleBasedStateMachine):
 
     def drain(self) -> None:
         """Run the stream to its end without failures."""
-        for _ in range(2 * self.n + 8):
-            kept = self._fresh(self.integration.stamp(self.n), "yielded and kept")
-            got = self._fresh(self.integration.dispatch(self.n + 1), "dispatched")
-            self.outstanding.update(got)
-            if self.outstanding:
-                landing = sorted(self.outstanding)
-                self.integration.land(landing)
-                self.outstanding.clear()
-                self.buffered.update(landing)
-            if self.buffered:
-                step = sorted(self.buffered)
-                self.integration.train(step)
-                self._record_step(step)
-            elif not kept and not got:
+        rounds = 2 * self.n + 8
+        for _ in range(rounds):
+            if not self._drain_round():
                 return
-        raise AssertionError(f"the stream did not drain in {2 * self.n + 8} rounds")
+        raise AssertionError(f"the stream did not drain in {rounds} rounds")
 
     def check_exactly_once(self) -> None:
-        """NO-SKIP and NO-DUP over the surviving lineage: every ordinal of
-        the stream trained exactly once or dropped exactly once."""
+        """Over the surviving lineage: every ordinal of the stream trained
+        exactly once or dropped exactly once."""
         resolved = self.lineage.resolved()
         skipped = [o for o in range(self.n) if not resolved[o]]
         if skipped:
-            raise CoverageViolation("NO-SKIP", skipped, "never trained nor dropped after draining")
+            raise CoverageViolation(self.SKIP, skipped, "never trained nor dropped after draining")
         twice = [o for o, k in resolved.items() if k > 1]
         if twice:
-            raise CoverageViolation("NO-DUP", twice, "resolved more than once")
+            raise CoverageViolation(self.DUP, twice, "resolved more than once")
+
+
+def _shown(value: Any) -> Any:
+    """``value`` as a note prints it: leases (named tuples) as plain tuples,
+    inside lists and tuples too, so that the printed program is Python
+    without an import."""
+    if isinstance(value, list):
+        return [_shown(v) for v in value]
+    if isinstance(value, tuple):
+        return tuple(_shown(v) for v in value)
+    return value
+
+
+class IntegrationMachine(_Machine):
+    """The Hypothesis state machine; subclass it with ``integration_factory``
+    set, or let ``integration_machine`` do it."""
+
+    integration_factory: Callable[[], Integration]
+    integration: Integration
+
+    def _read_dispatch(self, got: Any) -> list[int]:
+        return list(got)
+
+    def _record_dispatch(self, got: list[int]) -> None:
+        self.outstanding.update(self._fresh(got, "dispatched"))
+
+    def _arrive(self, data: st.DataObject) -> None:
+        if self.outstanding:
+            self.land(data)
+
+    @precondition(lambda self: self.outstanding)
+    @rule(data=st.data())
+    def land(self, data: st.DataObject) -> None:
+        with self._step():
+            chosen = self._pick(data, self.outstanding)
+            note(f"integration.land({chosen})")
+            self.integration.land(chosen)
+            self.outstanding.difference_update(chosen)
+            self.buffered.update(chosen)
+
+    def _drain_round(self) -> bool:
+        kept = list(self.integration.stamp(self.n))
+        self._record_kept(kept)
+        got = self._read_dispatch(self.integration.dispatch(self.n + 1))
+        self._record_dispatch(got)
+        if self.outstanding:
+            landing = sorted(self.outstanding)
+            self.integration.land(landing)
+            self.outstanding.clear()
+            self.buffered.update(landing)
+        if self.buffered:
+            step = sorted(self.buffered)
+            self._record_step(step, self.integration.train(step))
+            return True
+        return bool(kept or got)
+
+
+_M = TypeVar("_M", bound=_Machine)
+
+
+def _machine(base: type[_M], factory: Callable[[], _Wiring], settings: settings | None) -> type[_M]:
+    """``base`` bound to ``factory``, named after it, with ``settings``."""
+    name = f"{getattr(factory, '__name__', 'Integration')}Machine"
+    machine = cast(
+        "type[_M]",
+        types.new_class(
+            name, (base,), exec_body=lambda ns: ns.update(integration_factory=staticmethod(factory))
+        ),
+    )
+    machine.__qualname__ = machine.__name__
+    machine.TestCase.settings = settings or DEFAULT_SETTINGS
+    return machine
 
 
 def integration_machine(
@@ -368,15 +496,7 @@ def integration_machine(
 ) -> type[IntegrationMachine]:
     """A state machine class for ``factory``'s integration; collect its
     ``TestCase`` with pytest or unittest."""
-
-    class Machine(IntegrationMachine):
-        integration_factory = staticmethod(factory)
-
-    Machine.__name__ = Machine.__qualname__ = (
-        f"{getattr(factory, '__name__', 'Integration')}Machine"
-    )
-    Machine.TestCase.settings = settings or DEFAULT_SETTINGS
-    return Machine
+    return _machine(IntegrationMachine, factory, settings)
 
 
 def run_integration_test(

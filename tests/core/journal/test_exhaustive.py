@@ -28,8 +28,8 @@ from frontier_core.journal import (
     _replay,
     _reuse,
 )
+from frontier_core.testing import JournalBounds, explore_journal
 from frontier_core.testing._explore import InvariantViolation
-from frontier_core.testing._explore_journal import JournalBounds, explore_journal
 
 #: The scopes proofs/JOURNAL.md quotes. ``siblings``: the brief's scope, two
 #: prompts of two siblings under two attempts, every sequence of two appends
