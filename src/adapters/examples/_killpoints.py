@@ -41,7 +41,7 @@ from frontier_core.journal import (
     encode,
 )
 
-from .._journal_files import JournalWriter
+from .._journal_files import JournalWriter, _write_all
 from ..rollout._journal import Recovered, RolloutJournal
 
 #: Where ``--kill-at`` can stop a life (``KillPoint``).
@@ -97,12 +97,6 @@ class KillPoint:
         while time.monotonic() < deadline:
             time.sleep(0.05)
         os.kill(os.getpid(), signal.SIGKILL)
-
-
-def _write_all(fd: int, data: bytes) -> None:
-    view = memoryview(data)
-    while view:
-        view = view[os.write(fd, view) :]
 
 
 class KillPointWriter(JournalWriter):

@@ -43,7 +43,7 @@ class Driver(Protocol):
         """Train one step on ``batch`` and commit it."""
 
     def settle(self) -> bool:
-        """Nothing can land: commit what the ledger dropped since the last
+        """Nothing can land: log what the ledger dropped since the last
         step; whether the stream is drained."""
         ...
 

@@ -59,6 +59,8 @@ import attrs
 
 from frontier_core._audit import AuditReport, audit_log, format_report
 
+from ._files import read_lines
+
 #: One life of a mode: ``python -m frontier_adapters.examples grpo-worker ...``.
 WORKER = ("-m", "frontier_adapters.examples", "grpo-worker")
 MODES = ("legacy", "frontier")
@@ -99,7 +101,7 @@ class Kill:
     """Kill a life ``steps`` committed steps after it reported ready, plus
     ``delay`` seconds (``at="random"``); right after it reported ready, plus
     ``delay`` (``"resume"``); or at a kill point of the sample-level worker
-    (``grpo_worker.KillPoint``: ``append``, ``commit``, ``compact``,
+    (``_killpoints.KillPoint``: ``append``, ``commit``, ``compact``,
     ``compacted``), the ``count``-th time it passes it once ``steps`` steps
     are committed."""
 
@@ -204,16 +206,6 @@ class SampleAudit:
         }
 
 
-def _json_lines(path: Path) -> list[dict[str, Any]]:
-    """The JSON objects of ``path``'s complete lines (a last line without its
-    newline is a write a kill cut short: not a record)."""
-    if not path.exists():
-        return []
-    lines = path.read_bytes().split(b"\n")
-    lines.pop()  # b"" after the last newline, or a torn line
-    return [json.loads(line) for line in lines if line.strip()]
-
-
 def _lease_of(request_id: str) -> tuple[int, int, int]:
     o, s, a = request_id.split("-")  # o{ordinal}-s{sibling}-a{attempt}
     return int(o[1:]), int(s[1:]), int(a[1:])
@@ -238,7 +230,7 @@ def audit_samples(workdir: Path, n: int) -> SampleAudit:
     from frontier_core._trainlog import fold_lineage, read_train_log
 
     steps: dict[int, dict[str, list[list[Any]]]] = {}
-    for entry in _json_lines(workdir / SAMPLES_LOG):
+    for entry in read_lines(workdir / SAMPLES_LOG):
         if "resume" in entry:
             steps = {k: v for k, v in steps.items() if k < entry["resume"]}
         else:
@@ -259,7 +251,7 @@ def audit_samples(workdir: Path, n: int) -> SampleAudit:
         # request id / sample index -> its runs of consecutive positions
         # (one, unless a line is missing).
         life: dict[str, list[list[Any]]] = {}
-        for entry in _json_lines(path):
+        for entry in read_lines(path):
             count += len(entry["t"])
             chain = life.setdefault(f"{entry['r']}/{entry.get('i', 0)}", [])
             if not chain or chain[-1][2] or entry["at"] != chain[-1][0] + len(chain[-1][1]):

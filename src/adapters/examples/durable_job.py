@@ -20,8 +20,8 @@ token was lost or duplicated across a continuation), and it counts the
 tokens generated again. The training log is ours (JSON lines, fsynced per
 step, with a resume marker per life that discards the dead branch's steps).
 The audit itself (``audit_log``, over the log's records) is shared with the
-torch job's journal torture (``torch_job.run_journal``), which writes the
-same per-sample log.
+torch job's journal torture (``torch_job.run_journal``) and the Ray sample
+job (``ray_sample_job.audit_samples``), which write the same per-sample log.
 
 Not API: an example and a test fixture, like the other jobs here.
 """
@@ -32,7 +32,6 @@ import hashlib
 import json
 import os
 import random
-import secrets
 import signal
 import subprocess
 import sys
@@ -47,6 +46,14 @@ from frontier_core import Lease, LedgerConfig, SampleCheckpoint, SampleLedger
 from frontier_core.journal import CommitPolicy, Reuse, TokenPayload
 
 from ..rollout import RolloutJournal, resumed_sample
+from ._files import (
+    append_line,
+    checkpoint_journal,
+    drop_torn_line,
+    lineage,
+    read_lines,
+    write_atomic,
+)
 
 FINGERPRINT = "durable-demo"
 
@@ -86,50 +93,6 @@ def digest(tokens: Sequence[int]) -> str:
     return hashlib.sha256(json.dumps(list(tokens)).encode()).hexdigest()[:16]
 
 
-def _write_atomic(path: Path, data: bytes) -> None:
-    tmp = path.with_name(f"{path.name}.tmp-{secrets.token_hex(4)}")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-    try:
-        os.write(fd, data)
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
-    dfd = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(dfd)
-    finally:
-        os.close(dfd)
-
-
-def _lineage(work: Path) -> str:
-    """The run's lineage id (for the journal), chosen at its first start."""
-    path = work / "lineage"
-    if not path.exists():
-        _write_atomic(path, secrets.token_hex(8).encode())
-    return path.read_text()
-
-
-def _append_line(path: Path, line: dict[str, Any], *, sync: bool) -> None:
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-    try:
-        os.write(fd, (json.dumps(line) + "\n").encode())
-        if sync:
-            os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _drop_torn_line(path: Path) -> None:
-    """A kill inside a log append can leave a last line without its newline."""
-    if not path.exists():
-        return
-    data = path.read_bytes()
-    if data and not data.endswith(b"\n"):
-        with open(path, "r+b") as f:
-            f.truncate(data.rfind(b"\n") + 1)
-
-
 def _payload(tokens: Sequence[int], start: int, version: int) -> TokenPayload:
     return TokenPayload.of(
         tokens, [-0.05 - ((start + i) % 7) / 10 for i in range(len(tokens))], version
@@ -141,16 +104,15 @@ def run_life(args: DurableArgs) -> int:
     prompt is trained. Returns 0."""
     work = Path(args.workdir)
     work.mkdir(parents=True, exist_ok=True)
-    lineage = _lineage(work)
     trained_log = work / "trained.jsonl"
     generated_log = work / "generated.log"
-    _drop_torn_line(trained_log)
-    _drop_torn_line(generated_log)
+    drop_torn_line(trained_log)
+    drop_torn_line(generated_log)
     config = LedgerConfig(stream_len=args.prompts, samples=args.samples, fingerprint=FINGERPRINT)
     journal = RolloutJournal(
         work / "journal",
         fingerprint=FINGERPRINT,
-        lineage=lineage,
+        lineage=lineage(work),
         policy=CommitPolicy(max_delay=0.002),
         progress_every=max(1, args.progress_every),
     )
@@ -178,27 +140,26 @@ def run_life(args: DurableArgs) -> int:
             sealed=recovered.sealed,
             attempt_floor=recovered.attempt_floor,
         ).ledger
-        _append_line(trained_log, {"resume": step}, sync=True)
+        append_line(trained_log, {"resume": step}, sync=True)
     else:
         recovered = journal.recover(
             None, position=None, checkpoint_id=None, reuse=reuse, fork=0, step=0
         )
         ledger = SampleLedger.start(config)
-        _append_line(trained_log, {"resume": 0}, sync=True)
+        append_line(trained_log, {"resume": 0}, sync=True)
 
     def save_checkpoint() -> None:
-        # Mark and sync the journal first: the checkpoint then refers only
-        # to durable records; compact only once the checkpoint is durable.
-        position = journal.mark(step)
-        record = {
-            "ledger": ledger.checkpoint(save_sealed=False).state_dict(),
-            "step": step,
-            "position": position,
-            "id": step,
-            "buffer": {str(o): g for o, g in buffer.items()},
-        }
-        _write_atomic(ck_path, json.dumps(record).encode())
-        journal.compact(range(ledger.cut, 1 << 62))
+        def write(position: int) -> None:
+            record = {
+                "ledger": ledger.checkpoint(save_sealed=False).state_dict(),
+                "step": step,
+                "position": position,
+                "id": step,
+                "buffer": {str(o): g for o, g in buffer.items()},
+            }
+            write_atomic(ck_path, json.dumps(record).encode())
+
+        checkpoint_journal(journal, checkpoint_id=step, cut=ledger.cut, write=write)
 
     if not ck_path.exists():
         # A first checkpoint before anything is generated: from now on a
@@ -269,7 +230,7 @@ def run_life(args: DurableArgs) -> int:
         if made:
             # Not fsynced: a SIGKILL loses no written bytes (the page cache
             # survives the process); the count is what was generated.
-            _append_line(generated_log, {"tokens": made}, sync=False)
+            append_line(generated_log, {"tokens": made}, sync=False)
             time.sleep(args.tick)
         # Train when a step's worth landed (or the stream's last groups).
         ready = sorted(buffer)
@@ -278,7 +239,7 @@ def run_life(args: DurableArgs) -> int:
             chosen = ready[: args.groups_per_step]
             ledger = ledger.train(chosen).ledger
             step += 1
-            _append_line(
+            append_line(
                 trained_log,
                 {
                     "step": step,
@@ -301,7 +262,9 @@ class Audit:
 
     ``lost``: prompts neither trained nor dropped; ``duplicated``: trained
     more than once; ``bad_groups``: trained with wrong siblings, a reused
-    attempt or wrong tokens. ``tokens_needed`` is what the trained samples
+    attempt or wrong tokens. ``samples`` counts the trained samples and
+    ``attempts`` the attempts that sealed them (equal when no attempt was
+    used twice). ``tokens_needed`` is what the trained samples
     hold, ``tokens_generated`` what the engine made in every life,
     ``tokens_failed`` what it made for attempts the job failed on purpose
     (a failure, not a kill, threw them away)."""
@@ -314,6 +277,8 @@ class Audit:
     tokens_needed: int
     tokens_generated: int
     lives: int
+    samples: int
+    attempts: int
     dropped: tuple[int, ...] = ()
     tokens_failed: int = 0
 
@@ -325,13 +290,6 @@ class Audit:
     def tokens_redone(self) -> int:
         """Tokens generated again because a kill lost them."""
         return self.tokens_generated - self.tokens_needed - self.tokens_failed
-
-
-def read_lines(path: Path) -> list[dict[str, Any]]:
-    """A JSON-lines log's records (none if the file does not exist)."""
-    if not path.exists():
-        return []
-    return [json.loads(line) for line in path.read_text().splitlines()]
 
 
 def audit_log(
@@ -350,7 +308,9 @@ def audit_log(
     it), ``{"step": k, "groups": {ordinal: [[sibling, attempt, length,
     digest], ...]}}`` per training step (steps count from 1, a checkpoint
     after step ``k`` resumes at ``k``), and ``{"dropped": [ordinals],
-    "at": k}`` for groups the failure policy dropped after ``k`` steps.
+    "at": k}`` for groups the failure policy dropped after ``k`` steps (a
+    resume at ``k`` keeps the drops at ``j < k``: a checkpoint of step
+    ``k`` counts every drop logged before it, a drop at ``k`` came after).
     ``generated`` holds ``{"tokens": n}`` lines (``"failed": m`` of them
     for attempts the job failed)."""
     steps: list[tuple[int, dict[str, Any]]] = []
@@ -368,6 +328,7 @@ def audit_log(
     seen: dict[int, int] = {}
     bad: set[int] = set()
     attempts: set[int] = set()
+    trained_samples = 0
     for _, groups in steps:
         for key, group in groups.items():
             o = int(key)
@@ -375,6 +336,7 @@ def audit_log(
             if sorted(s for s, _, _, _ in group) != list(range(samples)):
                 bad.add(o)
             for s, a, n, d in group:
+                trained_samples += 1
                 want = full_sample(o, s, seed)
                 if a in attempts or n != len(want) or d != digest(want):
                     bad.add(o)
@@ -400,6 +362,8 @@ def audit_log(
         tokens_needed=needed,
         tokens_generated=made,
         lives=lives,
+        samples=trained_samples,
+        attempts=len(attempts),
         dropped=tuple(sorted(dropped)),
         tokens_failed=failed,
     )

@@ -56,10 +56,9 @@ import asyncio
 import hashlib
 import json
 import os
-import secrets
 import warnings
 from collections import deque
-from collections.abc import AsyncIterator, Iterable, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any, cast
 
@@ -86,12 +85,20 @@ from .._samples import SampleCollector
 from ..rollout._buffer import ReplayBuffer
 from ..rollout._engine import AsyncEngine, RequestOutputLike
 from ..rollout._journal import Recovered, RolloutJournal
-from ..rollout._loop import Collector, Group, RolloutEvent, RolloutLoop
+from ..rollout._loop import Group, RolloutEvent, RolloutLoop
 from ..rollout._sample_loop import SampleRolloutLoop
 from ..torch import make_seekable_loader
 from ..torch._files import read_checkpoint, write_checkpoint
 from ..torch._sources import SeekableSource
-from ._killpoints import KillPoint, KillPointJournal, _write_all
+from ._files import (
+    append_line,
+    checkpoint_journal,
+    drop_torn_line,
+    fresh_train_log,
+    lineage,
+    write_atomic,
+)
+from ._killpoints import KillPoint, KillPointJournal
 from .cpu_engine import CUMULATIVE, CpuEngine, CpuSamplingParams, TinyCausalLM
 from .grpo import grpo_step, make_prompts, reward
 
@@ -107,17 +114,13 @@ def _unit(*parts: object) -> float:
     return int.from_bytes(digest[:8], "big") / 2.0**64
 
 
-class FlakyEngine:
-    """Wraps an engine: a seeded fraction of requests raise mid-way (a dead
-    worker) and another stalls until the loop's timeout cancels it."""
+class _Wrapper:
+    """An engine around ``inner``: a subclass has its own ``generate``; the
+    fatal errors, the event-loop check and ``abort`` are the inner
+    engine's."""
 
-    def __init__(
-        self, inner: AsyncEngine, *, seed: int, fail_rate: float, stall_rate: float
-    ) -> None:
+    def __init__(self, inner: AsyncEngine) -> None:
         self.inner = inner
-        self.seed = seed
-        self.fail_rate = fail_rate
-        self.stall_rate = stall_rate
 
     @property
     def fatal_errors(self) -> tuple[type[BaseException], ...]:
@@ -130,6 +133,19 @@ class FlakyEngine:
 
     async def abort(self, request_id: str) -> None:
         await self.inner.abort(request_id)
+
+
+class FlakyEngine(_Wrapper):
+    """Wraps an engine: a seeded fraction of requests raise mid-way (a dead
+    worker) and another stalls until the loop's timeout cancels it."""
+
+    def __init__(
+        self, inner: AsyncEngine, *, seed: int, fail_rate: float, stall_rate: float
+    ) -> None:
+        super().__init__(inner)
+        self.seed = seed
+        self.fail_rate = fail_rate
+        self.stall_rate = stall_rate
 
     async def generate(
         self, prompt: Any, sampling_params: Any, request_id: str
@@ -377,6 +393,220 @@ def _vllm_backend(args: WorkerArgs) -> Backend:
     return backend
 
 
+@attrs.define
+class _Life:
+    """What both kinds of life (``run``, ``run_journal``) set up, resume and
+    train the same way: the policy (``backend``) and its optimizer, the
+    seekable source over the prompts, the replay buffer, the training-data
+    log, the step, the reward curve and the counters, fresh or from the
+    checkpoint ``loaded``. A life adds its collector, and what it
+    checkpoints besides (``checkpoint``)."""
+
+    args: WorkerArgs
+    workdir: Path
+    fingerprint: str
+    lives: int
+    backend: Backend
+    source: SeekableSource
+    optim: torch.optim.Optimizer
+    buffer: ReplayBuffer
+    log: TrainLogWriter
+    loaded: Any
+    step: int
+    rewards: list[float]
+    counters: dict[str, int]
+    #: Whether the resume restores the replay buffer (seeded per life).
+    load_buffer: bool
+
+    @classmethod
+    def open(cls, args: WorkerArgs, fingerprint: str, lives: Callable[[Any], int]) -> _Life:
+        """Read the latest checkpoint of ``fingerprint`` (``None``: a fresh
+        start), number the life (``lives(loaded)``) and build or resume
+        what it shares."""
+        workdir = Path(args.workdir)
+        workdir.mkdir(parents=True, exist_ok=True)
+        loaded = read_checkpoint(
+            workdir / CKPT_DIR, fingerprint=fingerprint, require=["state", "model", "optim"]
+        )
+        life = lives(loaded)
+        torch.manual_seed(args.seed)
+        backend = _cpu_backend(args, life) if args.engine == "cpu" else _vllm_backend(args)
+        loader = make_seekable_loader(
+            backend.prompts, batch_size=args.batch_size, seed=args.seed, shuffle=True, epochs=1
+        )
+        optim = torch.optim.Adam(backend.model.parameters(), lr=args.lr)
+        buffer = ReplayBuffer(args.max_age)
+        log_path = workdir / LOG_NAME
+        counters = {"failed": 0, "timeouts": 0, "requeued": 0, "dropped": 0, "evicted": 0}
+        if loaded is None:
+            step, rewards, load_buffer = 0, [], False
+            log = fresh_train_log(log_path)
+        else:
+            state = loaded.json_parts["state"]
+            step, rewards = loaded.step, list(state["rewards"])
+            counters = dict(state["counters"])
+            # Without the buffer the collector regenerates the buffered
+            # window (no short-rollout bias); the legacy cursor just loses
+            # it, as in #3583.
+            load_buffer = _unit(args.seed, "restore", life) >= args.skip_buffer_restore
+            counters["buffer_skipped"] = counters.get("buffer_skipped", 0) + (not load_buffer)
+            if load_buffer:
+                buffer.load_state_dict(state["buffer"])
+            backend.model.load_state_dict(loaded.tensor_parts["model"])
+            optim.load_state_dict(loaded.tensor_parts["optim"])
+            log = TrainLogWriter(log_path, resume_records=state["records"])
+        return cls(
+            args=args,
+            workdir=workdir,
+            fingerprint=fingerprint,
+            lives=life,
+            backend=backend,
+            source=SeekableSource(loader),
+            optim=optim,
+            buffer=buffer,
+            log=log,
+            loaded=loaded,
+            step=step,
+            rewards=rewards,
+            counters=counters,
+            load_buffer=load_buffer,
+        )
+
+    @property
+    def state(self) -> dict[str, Any]:
+        """The resumed checkpoint's state part (a resumed life only)."""
+        state: dict[str, Any] = self.loaded.json_parts["state"]
+        return state
+
+    def config(self, samples: int = 1) -> LedgerConfig:
+        return LedgerConfig(
+            stream_len=self.args.prompts,
+            samples=samples,
+            on_failure=FailurePolicy.RETRY,
+            max_attempts=MAX_ATTEMPTS,
+            fingerprint=self.fingerprint,
+        )
+
+    def engine(self, inner: AsyncEngine) -> AsyncEngine:
+        """``inner`` with this life's injected failures and stalls."""
+        a = self.args
+        flaky = FlakyEngine(
+            inner, seed=a.seed * 1000 + self.lives, fail_rate=a.fail_rate, stall_rate=a.stall_rate
+        )
+        return _as_engine(flaky)
+
+    @property
+    def max_ahead(self) -> int:
+        a = self.args
+        return a.max_ahead if a.max_ahead is not None else a.groups_per_step * (a.max_age + 1)
+
+    def on_event(self, ev: RolloutEvent) -> None:
+        if ev.kind == "fail":
+            self.counters["failed"] += 1
+            self.counters["timeouts"] += ev.detail == "timeout"
+        elif ev.kind == "requeue":
+            self.counters["requeued"] += 1
+
+    def on_dropped(self, ordinals: Sequence[int]) -> None:
+        self.counters["dropped"] += len(ordinals)
+        self.log.dropped(ordinals)
+
+    def version(self) -> int:
+        return self.step
+
+    def checkpoint(self, parts: dict[str, Any]) -> None:
+        """Write the checkpoint of this step: the shared state, the life's
+        ``parts``, the model and the optimizer (the training-data log must
+        be synced first: a checkpoint never counts a step it lacks)."""
+        state: dict[str, Any] = {
+            "buffer": self.buffer.state_dict(),
+            "records": self.log.records,
+            "lives": self.lives,
+            "rewards": self.rewards,
+            "counters": self.counters,
+            **parts,
+        }
+        model = self.backend.model
+        write_checkpoint(
+            self.workdir / CKPT_DIR,
+            self.step,
+            fingerprint=self.fingerprint,
+            json_parts={"state": state},
+            tensor_parts={"model": model.state_dict(), "optim": self.optim.state_dict()},
+        )
+
+    async def push(self) -> None:
+        """The new weights into the engine (the CPU engine shares them)."""
+        if self.backend.push is not None:
+            await self.backend.push()
+            self.counters["weight_pushes"] = self.counters.get("weight_pushes", 0) + 1
+
+    async def train(
+        self,
+        rollout: RolloutLoop,
+        collector: StreamCollector | LiveCursorCollector,
+        checkpoint: Callable[[], None],
+        *,
+        evicted: Callable[[list[int]], None] | None = None,
+        trained: Callable[[list[Group]], None] | None = None,
+    ) -> None:
+        """Train until the rollout is idle and the buffer empty: evict the
+        stale groups (``evicted`` first hears of them), else train the
+        oldest (``trained`` hears of them before the step advances), push
+        the weights, and ``checkpoint()`` every step."""
+        args, buffer, counters = self.args, self.buffer, self.counters
+        while True:
+            await rollout.until(lambda: len(buffer) >= args.groups_per_step or rollout.idle)
+            stale = buffer.stale(self.step)
+            if stale:
+                buffer.evict(stale)
+                if evicted is not None:
+                    evicted(stale)
+                counters["evicted"] += len(stale)
+                effect = collector.evicted(stale)
+                counters["requeued"] += len(effect.requeued)
+                self.on_dropped(effect.dropped)
+                rollout.wake()
+                continue
+            if not len(buffer):
+                if rollout.idle:
+                    break
+                continue
+            groups = buffer.take(args.groups_per_step)
+            model = cast(Any, self.backend.model)
+            stats = grpo_step(model, self.optim, groups, reward_fn=self.backend.reward_fn)
+            ordinals = [g.ordinal for g in groups]
+            collector.trained(ordinals)
+            self.log.step(self.step, ordinals)
+            if trained is not None:
+                trained(groups)
+            self.step += 1
+            self.rewards.append(round(stats.mean_reward, 4))
+            await self.push()
+            rollout.wake()
+            checkpoint()
+            print(
+                f"step {self.step} groups={len(groups)} reward={stats.mean_reward:.3f} "
+                f"in_flight={rollout.in_flight}",
+                flush=True,
+            )
+            if args.step_pause:
+                await asyncio.sleep(args.step_pause)
+
+    def finish(self) -> int:
+        """Close the log, write the summary, print ``done``; returns 0."""
+        self.log.close()
+        summary = {
+            "steps": self.step,
+            "lives": self.lives,
+            "rewards": self.rewards,
+            "counters": self.counters,
+        }
+        write_atomic(self.workdir / SUMMARY_NAME, json.dumps(summary).encode())
+        print(f"done steps={self.step}", flush=True)
+        return 0
+
+
 def run(args: WorkerArgs) -> int:
     """Resume from ``args.workdir`` (or start) and train to the end of the stream."""
     warnings.filterwarnings("ignore", message="'set_vital' is deprecated")
@@ -385,176 +615,60 @@ def run(args: WorkerArgs) -> int:
         raise ValueError(f"engine must be cpu or vllm, got {args.engine!r}")
     if args.journal:
         return run_journal(args)
-    workdir = Path(args.workdir)
-    workdir.mkdir(parents=True, exist_ok=True)
     fingerprint = f"grpo-demo;prompts={args.prompts};seed={args.seed};mode={args.mode}"
     if args.engine != "cpu":
         fingerprint += f";engine={args.engine}"
-    ckpt_root = workdir / CKPT_DIR
-    loaded = read_checkpoint(
-        ckpt_root, fingerprint=fingerprint, require=["state", "model", "optim"]
+    life = _Life.open(
+        args,
+        fingerprint,
+        lambda loaded: 1 if loaded is None else loaded.json_parts["state"]["lives"] + 1,
     )
-    lives = 1 if loaded is None else loaded.json_parts["state"]["lives"] + 1
-    torch.manual_seed(args.seed)
-    backend = _cpu_backend(args, lives) if args.engine == "cpu" else _vllm_backend(args)
-    model = backend.model
-    loader = make_seekable_loader(
-        backend.prompts, batch_size=args.batch_size, seed=args.seed, shuffle=True, epochs=1
-    )
-    source = SeekableSource(loader)
-    optim = torch.optim.Adam(model.parameters(), lr=args.lr)
-    buffer = ReplayBuffer(args.max_age)
-    log_path = workdir / LOG_NAME
     frontier = args.mode == "frontier"
-    config = LedgerConfig(
-        stream_len=args.prompts,
-        on_failure=FailurePolicy.RETRY,
-        max_attempts=MAX_ATTEMPTS,
-        fingerprint=fingerprint,
-    )
     collector: StreamCollector | LiveCursorCollector
-    counters = {"failed": 0, "timeouts": 0, "requeued": 0, "dropped": 0, "evicted": 0}
-    if loaded is None:
-        step, rewards = 0, []
-        fresh = not log_path.exists() or log_path.stat().st_size == 0
-        log = TrainLogWriter(log_path, resume_records=None if fresh else 0)
-        collector = (
-            StreamCollector(source, config)
-            if frontier
-            else LiveCursorCollector(source, start=0, retry=True)
-        )
+    if frontier:
+        collector = StreamCollector(life.source, life.config())
+        if life.loaded is not None:
+            collector.resume(life.state["collector"], load_replay_buffer=life.load_buffer)
     else:
-        state = loaded.json_parts["state"]
-        step, rewards = loaded.step, list(state["rewards"])
-        counters = dict(state["counters"])
-        # load_replay_buffer=False regenerates the buffered window (no
-        # short-rollout bias); the legacy cursor just loses it, as in #3583.
-        load_buffer = _unit(args.seed, "restore", lives) >= args.skip_buffer_restore
-        counters["buffer_skipped"] = counters.get("buffer_skipped", 0) + (not load_buffer)
-        if frontier:
-            collector = StreamCollector(source, config)
-            collector.resume(state["collector"], load_replay_buffer=load_buffer)
-        else:
-            collector = LiveCursorCollector(source, start=state["cursor"], retry=True)
-        if load_buffer:
-            buffer.load_state_dict(state["buffer"])
-        model.load_state_dict(loaded.tensor_parts["model"])
-        optim.load_state_dict(loaded.tensor_parts["optim"])
-        log = TrainLogWriter(log_path, resume_records=state["records"])
-
-    engine = FlakyEngine(
-        backend.start(),
-        seed=args.seed * 1000 + lives,
-        fail_rate=args.fail_rate,
-        stall_rate=args.stall_rate,
-    )
-    max_ahead = args.max_ahead
-    if max_ahead is None:
-        max_ahead = args.groups_per_step * (args.max_age + 1)
-
-    def on_event(ev: RolloutEvent) -> None:
-        if ev.kind == "fail":
-            counters["failed"] += 1
-            counters["timeouts"] += ev.detail == "timeout"
-        elif ev.kind == "requeue":
-            counters["requeued"] += 1
-
-    def on_dropped(ordinals: Sequence[int]) -> None:
-        counters["dropped"] += len(ordinals)
-        log.dropped(ordinals)
+        start = 0 if life.loaded is None else life.state["cursor"]
+        collector = LiveCursorCollector(life.source, start=start, retry=True)
 
     def checkpoint() -> None:
-        log.sync()
-        state: dict[str, Any] = {
-            "buffer": buffer.state_dict(),
-            "records": log.records,
-            "lives": lives,
-            "rewards": rewards,
-            "counters": counters,
-        }
+        life.log.sync()
         if isinstance(collector, StreamCollector):
-            state["collector"] = collector.checkpoint_state(save_buffer=True)
+            life.checkpoint({"collector": collector.checkpoint_state(save_buffer=True)})
         else:
-            state["cursor"] = collector.cursor  # the live cursor: ahead of training
-        write_checkpoint(
-            ckpt_root,
-            step,
-            fingerprint=fingerprint,
-            json_parts={"state": state},
-            tensor_parts={"model": model.state_dict(), "optim": optim.state_dict()},
-        )
+            life.checkpoint({"cursor": collector.cursor})  # the live cursor: ahead of training
 
-    async def push() -> None:
-        if backend.push is not None:
-            await backend.push()
-            counters["weight_pushes"] = counters.get("weight_pushes", 0) + 1
+    engine = life.engine(life.backend.start())
 
     async def train() -> None:
-        nonlocal step
-        rollout_collector: Collector = collector
-        if loaded is not None:
-            await push()  # the engine starts from the base weights
+        if life.loaded is not None:
+            await life.push()  # the engine starts from the base weights
         async with RolloutLoop(
-            rollout_collector,
-            _as_engine(engine),
-            buffer,
-            prompt_of=backend.prompt_of,
-            sampling_params=backend.params,
+            collector,
+            engine,
+            life.buffer,
+            prompt_of=life.backend.prompt_of,
+            sampling_params=life.backend.params,
             max_in_flight=args.max_in_flight,
-            max_ahead=max_ahead,
+            max_ahead=life.max_ahead,
             timeout=args.timeout,
-            version=lambda: step,
-            on_dropped=on_dropped,
-            on_event=on_event,
+            version=life.version,
+            on_dropped=life.on_dropped,
+            on_event=life.on_event,
         ) as rollout:
-            print(f"ready step={step} lives={lives}", flush=True)
-            while True:
-                await rollout.until(lambda: len(buffer) >= args.groups_per_step or rollout.idle)
-                stale = buffer.stale(step)
-                if stale:
-                    buffer.evict(stale)
-                    counters["evicted"] += len(stale)
-                    effect = collector.evicted(stale)
-                    counters["requeued"] += len(effect.requeued)
-                    on_dropped(effect.dropped)
-                    rollout.wake()
-                    continue
-                if not len(buffer):
-                    if rollout.idle:
-                        break
-                    continue
-                groups = buffer.take(args.groups_per_step)
-                stats = grpo_step(cast(Any, model), optim, groups, reward_fn=backend.reward_fn)
-                ordinals = [g.ordinal for g in groups]
-                collector.trained(ordinals)
-                log.step(step, ordinals)
-                step += 1
-                rewards.append(round(stats.mean_reward, 4))
-                await push()
-                rollout.wake()
-                checkpoint()
-                print(
-                    f"step {step} groups={len(groups)} reward={stats.mean_reward:.3f} "
-                    f"in_flight={rollout.in_flight}",
-                    flush=True,
-                )
-                if args.step_pause:
-                    await asyncio.sleep(args.step_pause)
+            print(f"ready step={life.step} lives={life.lives}", flush=True)
+            await life.train(rollout, collector, checkpoint)
 
     try:
         asyncio.run(train())
     finally:
-        if backend.shutdown is not None:
-            backend.shutdown()
+        if life.backend.shutdown is not None:
+            life.backend.shutdown()
     if isinstance(collector, StreamCollector) and not collector.drained:
         raise RuntimeError(f"stream not drained: cut {collector.ledger.cut}")
-    log.close()
-    summary = {"steps": step, "lives": lives, "rewards": rewards, "counters": counters}
-    tmp = workdir / "summary.json.tmp"
-    tmp.write_text(json.dumps(summary))
-    os.replace(tmp, workdir / SUMMARY_NAME)
-    print(f"done steps={step}", flush=True)
-    return 0
+    return life.finish()
 
 
 def _as_engine(engine: FlakyEngine) -> AsyncEngine:
@@ -566,7 +680,6 @@ def _as_engine(engine: FlakyEngine) -> AsyncEngine:
 #: The per-sample training log of a sample-level life (``SampleLog``).
 SAMPLES_LOG = "samples.jsonl"
 JOURNAL_NAME = "journal"
-LINEAGE_NAME = "lineage"
 #: Life ``k``'s generation log (``TokenLog``): every token the engine yielded.
 GENERATED_LOG = "generated-{life}.jsonl"
 #: The CPU demo's prompts are this many tokens (``make_prompts``' default).
@@ -574,7 +687,7 @@ PROMPT_LEN = 4
 REUSE = ("age", "everything", "nothing")
 
 
-class TokenLog:
+class TokenLog(_Wrapper):
     """Wraps the engine and appends every token it yields to this life's
     generation log: one JSON line per output that brought new tokens,
     ``{"r": request id, "at": position in the sample, "t": [token ids]}``
@@ -585,20 +698,8 @@ class TokenLog:
     SIGKILL loses no written byte (the page cache outlives the process)."""
 
     def __init__(self, inner: AsyncEngine, path: Path) -> None:
-        self.inner = inner
+        super().__init__(inner)
         self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-
-    @property
-    def fatal_errors(self) -> tuple[type[BaseException], ...]:
-        return tuple(getattr(self.inner, "fatal_errors", ()))
-
-    def check_event_loop(self) -> None:
-        check = getattr(self.inner, "check_event_loop", None)
-        if check is not None:
-            check()
-
-    async def abort(self, request_id: str) -> None:
-        await self.inner.abort(request_id)
 
     async def generate(
         self, prompt: Any, sampling_params: Any, request_id: str
@@ -694,41 +795,18 @@ class SampleLog:
     when a life starts from the checkpoint of step ``k`` (earlier lines of
     steps ``>= k`` belong to a dead branch), then one line per step,
     ``{"step": s, "groups": {ordinal: [[attempt, tokens], ...]}}`` with the
-    siblings in order. Synced with each checkpoint; a torn last line (a
-    kill inside its write) is cut off before the marker."""
+    siblings in order, fsynced before the step's checkpoint counts it. A
+    torn last line (a kill inside its write) is cut off before the
+    marker."""
 
     def __init__(self, path: Path, *, resume: int) -> None:
-        self._fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
-        size = os.fstat(self._fd).st_size
-        data = os.pread(self._fd, size, 0)
-        if data and not data.endswith(b"\n"):
-            os.ftruncate(self._fd, data.rfind(b"\n") + 1)
-        self._write({"resume": resume})
-        self.sync()
+        self.path = path
+        drop_torn_line(path)
+        append_line(path, {"resume": resume}, sync=True)
 
     def step(self, step: int, groups: dict[int, list[list[Any]]]) -> None:
-        self._write({"step": step, "groups": {str(o): g for o, g in groups.items()}})
-
-    def _write(self, obj: dict[str, Any]) -> None:
-        _write_all(self._fd, (json.dumps(obj, separators=(",", ":")) + "\n").encode())
-
-    def sync(self) -> None:
-        os.fsync(self._fd)
-
-    def close(self) -> None:
-        os.close(self._fd)
-
-
-def _lineage(workdir: Path) -> str:
-    """The run's lineage id (for the journal), chosen at its first start."""
-    path = workdir / LINEAGE_NAME
-    if not path.exists():
-        tmp = workdir / f".{LINEAGE_NAME}.tmp-{secrets.token_hex(4)}"
-        tmp.write_text(secrets.token_hex(8))
-        with open(tmp, "rb") as f:
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    return path.read_text()
+        line = {"step": step, "groups": {str(o): g for o, g in groups.items()}}
+        append_line(self.path, line, sync=True)
 
 
 def _journal_damage(path: Path, fingerprint: str, lineage: str) -> tuple[int, int]:
@@ -752,11 +830,11 @@ def run_journal(args: WorkerArgs) -> int:
     groups (``commit_delay``; a timer task polls it). Each step's
     checkpoint marks the journal (syncing it), then writes the checkpoint
     with the mark's position, then compacts the journal to the
-    checkpoint's window. A resume replays the journal under ``reuse``:
-    sealed siblings come back without a request, running ones continue from
-    their last durable prefix, and new attempts start above every attempt
-    the journal names. The ready line reports what the open repaired and
-    what the resume kept."""
+    checkpoint's window (``_files.checkpoint_journal``). A resume replays
+    the journal under ``reuse``: sealed siblings come back without a
+    request, running ones continue from their last durable prefix, and
+    new attempts start above every attempt the journal names. The ready
+    line reports what the open repaired and what the resume kept."""
     if args.mode != "frontier" or args.engine != "cpu":
         raise ValueError("--journal runs the frontier mode on the CPU engine")
     if args.reuse not in REUSE:
@@ -765,43 +843,25 @@ def run_journal(args: WorkerArgs) -> int:
         raise ValueError(f"progress_every must be >= 0, got {args.progress_every}")
     point = KillPoint(args.kill_at)
     workdir = Path(args.workdir)
-    workdir.mkdir(parents=True, exist_ok=True)
     fingerprint = f"grpo-demo;prompts={args.prompts};seed={args.seed};mode=frontier;journal"
-    ckpt_root = workdir / CKPT_DIR
-    loaded = read_checkpoint(
-        ckpt_root, fingerprint=fingerprint, require=["state", "model", "optim"]
-    )
     # Every life, killed before its first checkpoint or not, has its own number.
-    life = 1 + sum(1 for _ in workdir.glob(GENERATED_LOG.format(life="*")))
-    torch.manual_seed(args.seed)
-    backend = _cpu_backend(args, life)
-    model = backend.model
-    loader = make_seekable_loader(
-        backend.prompts, batch_size=args.batch_size, seed=args.seed, shuffle=True, epochs=1
+    life = _Life.open(
+        args,
+        fingerprint,
+        lambda _: 1 + sum(1 for _ in workdir.glob(GENERATED_LOG.format(life="*"))),
     )
-    source = SeekableSource(loader)
-    optim = torch.optim.Adam(model.parameters(), lr=args.lr)
-    buffer = ReplayBuffer(args.max_age)
+    buffer, counters = life.buffer, life.counters
     n = args.num_generations
-    config = LedgerConfig(
-        stream_len=args.prompts,
-        samples=n,
-        on_failure=FailurePolicy.RETRY,
-        max_attempts=MAX_ATTEMPTS,
-        fingerprint=fingerprint,
-    )
-    collector = SampleCollector(source, config)
+    collector = SampleCollector(life.source, life.config(samples=n))
     sink = AttemptSink(buffer, collector)
-    lineage = _lineage(workdir)
     journal_path = workdir / JOURNAL_NAME
-    torn, leftovers = _journal_damage(journal_path, fingerprint, lineage)
-    policy = CommitPolicy(max_delay=args.commit_delay)
-    every = args.progress_every or 1 << 30  # 0: no progress records
+    lineage_id = lineage(workdir)
+    torn, leftovers = _journal_damage(journal_path, fingerprint, lineage_id)
     opts: dict[str, Any] = {
         "fingerprint": fingerprint,
-        "lineage": lineage,
-        "policy": policy,
-        "progress_every": every,
+        "lineage": lineage_id,
+        "policy": CommitPolicy(max_delay=args.commit_delay),
+        "progress_every": args.progress_every or 1 << 30,  # 0: no progress records
     }
     journal = (
         KillPointJournal(journal_path, point=point, **opts)
@@ -813,37 +873,25 @@ def run_journal(args: WorkerArgs) -> int:
         "everything": Reuse.everything(),
         "nothing": Reuse.nothing(),
     }[args.reuse]
-    log_path = workdir / LOG_NAME
-    counters = {"failed": 0, "timeouts": 0, "requeued": 0, "dropped": 0, "evicted": 0}
     reused = prefixes = 0
-    if loaded is None:
-        step, rewards = 0, []
-        fresh = not log_path.exists() or log_path.stat().st_size == 0
-        log = TrainLogWriter(log_path, resume_records=None if fresh else 0)
+    if life.loaded is None:
         # Refuses a journal with samples: there is no checkpoint to go with it.
         recovered = journal.recover(
             None, position=None, checkpoint_id=None, reuse=reuse, fork=0, step=0
         )
     else:
-        state = loaded.json_parts["state"]
-        step, rewards = loaded.step, list(state["rewards"])
-        counters = dict(state["counters"])
-        load_buffer = _unit(args.seed, "restore", life) >= args.skip_buffer_restore
-        counters["buffer_skipped"] = counters.get("buffer_skipped", 0) + (not load_buffer)
-        ledger = SampleCheckpoint.from_state_dict(
-            state["collector"]["ledger"], fingerprint=fingerprint
-        )
+        state = life.state
         recovered = journal.recover(
-            ledger,
+            SampleCheckpoint.from_state_dict(state["collector"]["ledger"], fingerprint=fingerprint),
             position=state["journal"]["position"],
             checkpoint_id=state["journal"]["id"],
             reuse=reuse,
-            fork=step,
-            step=step,
+            fork=life.step,
+            step=life.step,
         )
         resumed = collector.resume(
             state["collector"],
-            load_replay_buffer=load_buffer,
+            load_replay_buffer=life.load_buffer,
             sealed=recovered.sealed,
             attempt_floor=recovered.attempt_floor,
         )
@@ -851,24 +899,11 @@ def run_journal(args: WorkerArgs) -> int:
         prefixes = sum(
             not st.sealed for group in recovered.state.groups.values() for st in group.values()
         )
-        if load_buffer:
-            buffer.load_state_dict(state["buffer"])
+        if life.load_buffer:
             sink.attempts = {int(o): list(a) for o, a in state["attempts"].items()}
-        model.load_state_dict(loaded.tensor_parts["model"])
-        optim.load_state_dict(loaded.tensor_parts["optim"])
-        log = TrainLogWriter(log_path, resume_records=state["records"])
-    sink.recovered, sink.fork, sink.counters = recovered, step, counters
-    samples_log = SampleLog(workdir / SAMPLES_LOG, resume=step)
-    token_log = TokenLog(backend.start(), workdir / GENERATED_LOG.format(life=life))
-    engine = FlakyEngine(
-        token_log,
-        seed=args.seed * 1000 + life,
-        fail_rate=args.fail_rate,
-        stall_rate=args.stall_rate,
-    )
-    max_ahead = args.max_ahead
-    if max_ahead is None:
-        max_ahead = args.groups_per_step * (args.max_age + 1)
+    sink.recovered, sink.fork, sink.counters = recovered, life.step, counters
+    samples_log = SampleLog(workdir / SAMPLES_LOG, resume=life.step)
+    token_log = TokenLog(life.backend.start(), workdir / GENERATED_LOG.format(life=life.lives))
     params: dict[int, CpuSamplingParams] = {}
 
     def sampling_params(lease: Lease, prefix_len: int) -> CpuSamplingParams:
@@ -886,45 +921,27 @@ def run_journal(args: WorkerArgs) -> int:
             raise ValueError(f"a prompt of {len(row)} tokens, not {PROMPT_LEN}")
         return [*row, *prefix]
 
-    def on_event(ev: RolloutEvent) -> None:
-        if ev.kind == "fail":
-            counters["failed"] += 1
-            counters["timeouts"] += ev.detail == "timeout"
-        elif ev.kind == "requeue":
-            counters["requeued"] += 1
-
-    def on_dropped(ordinals: Sequence[int]) -> None:
-        counters["dropped"] += len(ordinals)
-        log.dropped(ordinals)
-
     def checkpoint() -> None:
-        # The logs first (a checkpoint never counts a step they lack), then
-        # the journal's mark, synced, with the ledger's state of the same
-        # moment; compacted to the window once the checkpoint is durable.
-        log.sync()
-        samples_log.sync()
-        position = journal.mark(step)
-        state: dict[str, Any] = {
-            "buffer": buffer.state_dict(),
-            "attempts": {str(o): sink.attempts[o] for o in buffer.ordinals},
-            "records": log.records,
-            "lives": life,
-            "rewards": rewards,
-            "counters": counters,
-            "collector": collector.checkpoint_state(save_buffer=True),
-            "journal": {"position": position, "id": step},
-        }
-        cut = collector.samples.cut
-        write_checkpoint(
-            ckpt_root,
-            step,
-            fingerprint=fingerprint,
-            json_parts={"state": state},
-            tensor_parts={"model": model.state_dict(), "optim": optim.state_dict()},
-        )
-        journal.compact(range(cut, 1 << 62))
+        # The logs are synced (a checkpoint never counts a step they lack);
+        # the ledger's state is taken after the journal's mark.
+        life.log.sync()
 
-    if loaded is None:
+        def write(position: int) -> None:
+            life.checkpoint(
+                {
+                    "attempts": {str(o): sink.attempts[o] for o in buffer.ordinals},
+                    "collector": collector.checkpoint_state(save_buffer=True),
+                    "journal": {"position": position, "id": life.step},
+                }
+            )
+
+        checkpoint_journal(journal, checkpoint_id=life.step, cut=collector.samples.cut, write=write)
+
+    def committed() -> None:
+        checkpoint()
+        point.steps += 1
+
+    if life.loaded is None:
         # A first checkpoint before anything is generated: from now on the
         # journal always has a checkpoint to go with it.
         checkpoint()
@@ -934,84 +951,55 @@ def run_journal(args: WorkerArgs) -> int:
             due = journal.poll()
             await asyncio.sleep(args.commit_delay if due is None else max(due, 0.0005))
 
+    def trained(groups: list[Group]) -> None:
+        samples_log.step(
+            life.step,
+            {
+                g.ordinal: [
+                    [a, list(c)]
+                    for a, c in zip(sink.attempts.pop(g.ordinal), g.completions, strict=True)
+                ]
+                for g in groups
+            },
+        )
+
     async def train() -> None:
-        nonlocal step
         committer = asyncio.create_task(commit_loop(), name="journal-commit")
         try:
             loop = SampleRolloutLoop(
                 collector,
-                _as_engine(engine),
+                life.engine(token_log),
                 sink,
                 prompt_of=prompt_of,
                 sampling_params=sampling_params,
                 journal=journal,
                 recovered=recovered,
                 max_in_flight=args.max_in_flight * n,
-                max_ahead=max_ahead,
+                max_ahead=life.max_ahead,
                 timeout=args.timeout,
-                version=lambda: step,
-                on_dropped=on_dropped,
-                on_event=on_event,
+                version=life.version,
+                on_dropped=life.on_dropped,
+                on_event=life.on_event,
             )
+
+            def evicted(stale: list[int]) -> None:
+                for o in stale:
+                    del sink.attempts[o]
+                # Generated again from nothing: not from the stale prefixes
+                # the journal had for them.
+                got = loop.recovered
+                if got is not None:
+                    keep = set(got.state.groups) - set(stale)
+                    got = attrs.evolve(got, state=got.state.restrict(keep))
+                    loop.recovered = sink.recovered = got
+
             async with loop as rollout:
                 print(
-                    f"ready step={step} lives={life} torn={torn} leftovers={leftovers} "
-                    f"reused={reused} prefixes={prefixes}",
+                    f"ready step={life.step} lives={life.lives} torn={torn} "
+                    f"leftovers={leftovers} reused={reused} prefixes={prefixes}",
                     flush=True,
                 )
-                while True:
-                    await rollout.until(lambda: len(buffer) >= args.groups_per_step or rollout.idle)
-                    stale = buffer.stale(step)
-                    if stale:
-                        buffer.evict(stale)
-                        for o in stale:
-                            del sink.attempts[o]
-                        # Generated again from nothing: not from the stale
-                        # prefixes the journal had for them.
-                        got = loop.recovered
-                        if got is not None:
-                            keep = set(got.state.groups) - set(stale)
-                            got = attrs.evolve(got, state=got.state.restrict(keep))
-                            loop.recovered = sink.recovered = got
-                        counters["evicted"] += len(stale)
-                        effect = collector.evicted(stale)
-                        counters["requeued"] += len(effect.requeued)
-                        on_dropped(effect.dropped)
-                        rollout.wake()
-                        continue
-                    if not len(buffer):
-                        if rollout.idle:
-                            break
-                        continue
-                    groups = buffer.take(args.groups_per_step)
-                    stats = grpo_step(cast(Any, model), optim, groups, reward_fn=backend.reward_fn)
-                    ordinals = [g.ordinal for g in groups]
-                    collector.trained(ordinals)
-                    log.step(step, ordinals)
-                    samples_log.step(
-                        step,
-                        {
-                            g.ordinal: [
-                                [a, list(c)]
-                                for a, c in zip(
-                                    sink.attempts.pop(g.ordinal), g.completions, strict=True
-                                )
-                            ]
-                            for g in groups
-                        },
-                    )
-                    step += 1
-                    rewards.append(round(stats.mean_reward, 4))
-                    rollout.wake()
-                    checkpoint()
-                    point.steps += 1
-                    print(
-                        f"step {step} groups={len(groups)} reward={stats.mean_reward:.3f} "
-                        f"in_flight={rollout.in_flight}",
-                        flush=True,
-                    )
-                    if args.step_pause:
-                        await asyncio.sleep(args.step_pause)
+                await life.train(rollout, collector, committed, evicted=evicted, trained=trained)
         finally:
             committer.cancel()
             try:
@@ -1024,11 +1012,4 @@ def run_journal(args: WorkerArgs) -> int:
         raise RuntimeError(f"stream not drained: cut {collector.samples.cut}")
     journal.close()
     token_log.close()
-    samples_log.close()
-    log.close()
-    summary = {"steps": step, "lives": life, "rewards": rewards, "counters": counters}
-    tmp = workdir / "summary.json.tmp"
-    tmp.write_text(json.dumps(summary))
-    os.replace(tmp, workdir / SUMMARY_NAME)
-    print(f"done steps={step}", flush=True)
-    return 0
+    return life.finish()

@@ -7,8 +7,11 @@ actors take sibling tasks from a ``SampleFleet`` and report every
 ``progress_every`` tokens and at each seal; the driver "trains" on complete
 groups (it appends each group's samples, sibling by sibling, with the attempt
 that sealed them and a digest of their tokens, to the training log, fsynced),
-then writes an atomic checkpoint (the ledger actor's state, the step, the
-log's entry count) and has the journal compacted, after every step.
+then writes an atomic checkpoint (the ledger actor's state and the step)
+and has the journal compacted, after every step. The training log is
+``durable_job``'s per-sample log (``durable_job.audit_log``): a resume
+marker per life names the checkpoint's step, and the groups the ledger
+dropped are logged with the steps made before them.
 
 Failures, by SIGKILL:
 
@@ -24,7 +27,8 @@ Failures, by SIGKILL:
 * the driver (``sample_torture``): a new driver process resumes the same way
   (its actors died with the old one).
 
-``audit_samples`` folds the training log's surviving lineage and checks every
+``audit_samples`` (``durable_job.audit_log``, the audit of the durable and
+torch jobs) folds the training log's surviving lineage and checks every
 sample: each prompt trained once (or dropped on record), with exactly its n
 siblings, each sealed by one attempt, no attempt twice, each exactly the
 stand-in's full token sequence (nothing lost or doubled across a
@@ -42,8 +46,8 @@ from __future__ import annotations
 import functools
 import json
 import os
-import secrets
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Final
 
@@ -59,8 +63,16 @@ from ..ray._actors import ledger_call
 from ..ray._samples import SampleFleet, SampleLedgerActor, sample_rollout_actor, sigkill_local
 from ..rollout import RolloutJournal
 from . import _ray_torture
+from ._files import (
+    append_line,
+    commit_checkpoint,
+    drop_torn_line,
+    lineage,
+    read_lines,
+    write_atomic,
+)
 from ._ray_torture import KillPlan, drive_fleet, driver_command, kill_drivers, on_cluster, respawner
-from .durable_job import digest, full_sample
+from .durable_job import Audit, audit_log, digest
 from .ray_workers import StandInSampleRollout
 
 LOG_NAME = "trained.jsonl"
@@ -153,39 +165,6 @@ class SampleJobResult:
     stats: dict[str, int]
 
 
-def _write_atomic(path: Path, data: bytes) -> None:
-    tmp = path.with_name(f".{path.name}.tmp-{secrets.token_hex(4)}")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-    try:
-        os.write(fd, data)
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
-    dfd = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(dfd)
-    finally:
-        os.close(dfd)
-
-
-def _append(path: Path, entry: dict[str, Any]) -> None:
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-    try:
-        os.write(fd, (json.dumps(entry) + "\n").encode())
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _drop_torn_line(path: Path) -> None:
-    if path.exists():
-        data = path.read_bytes()
-        if data and not data.endswith(b"\n"):
-            with open(path, "r+b") as f:
-                f.truncate(data.rfind(b"\n") + 1)
-
-
 def _group_entry(group: SampleGroup) -> list[list[Any]]:
     out = []
     for lease, payload in zip(group.leases, group.samples, strict=True):
@@ -204,14 +183,10 @@ class _Driver:
         self.cfg = cfg
         self.config = cfg.ledger_config()
         self.source = SequenceSource([[o] for o in range(cfg.rows)], batch_size=8)
-        lineage = workdir / "lineage"
-        if not lineage.exists():
-            _write_atomic(lineage, secrets.token_hex(8).encode())
-        self.lineage = lineage.read_text()
+        self.lineage = lineage(workdir)
         self.log = workdir / LOG_NAME
         self.ledger: Any = None
         self.step = 0
-        self.entries = 0
         self.rebuilds = 0
         self.totals: dict[str, int] = {}
         self.last: dict[str, int] = {}
@@ -221,11 +196,10 @@ class _Driver:
         self._fold_stats()
         path = self.workdir / CHECKPOINT
         saved = json.loads(path.read_text()) if path.exists() else None
-        state = None
-        if saved is not None:
-            state, self.step, self.entries = saved["ledger"], saved["step"], saved["entries"]
-        _drop_torn_line(self.log)
-        _append(self.log, {"resume": self.entries})
+        state = None if saved is None else saved["ledger"]
+        self.step = 0 if saved is None else saved["step"]
+        drop_torn_line(self.log)
+        append_line(self.log, {"resume": self.step}, sync=True)
         if self.ledger is not None:
             ray.kill(self.ledger, no_restart=True)
         cfg = self.cfg
@@ -245,45 +219,60 @@ class _Driver:
             reuse=Reuse.everything() if cfg.reuse == "everything" else Reuse.nothing(),
         )
         if saved is None:
-            self.commit(ledger_call(self.ledger.checkpoint.remote(step=0)))
+            self.commit(lambda: ledger_call(self.ledger.checkpoint.remote(step=0)))
 
     def _fold_stats(self) -> None:
         for k, v in self.last.items():
             self.totals[k] = self.totals.get(k, 0) + v
         self.last = {}
 
-    def commit(self, snap: SampleSnapshot) -> None:
-        """Log the drops, write the checkpoint that counts them, compact."""
+    def _snapshot(self, snap: SampleSnapshot, *, at: int) -> None:
+        """Log the drops ``snap`` reports as made after ``at`` steps (and
+        keep its stats)."""
         if snap.dropped:
-            _append(self.log, {"dropped": list(snap.dropped)})
-            self.entries += 1
-        record = {"ledger": snap.state, "step": self.step, "entries": self.entries}
-        _write_atomic(self.workdir / CHECKPOINT, json.dumps(record).encode())
+            append_line(self.log, {"dropped": list(snap.dropped), "at": at}, sync=True)
         self.last = {k: v for k, v in snap.stats.items() if isinstance(v, int)}
-        ledger_call(self.ledger.compact.remote(snap.checkpoint_id))
+
+    def commit(self, mark: Callable[[], SampleSnapshot]) -> None:
+        """The checkpoint of ``self.step`` (``commit_checkpoint``): the ledger
+        actor's snapshot marks the journal; its drops are logged as made
+        before this step (the checkpoint counts them), the checkpoint is
+        written, and the actor compacts the journal to it."""
+
+        def write(snap: SampleSnapshot) -> None:
+            self._snapshot(snap, at=self.step - 1)
+            record = {"ledger": snap.state, "step": self.step}
+            write_atomic(self.workdir / CHECKPOINT, json.dumps(record).encode())
+
+        commit_checkpoint(
+            mark, write, lambda snap: ledger_call(self.ledger.compact.remote(snap.checkpoint_id))
+        )
 
     def train(self, groups: list[SampleGroup]) -> None:
-        _append(
+        append_line(
             self.log,
             {"step": self.step + 1, "groups": {str(g.ordinal): _group_entry(g) for g in groups}},
+            sync=True,
         )
-        self.entries += 1
         self.step += 1
-        snap: SampleSnapshot = ledger_call(
-            self.ledger.trained.remote(
-                [g.ordinal for g in groups], step=self.step, save_buffer=self.cfg.save_buffer
+        ordinals = [g.ordinal for g in groups]
+        save_buffer = self.cfg.save_buffer
+        self.commit(
+            lambda: ledger_call(
+                self.ledger.trained.remote(ordinals, step=self.step, save_buffer=save_buffer)
             )
         )
-        self.commit(snap)
 
     def settle(self) -> bool:
+        # Drops since the last step are logged as made after it and not
+        # checkpointed: a checkpoint of the same step could not tell a
+        # resume which of its drops it counts (a resume at step k keeps
+        # the drops made before k). The next step's checkpoint counts
+        # them; a resume before it discards them and retries those groups.
         snap: SampleSnapshot = ledger_call(
             self.ledger.checkpoint.remote(step=self.step, save_buffer=self.cfg.save_buffer)
         )
-        if snap.dropped:
-            self.commit(snap)
-        if snap.drained:
-            self.last = {k: v for k, v in snap.stats.items() if isinstance(v, int)}
+        self._snapshot(snap, at=self.step)
         return snap.drained
 
 
@@ -352,7 +341,10 @@ def run_sample_job(
 
 @attrs.frozen
 class SampleAudit:
-    """The per-sample verdict of the surviving lineage."""
+    """``durable_job.audit_log``'s verdict on the surviving lineage, as the
+    ``ray-samples-*`` commands report it: its fields, with ``dropped``
+    counting the prompts dropped on record (``Audit.dropped`` names them),
+    and its ``clean`` and ``tokens_redone``."""
 
     prompts: int
     trained: int
@@ -365,73 +357,38 @@ class SampleAudit:
     lives: int
     tokens_needed: int
     tokens_generated: int
+    tokens_failed: int
+    tokens_redone: int
+    clean: bool
 
-    @property
-    def clean(self) -> bool:
-        return not (self.lost or self.duplicated or self.bad_groups)
-
-    @property
-    def tokens_redone(self) -> int:
-        return self.tokens_generated - self.tokens_needed
+    @classmethod
+    def of(cls, audit: Audit) -> SampleAudit:
+        fields = attrs.asdict(audit, recurse=False)
+        fields.update(dropped=len(audit.dropped), tokens_redone=audit.tokens_redone)
+        return cls(**fields, clean=audit.clean)
 
     def to_json(self) -> dict[str, Any]:
-        return {**attrs.asdict(self), "clean": self.clean, "tokens_redone": self.tokens_redone}
+        return attrs.asdict(self)
 
 
 def audit_samples(workdir: str | os.PathLike[str], cfg: SampleJobConfig) -> SampleAudit:
-    """Fold the training log (a resume marker keeps the entries its
-    checkpoint counted and discards the dead branch's) and check every
-    sample of the lineage."""
+    """The per-sample audit (``durable_job.audit_log``) of the job's
+    training log. The rollout workers count the tokens they generate as
+    bare numbers, a line each (``StandInSampleRollout``): read as the
+    audit's ``{"tokens": n}`` lines. They do not tell the tokens of the
+    attempts that failed (``fail_rate``) apart: ``tokens_redone`` counts
+    those too."""
     work = Path(workdir)
-    entries: list[dict[str, Any]] = []
-    lives = 0
-    for line in (work / LOG_NAME).read_text().splitlines():
-        entry = json.loads(line)
-        if "resume" in entry:
-            lives += 1
-            entries = entries[: entry["resume"]]
-        else:
-            entries.append(entry)
-    trained: dict[int, int] = {}
-    dropped: dict[int, int] = {}
-    bad: set[int] = set()
-    attempts: set[int] = set()
-    samples = 0
-    needed = 0
-    for entry in entries:
-        for o in entry.get("dropped", ()):
-            dropped[o] = dropped.get(o, 0) + 1
-        for key, group in entry.get("groups", {}).items():
-            o = int(key)
-            trained[o] = trained.get(o, 0) + 1
-            if sorted(s for s, _, _, _ in group) != list(range(cfg.samples)):
-                bad.add(o)
-            for s, a, n, d in group:
-                want = full_sample(o, s, cfg.seed)
-                needed += len(want)
-                samples += 1
-                if a in attempts or n != len(want) or d != digest(want):
-                    bad.add(o)
-                attempts.add(a)
-    generated = 0
     tokens = work / TOKENS
-    if tokens.exists():
-        generated = sum(int(x) for x in tokens.read_text().split())
-    resolved = dict(trained)
-    for o, k in dropped.items():
-        resolved[o] = resolved.get(o, 0) + k
-    return SampleAudit(
-        prompts=cfg.rows,
-        trained=len(trained),
-        dropped=len(dropped),
-        lost=tuple(o for o in range(cfg.rows) if o not in resolved),
-        duplicated=tuple(sorted(o for o, k in resolved.items() if k > 1)),
-        bad_groups=tuple(sorted(bad)),
-        samples=samples,
-        attempts=len(attempts),
-        lives=lives,
-        tokens_needed=needed,
-        tokens_generated=generated,
+    generated = tokens.read_text().split() if tokens.exists() else []
+    return SampleAudit.of(
+        audit_log(
+            read_lines(work / LOG_NAME),
+            [{"tokens": int(n)} for n in generated],
+            prompts=cfg.rows,
+            samples=cfg.samples,
+            seed=cfg.seed,
+        )
     )
 
 

@@ -61,18 +61,16 @@ from ..torch._files import (
     write_checkpoint,
 )
 from ..torch._sources import SeekableSource
-from ._killpoints import KillPoint, KillPointJournal
-from .durable_job import (
-    Audit,
-    _append_line,
-    _drop_torn_line,
-    _lineage,
-    _payload,
-    audit_log,
-    digest,
-    full_sample,
+from ._files import (
+    append_line,
+    checkpoint_journal,
+    drop_torn_line,
+    fresh_train_log,
+    lineage,
     read_lines,
 )
+from ._killpoints import KillPoint, KillPointJournal
+from .durable_job import Audit, _payload, audit_log, digest, full_sample
 
 FEATURES = 4
 LOG_NAME = "train_log.jsonl"
@@ -129,12 +127,6 @@ def _train(model: torch.nn.Linear, optim: torch.optim.SGD, rows: list[list[float
     optim.step()
 
 
-def _fresh_log(log_path: Path) -> TrainLogWriter:
-    # A run killed before its first checkpoint left a dead branch.
-    fresh = not log_path.exists() or log_path.stat().st_size == 0
-    return TrainLogWriter(log_path, resume_records=None if fresh else 0)
-
-
 def _between_parts(args: RunArgs) -> Callable[[str], None]:
     def between_parts(name: str) -> None:
         if args.announce:
@@ -179,7 +171,7 @@ def run(args: RunArgs) -> int:
     )
     if loaded is None:
         step, resumes = 0, 0
-        log = _fresh_log(log_path)
+        log = fresh_train_log(log_path)
     else:
         state = loaded.json_parts["state"]
         step, resumes = loaded.step, state["resumes"] + 1
@@ -344,11 +336,11 @@ def run_journal(args: RunArgs) -> int:
     ckpt_root = workdir / CKPT_DIR
     samples_log = workdir / SAMPLES_LOG
     generated_log = workdir / GENERATED_LOG
-    _drop_torn_line(samples_log)
-    _drop_torn_line(generated_log)
+    drop_torn_line(samples_log)
+    drop_torn_line(generated_log)
     opts: dict[str, Any] = {
         "fingerprint": fingerprint,
-        "lineage": _lineage(workdir),
+        "lineage": lineage(workdir),
         "policy": CommitPolicy(max_delay=args.commit_delay),
         "progress_every": max(1, args.progress_every),
     }
@@ -364,7 +356,7 @@ def run_journal(args: RunArgs) -> int:
     reused = 0
     if loaded is None:
         step, resumes = 0, 0
-        log = _fresh_log(log_path)
+        log = fresh_train_log(log_path)
         # Refuses a journal with samples: there is no checkpoint to go with it.
         recovered = journal.recover(
             None, position=None, checkpoint_id=None, reuse=reuse, fork=0, step=0
@@ -395,32 +387,31 @@ def run_journal(args: RunArgs) -> int:
         model.load_state_dict(loaded.tensor_parts["model"])
         optim.load_state_dict(loaded.tensor_parts["optim"])
         log = TrainLogWriter(log_path, resume_records=state["records"])
-    _append_line(samples_log, {"resume": step}, sync=True)
+    append_line(samples_log, {"resume": step}, sync=True)
     between_parts = _between_parts(args)
 
     def checkpoint() -> None:
-        # The logs first (a checkpoint never counts a step they lack), then
-        # the journal's mark, synced; compacted to the checkpoint's window
-        # once the checkpoint is durable.
+        # The logs first: a checkpoint never counts a step they lack.
         log.sync()
-        position = journal.mark(step)
-        state = {
-            "collector": collector.checkpoint_state(save_buffer=True),
-            "buffer": {str(o): g for o, g in buffer.items()},
-            "records": log.records,
-            "resumes": resumes,
-            "journal": {"position": position, "id": step},
-        }
-        cut = collector.samples.cut
-        write_checkpoint(
-            ckpt_root,
-            step,
-            fingerprint=fingerprint,
-            json_parts={"state": state},
-            tensor_parts={"model": model.state_dict(), "optim": optim.state_dict()},
-            between_parts=between_parts,
-        )
-        journal.compact(range(cut, 1 << 62))
+
+        def write(position: int) -> None:
+            state = {
+                "collector": collector.checkpoint_state(save_buffer=True),
+                "buffer": {str(o): g for o, g in buffer.items()},
+                "records": log.records,
+                "resumes": resumes,
+                "journal": {"position": position, "id": step},
+            }
+            write_checkpoint(
+                ckpt_root,
+                step,
+                fingerprint=fingerprint,
+                json_parts={"state": state},
+                tensor_parts={"model": model.state_dict(), "optim": optim.state_dict()},
+                between_parts=between_parts,
+            )
+
+        checkpoint_journal(journal, checkpoint_id=step, cut=collector.samples.cut, write=write)
 
     if loaded is None:
         # A first checkpoint before anything is generated: from now on a
@@ -479,7 +470,7 @@ def run_journal(args: RunArgs) -> int:
             start(new)
         if effect.dropped:
             log.dropped(effect.dropped)
-            _append_line(samples_log, {"dropped": list(effect.dropped), "at": step}, sync=True)
+            append_line(samples_log, {"dropped": list(effect.dropped), "at": step}, sync=True)
             for o in effect.dropped:
                 generating.discard(o)
                 rows.pop(o, None)
@@ -562,7 +553,7 @@ def run_journal(args: RunArgs) -> int:
             # Not fsynced: a SIGKILL loses no written bytes (the page cache
             # survives the process); one line, so all counts or none.
             line = {"tokens": made, "failed": failed_tokens, "fenced": fenced}
-            _append_line(generated_log, line, sync=False)
+            append_line(generated_log, line, sync=False)
             if args.tick:
                 time.sleep(args.tick)
         tail = collector.exhausted and not generating and buffer
@@ -576,7 +567,7 @@ def run_journal(args: RunArgs) -> int:
         collector.trained(chosen)
         log.step(step, chosen)
         step += 1
-        _append_line(
+        append_line(
             samples_log,
             {
                 "step": step,

@@ -32,6 +32,7 @@ This module imports ray, never torch.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 from collections.abc import Callable, Sequence
@@ -59,12 +60,15 @@ def sample_rollout_actor(cls: type, *, max_concurrency: int = 4, **kwargs: Any) 
 def sigkill_local(pid: int) -> None:
     """SIGKILL the actor process ``pid`` of this machine's one-node cluster;
     refused (``RuntimeError``) on a cluster of several nodes, where the pid
-    of a remote actor could name a local process."""
+    of a remote actor could name a local process. An actor already dead
+    (its process gone before the fleet noticed) is not an error: the kill
+    wanted it dead."""
     nodes = ray.nodes()  # type: ignore[no-untyped-call]
     alive = [node for node in nodes if node.get("Alive")]
     if len(alive) != 1:
         raise RuntimeError(f"SIGKILL by pid needs a one-node local cluster, not {len(alive)} nodes")
-    os.kill(pid, signal.SIGKILL)
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGKILL)
 
 
 class SampleFleet(Fleet[Lease]):
