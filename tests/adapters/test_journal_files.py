@@ -17,17 +17,23 @@ import random
 import signal
 import subprocess
 import sys
+import tempfile
+import threading
 import time
 from array import array
 from pathlib import Path
+from unittest import mock
 
 import pytest
+from frontier_adapters import _journal_files
 from frontier_adapters._journal_files import (
     JournalFileError,
     JournalWriter,
     JournalWriterError,
     read_journal,
 )
+from hypothesis import given
+from hypothesis import strategies as st
 
 from frontier_core import CheckpointCorruptError
 from frontier_core.journal import (
@@ -46,6 +52,7 @@ from frontier_core.journal import (
     encode_record,
     replay,
 )
+from tests.core.journal._strategies import budget, records
 
 ROOT = Path(__file__).resolve().parents[2]
 HEADER = JournalHeader("fp-v1", "lineage-a")
@@ -122,21 +129,23 @@ def test_group_commit_writes_nothing_until_the_group_is_due(tmp_path: Path) -> N
     assert (w.pending, w.position, w.durable, sizes(path)) == (5, 5, 0, empty)
     assert w.poll() == pytest.approx(0.005)  # not due yet
     clock.now += 0.005
-    assert w.poll() is None  # due: committed, nothing pending
-    assert (w.pending, w.durable) == (0, 5) and sizes(path) > empty
+    assert w.poll() is None  # due: written, its fsync on the commit thread
+    assert len(read_journal(path).records) == 5
+    assert w.sync() == 5 and (w.pending, w.durable) == (0, 5)
     # The byte bound commits at the append that reaches it.
     big = Sealed(1, 0, 0, BytesPayload(bytes(6_000)))
     w.append(big)
-    assert w.durable == 5
+    assert len(read_journal(path).records) == 5
     w.append(big)
-    assert (w.durable, w.pending) == (7, 0)
+    assert len(read_journal(path).records) == 7
     # The delay is checked at every append, too.
     w.append(small)
     clock.now += 0.011
     w.append(small)
-    assert (w.durable, w.pending) == (9, 0)
+    assert len(read_journal(path).records) == 9
     w.append(small)
-    w.close()  # close commits
+    assert w.durable <= 9
+    w.close()  # close commits, and waits for the fsync
     assert len(read_journal(path).records) == 10
     with pytest.raises(JournalWriterError, match="closed"):
         w.append(small)
@@ -245,27 +254,289 @@ def test_leftover_temporary_files_are_removed_at_open(tmp_path: Path) -> None:
     assert sorted(p.name for p in tmp_path.iterdir()) == [".other.tmp-0123456789abcdef", "journal"]
 
 
+class GatedFsync:
+    """``os.fsync`` that, for the descriptors of one file, records the file's
+    size when it starts, waits for ``gate``, then syncs or, with ``fail``,
+    raises EIO (other files pass through)."""
+
+    def __init__(self, path: Path, *, fail: bool = False) -> None:
+        self.inode = path.stat().st_ino
+        self.fail = fail
+        self.started: list[int] = []
+        self.gate = threading.Event()
+        self.entered = threading.Semaphore(0)
+        self.returned = 0
+        self.real = os.fsync
+
+    def __call__(self, fd: int) -> None:
+        st = os.fstat(fd)
+        if st.st_ino != self.inode:
+            self.real(fd)
+            return
+        self.started.append(st.st_size)
+        self.entered.release()
+        assert self.gate.wait(timeout=60), "the test never opened the gate"
+        if self.fail:
+            raise OSError(5, "Input/output error")
+        self.real(fd)
+        self.returned += 1
+
+
 def test_a_failed_fsync_makes_the_writer_unusable(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     path = tmp_path / "journal"
     w = JournalWriter(path, HEADER, CommitPolicy(max_delay=0))
+    failing = GatedFsync(path, fail=True)
+    monkeypatch.setattr(os, "fsync", failing)
+    w.append(record_for(0))  # written; returns with its fsync running
+    assert failing.entered.acquire(timeout=60)
+    failing.gate.set()  # the fsync fails, on the commit thread, after the call returned
+    with pytest.raises(JournalWriterError, match="fsync of the journal failed") as info:
+        w.append(record_for(1))
+    assert isinstance(info.value.__cause__, OSError) and info.value.__cause__.errno == 5
+    monkeypatch.undo()
+    assert w.durable == 0  # never advanced past the failed fsync
+    for call in (lambda: w.append(record_for(2)), w.sync, w.poll, lambda: w.extend([])):
+        with pytest.raises(JournalWriterError, match="failed"):
+            call()
+    w.close()  # raised already: close is quiet
+    # Reopening recovers what reached the file.
+    with JournalWriter(path, HEADER) as again:
+        assert again.recovered.records in ((), (record_for(0),), (record_for(0), record_for(1)))
 
-    def fail(fd: int) -> None:
-        raise OSError(5, "Input/output error")
 
-    monkeypatch.setattr(os, "fsync", fail)
-    with pytest.raises(OSError, match="Input/output"):
+def test_a_failed_fsync_no_call_raised_is_raised_by_close(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "journal"
+    w = JournalWriter(path, HEADER, CommitPolicy(max_delay=0))
+    failing = GatedFsync(path, fail=True)
+    monkeypatch.setattr(os, "fsync", failing)
+    w.append(record_for(0))
+    assert failing.entered.acquire(timeout=60)
+    failing.gate.set()
+    with pytest.raises(JournalWriterError, match="fsync of the journal failed"):
+        w.close()
+    assert w.durable == 0
+    with pytest.raises(JournalWriterError):
+        w.append(record_for(1))
+
+
+def test_sync_raises_a_failure_of_the_fsync_it_waited_for(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "journal"
+    w = JournalWriter(path, HEADER, CommitPolicy(max_delay=60.0))
+    w.extend([record_for(i) for i in range(3)])
+    assert w.sync() == 3
+    failing = GatedFsync(path, fail=True)
+    failing.gate.set()
+    monkeypatch.setattr(os, "fsync", failing)
+    w.append(record_for(3))
+    with pytest.raises(JournalWriterError, match="records after 3 may not be durable"):
+        w.sync()
+    assert w.durable == 3
+    w.close()
+
+
+def test_a_failed_write_raises_its_oserror_from_the_committing_call(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    w = JournalWriter(tmp_path / "journal", HEADER, CommitPolicy(max_delay=0))
+
+    def fail(fd: int, data: object) -> int:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(os, "write", fail)
+    with pytest.raises(OSError, match="No space"):
         w.append(record_for(0))
     monkeypatch.undo()
     with pytest.raises(JournalWriterError, match="failed"):
         w.append(record_for(1))
-    with pytest.raises(JournalWriterError):
-        w.sync()
     w.close()
-    # Reopening recovers what reached the file.
-    with JournalWriter(path, HEADER) as again:
-        assert again.recovered.records in ((), (record_for(0),))
+
+
+# -- the commit thread: durability under concurrency ----------------------------------
+
+
+def test_durable_advances_only_when_the_fsync_covering_it_returns(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "journal"
+    w = JournalWriter(path, HEADER, CommitPolicy(max_delay=60.0, max_records=4))
+    gated = GatedFsync(path)
+    monkeypatch.setattr(os, "fsync", gated)
+    w.extend([record_for(i) for i in range(4)])  # due: written, fsync held at the gate
+    assert gated.entered.acquire(timeout=60)
+    assert len(read_journal(path).records) == 4  # in the file...
+    assert (w.durable, w.pending, w.position) == (0, 4, 4)  # ...but not durable
+    w.append(record_for(4))  # the caller goes on appending meanwhile
+    done: list[int] = []
+    syncing = threading.Thread(target=lambda: done.append(w.sync()))
+    syncing.start()
+    syncing.join(timeout=0.3)
+    assert syncing.is_alive() and not done and w.durable == 0  # sync waits for the fsync
+    gated.gate.set()
+    syncing.join(timeout=60)
+    assert done == [5] and w.durable == 5 and w.pending == 0
+    # Each durable step was covered by an fsync that started with its bytes
+    # in the file: the group of 4, then the one record sync committed.
+    assert gated.returned == 2
+    decoded = read_journal(path)
+    ends = [len(encode(HEADER, decoded.records[:k])) for k in (4, 5)]
+    assert gated.started == ends
+    w.close()
+
+
+def test_close_waits_for_the_fsync_in_flight_before_closing_the_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "journal"
+    w = JournalWriter(path, HEADER, CommitPolicy(max_delay=0))
+    gated = GatedFsync(path)
+    monkeypatch.setattr(os, "fsync", gated)
+    w.append(record_for(0))
+    assert gated.entered.acquire(timeout=60)
+    closing = threading.Thread(target=w.close)
+    closing.start()
+    closing.join(timeout=0.3)
+    assert closing.is_alive()  # held by the fsync, whose descriptor is still open
+    gated.gate.set()
+    closing.join(timeout=60)
+    assert not closing.is_alive() and gated.returned == 1 and w.durable == 1
+    monkeypatch.undo()
+    assert read_journal(path).records == (record_for(0),)
+
+
+#: ``_OVERLAP_MIN`` values that send every group's fsync to the commit thread,
+#: or every one but the first to the caller's thread.
+FSYNC_PATHS = pytest.mark.parametrize("overlap_min", [0.0, 1e9], ids=["thread", "inline"])
+
+
+@FSYNC_PATHS
+def test_each_group_gets_its_own_fsync_in_order(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, overlap_min: float
+) -> None:
+    """The commit thread never merges groups: as many fsyncs as commits, in
+    order, each starting once its group is whole in the file and the group
+    before it durable, and ``durable`` only ever at a group's end."""
+    path = tmp_path / "journal"
+    w = JournalWriter(path, HEADER, CommitPolicy(max_delay=60.0, max_records=3))
+    started: list[tuple[int, int]] = []  # (file size, durable) when each fsync starts
+    real = os.fsync
+
+    def recording(fd: int) -> None:
+        started.append((os.fstat(fd).st_size, w.durable))
+        real(fd)
+
+    monkeypatch.setattr(os, "fsync", recording)
+    monkeypatch.setattr(_journal_files, "_OVERLAP_MIN", overlap_min)
+    seen = set()
+    for i in range(20):
+        w.append(record_for(i))
+        seen.add(w.durable)
+    w.close()
+    monkeypatch.undo()
+    decoded = read_journal(path)
+    assert len(decoded.records) == 20
+    group_ends = [*range(3, 20, 3), 20]
+    assert len(started) == len(group_ends)
+    for (size, durable), end, before in zip(started, group_ends, [0, *group_ends], strict=False):
+        # Its group was whole in the file (the caller may have written the
+        # next one already), and everything before it was durable.
+        assert size >= len(encode(HEADER, decoded.records[:end]))
+        assert durable == before
+    assert seen <= {0, *group_ends}
+
+
+def test_a_forked_child_is_refused_a_writer_opened_by_its_parent(tmp_path: Path) -> None:
+    path = tmp_path / "journal"
+    w = JournalWriter(path, HEADER, CommitPolicy(max_delay=60.0))
+    w.append(record_for(0))
+    w.sync()
+    w.append(record_for(1))  # open in the parent: the child must not write it too
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child
+        code = 3
+        try:
+            w.sync()
+        except JournalWriterError:
+            code = 0
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
+    w.close()
+    assert read_journal(path).records == (record_for(0), record_for(1))
+
+
+# Operations on a writer: ("append", record), ("extend", records), ("tick",
+# seconds) advances the hand clock, ("poll",), ("sync",).
+_ops = st.lists(
+    st.one_of(
+        st.tuples(st.just("append"), records),
+        st.tuples(st.just("extend"), st.lists(records, max_size=4)),
+        st.tuples(st.just("tick"), st.sampled_from([0.0, 0.002, 0.02])),
+        st.tuples(st.just("poll")),
+        st.tuples(st.just("sync")),
+    ),
+    max_size=30,
+)
+_policies = st.builds(
+    CommitPolicy,
+    max_delay=st.sampled_from([0.0, 0.005, 60.0]),
+    max_bytes=st.sampled_from([0, 200, 1 << 20]),
+    max_records=st.one_of(st.none(), st.integers(1, 5)),
+)
+
+
+@FSYNC_PATHS
+@budget(30)
+@given(_policies, _ops, st.booleans())
+def test_whatever_the_batching_the_file_holds_exactly_what_was_appended(
+    overlap_min: float, policy: CommitPolicy, ops: list[tuple[object, ...]], reopen: bool
+) -> None:
+    """Any policy, any interleaving of appends, polls, syncs and time: the
+    file is always a prefix of the appended records at least as long as
+    ``durable``, ``durable`` never decreases and never passes the position,
+    a sync makes everything durable, and the closed (and reopened) journal
+    decodes to exactly the appended records."""
+    with (
+        tempfile.TemporaryDirectory() as tmp,
+        mock.patch.object(_journal_files, "_OVERLAP_MIN", overlap_min),
+    ):
+        path = Path(tmp) / "journal"
+        clock = Clock()
+        appended: list[Record] = []
+        w = JournalWriter(path, HEADER, policy, clock=clock)
+        durable = 0
+        for op in ops:
+            if op[0] == "append":
+                assert w.append(op[1]) == len(appended) + 1  # type: ignore[arg-type]
+                appended.append(op[1])  # type: ignore[arg-type]
+            elif op[0] == "extend":
+                batch = list(op[1])  # type: ignore[call-overload]
+                assert w.extend(batch) == len(appended) + len(batch)
+                appended += batch
+            elif op[0] == "tick":
+                clock.now += op[1]  # type: ignore[operator]
+            elif op[0] == "poll":
+                w.poll()
+            else:
+                assert w.sync() == len(appended) == w.durable
+            assert durable <= w.durable <= w.position == len(appended)
+            durable = w.durable
+            on_disk = read_journal(path).records
+            assert w.durable <= len(on_disk) and on_disk == tuple(appended[: len(on_disk)])
+        if reopen:
+            w.sync()
+            w.close()
+            w = JournalWriter(path, HEADER, policy, clock=clock)
+            assert w.recovered.records == tuple(appended)
+            assert w.durable == w.position == len(appended)
+        w.close()
+        assert read_journal(path).records == tuple(appended)
 
 
 # -- compaction -----------------------------------------------------------------------------

@@ -190,6 +190,10 @@ class KillPointJournal(RolloutJournal):
         )
 
     def _appended(self, position: int, what: str) -> int:
-        if self.writer.durable < position and self.point.passed("append"):
-            self.point.die(f"{what} queued at {position}, durable up to {self.writer.durable}")
+        # Queued and not yet written: ``durable`` would also count a group
+        # written and waiting for its fsync on the commit thread, which a
+        # SIGKILL does not lose (the page cache outlives the process).
+        written = self.writer._written
+        if written < position and self.point.passed("append"):
+            self.point.die(f"{what} queued at {position}, written up to {written}")
         return position

@@ -120,9 +120,7 @@ KIND_MARK: Final = 3
 KIND_EXTEND: Final = 4
 KIND_RESERVE: Final = 5
 
-_RECORD_KINDS: Final = frozenset(
-    {KIND_SEALED, KIND_PROGRESS, KIND_MARK, KIND_EXTEND, KIND_RESERVE}
-)
+_RECORD_KINDS: Final = frozenset({KIND_SEALED, KIND_PROGRESS, KIND_MARK, KIND_EXTEND, KIND_RESERVE})
 
 PAYLOAD_BYTES: Final = 0
 PAYLOAD_JSON: Final = 1
@@ -155,24 +153,27 @@ def _check_max_frame(max_frame: object) -> int:
 # -- encoding -------------------------------------------------------------------
 #
 # Encoding is on the path of every append, and for a small record CPython's
-# per-operation costs are all there is: a C call (a pack, a CRC) costs about
-# 50 ns, and so does a list built per record, a method bound per call or one
-# Python call more. So ``append_frames`` is one loop, specialised for the hot
-# kinds (sibling records with a token payload, or with bytes or JSON): the
-# kinds are looked up by exact type in one dict, the head check and the
-# fixed fields after it are packed in one call, and the frame check is
-# chained over the parts (starting from the head check, which is the CRC of
-# the head) instead of computed over a joined copy. The frames are handed
-# out as their parts, a payload's arrays as they are: the one copy of a
+# per-operation costs are all there is: a C call (a pack, a CRC) costs 25 to
+# 90 ns, and so does a tuple built per record, a method bound per call or
+# one Python call more. So ``append_frame`` is one function specialised for
+# the hot kinds (sibling records with a token payload, or with bytes or
+# JSON): the kinds are looked up by exact type in one dict, the head check
+# and the fixed fields after it are packed in one call, and the frame check
+# takes one CRC call per frame where it can. A small frame (a body of at
+# most ``_JOIN_MAX`` bytes) is joined into one byte string and checked in
+# one call: a copy of a few hundred bytes costs less than the three more
+# CRC calls over its parts. A large one is handed out as its parts, a
+# payload's arrays as they are, its check chained over them (starting from
+# the head check, which is the CRC of the head): the one copy of a large
 # payload is the ``b"".join`` that makes the group the writer hands to
-# ``write`` (a ``bytearray`` grown frame by frame would copy a large group
-# again at every reallocation). Nothing is validated again that the values'
-# constructors proved (``_records``: every int fits its field, the arrays
-# are whole and of equal length, the reward is finite); only what no value
-# knows is checked: the body against ``max_frame``, the sequence numbers
-# against 64 bits. The header and marks, rare, take the plain path
-# (``_frame_parts``) that the specialised branches unroll; the tests check
-# every kind against a forger written from the layout above.
+# ``write``, and ``zlib.crc32`` releases the GIL over large buffers, so the
+# writer's commit thread can run meanwhile. Nothing is validated again that
+# the values' constructors proved (``_records``: every int fits its field,
+# the arrays are whole and of equal length, the reward is finite); only
+# what no value knows is checked: the body against ``max_frame``, the
+# sequence numbers against 64 bits. The header and marks, rare, take the
+# plain path (``_frame_parts``) that the specialised branches unroll; the
+# tests check every kind against a forger written from the layout above.
 
 #: The head check and the fixed fields after it, packed in one call: the
 #: check is the CRC of the 16 bytes before it, known before the rest.
@@ -181,6 +182,9 @@ _CHECKED_TOKENS: Final = struct.Struct("<I" + _SIBLING.format[1:] + _TOKENS.form
 _TOKENS_FIXED: Final = _SIBLING.size + _TOKENS.size
 _CHECKED_EXTEND: Final = struct.Struct("<I" + _EXTEND.format[1:] + _TOKENS.format[1:])
 _EXTEND_FIXED: Final = _EXTEND.size + _TOKENS.size
+#: The largest body joined into one byte string before its check (see above):
+#: below about 2 KiB the copy costs less than the CRC calls it saves.
+_JOIN_MAX: Final = 2048
 
 _RECORD_KIND: Final[dict[type, int]] = {
     Sealed: KIND_SEALED,
@@ -223,99 +227,116 @@ def _frame_parts(kind: int, seq: int, body: bytes, max_frame: int) -> tuple[byte
     return head, fixed, body, _CHECK.pack(zlib.crc32(body, zlib.crc32(fixed, check)))
 
 
-def append_frames(parts: list[bytes], records: Sequence[Record], seq: int, max_frame: int) -> int:
-    """Append to ``parts`` the frames of ``records``, numbered from ``seq``,
-    as byte strings whose concatenation is the frames; return how many
-    bytes that is. All or nothing: for a record whose body exceeds
-    ``max_frame`` (``ValueError``), a sequence number past 64 bits
-    (``ValueError``) or something that is not a record (``TypeError``),
-    ``parts`` is left as it was.
+def _seq_overflow(seq: int) -> ValueError:
+    return ValueError(f"sequence number {seq} does not fit 64 bits")
 
-    The caller's own state must prove ``seq`` an int of 64 bits and
-    ``max_frame`` valid (``_check_max_frame``): the two checks would cost
-    as much as encoding half a small record, and the journal writer checks
-    them once, when it opens the journal."""
-    if seq + len(records) - 1 > MAX_U64:
-        raise ValueError(f"sequence number {seq + len(records) - 1} does not fit 64 bits")
+
+def append_frame(parts: list[bytes], record: Record, seq: int, max_frame: int) -> int:
+    """Append to ``parts`` the frame of ``record`` at sequence number ``seq``,
+    as byte strings whose concatenation is the frame, and return its size.
+    Appends nothing when it raises: ``ValueError`` for a body over
+    ``max_frame`` or a ``seq`` past 64 bits, ``TypeError`` for something
+    that is not a record.
+
+    The caller's own state must prove ``seq`` an int >= 0 and ``max_frame``
+    valid (``_check_max_frame``): those checks would cost as much as
+    encoding half a small record, and the journal writer makes them once,
+    when it opens the journal."""
+    if seq > MAX_U64:
+        raise _seq_overflow(seq)
+    crc32 = zlib.crc32
+    # ``record`` is ``Any`` below: the kind dispatches it, and mypy cannot
+    # follow a kind looked up in a dict.
+    rec: Any = record
+    kind = _RECORD_KIND.get(type(rec))
+    if kind is None:
+        kind = _kind_of(rec, _RECORD_KIND, "record")
+    if kind == KIND_MARK or kind == KIND_RESERVE:
+        value = rec.checkpoint if kind == KIND_MARK else rec.below
+        parts += _frame_parts(kind, seq, _MARK.pack(value), max_frame)
+        return FRAME_OVERHEAD + _MARK.size
+    payload = rec.payload
+    pkind = _PAYLOAD_KIND.get(type(payload))
+    if pkind is None:
+        pkind = _kind_of(payload, _PAYLOAD_KIND, "payload")
+    if pkind == PAYLOAD_TOKENS:
+        data = payload.token_data
+        logprobs = payload.logprob_data  # as long as data: the constructor checked
+        runs = payload.version_runs
+        reward = payload.reward
+        # A sample usually spans one policy version: one run, one pack (of
+        # the run unpacked: a call with ``*`` costs half as much again).
+        if len(runs) == 1:
+            ((first, version),) = runs
+            flat = _RUN.pack(first, version)
+        else:
+            flat = b"".join([_RUN.pack(*run) for run in runs])
+        extend = kind == KIND_EXTEND
+        size = (_EXTEND_FIXED if extend else _TOKENS_FIXED) + 2 * len(data) + len(flat)
+        if size > max_frame:
+            raise _too_large(size, max_frame)
+        head = _HEAD.pack(size, seq, kind, _ZERO3)
+        check = crc32(head)
+        if extend:
+            fixed = _CHECKED_EXTEND.pack(
+                check,
+                rec.ordinal,
+                rec.sibling,
+                rec.attempt,
+                rec.start,
+                PAYLOAD_TOKENS,
+                len(data) >> 2,
+                len(runs),
+                False,  # an Extend has no reward (its constructor checked)
+                0.0,
+            )
+        else:
+            fixed = _CHECKED_TOKENS.pack(
+                check,
+                rec.ordinal,
+                rec.sibling,
+                rec.attempt,
+                PAYLOAD_TOKENS,
+                len(data) >> 2,
+                len(runs),
+                reward is not None,
+                0.0 if reward is None else reward,
+            )
+        if size <= _JOIN_MAX:
+            frame = b"".join((head, fixed, data, logprobs, flat))
+            parts += (frame, _CHECK.pack(crc32(frame)))
+        else:
+            crc = crc32(flat, crc32(logprobs, crc32(data, crc32(fixed, check))))
+            parts += (head, fixed, data, logprobs, flat, _CHECK.pack(crc))
+        return FRAME_OVERHEAD + size
+    data = payload.data if pkind == PAYLOAD_BYTES else payload.text.encode("utf-8")
+    size = _SIBLING.size + len(data)
+    if size > max_frame:
+        raise _too_large(size, max_frame)
+    head = _HEAD.pack(size, seq, kind, _ZERO3)
+    check = crc32(head)
+    fixed = _CHECKED_SIBLING.pack(check, rec.ordinal, rec.sibling, rec.attempt, pkind)
+    if size <= _JOIN_MAX:
+        frame = b"".join((head, fixed, data))
+        parts += (frame, _CHECK.pack(crc32(frame)))
+    else:
+        parts += (head, fixed, data, _CHECK.pack(crc32(data, crc32(fixed, check))))
+    return FRAME_OVERHEAD + size
+
+
+def append_frames(parts: list[bytes], records: Sequence[Record], seq: int, max_frame: int) -> int:
+    """``append_frame`` of each of ``records``, numbered from ``seq``; return
+    how many bytes that is. All or nothing: when one record is refused
+    (``append_frame``'s errors), ``parts`` is left as it was. Same
+    obligations on ``seq`` and ``max_frame`` as ``append_frame``."""
+    last = seq + len(records) - 1
+    if last > MAX_U64:
+        raise _seq_overflow(last)
     start = len(parts)
     total = 0
     try:
-        # ``record`` is ``Any``: the kind dispatches it, and mypy cannot
-        # follow a kind looked up in a dict.
-        record: Any
         for record in records:
-            kind = _RECORD_KIND.get(type(record))
-            if kind is None:
-                kind = _kind_of(record, _RECORD_KIND, "record")
-            if kind == KIND_MARK or kind == KIND_RESERVE:
-                value = record.checkpoint if kind == KIND_MARK else record.below
-                parts += _frame_parts(kind, seq, _MARK.pack(value), max_frame)
-                total += FRAME_OVERHEAD + _MARK.size
-                seq += 1
-                continue
-            payload = record.payload
-            pkind = _PAYLOAD_KIND.get(type(payload))
-            if pkind is None:
-                pkind = _kind_of(payload, _PAYLOAD_KIND, "payload")
-            if pkind == PAYLOAD_TOKENS:
-                data = payload.token_data
-                logprobs = payload.logprob_data  # as long as data: the constructor checked
-                runs = payload.version_runs
-                reward = payload.reward
-                # A sample usually spans one policy version: one run, one pack.
-                flat = (
-                    _RUN.pack(*runs[0])
-                    if len(runs) == 1
-                    else b"".join([_RUN.pack(*run) for run in runs])
-                )
-                extend = kind == KIND_EXTEND
-                size = (_EXTEND_FIXED if extend else _TOKENS_FIXED) + 2 * len(data) + len(flat)
-                if size > max_frame:
-                    raise _too_large(size, max_frame)
-                head = _HEAD.pack(size, seq, kind, _ZERO3)
-                check = zlib.crc32(head)
-                if extend:
-                    fixed = _CHECKED_EXTEND.pack(
-                        check,
-                        record.ordinal,
-                        record.sibling,
-                        record.attempt,
-                        record.start,
-                        PAYLOAD_TOKENS,
-                        len(data) >> 2,
-                        len(runs),
-                        False,  # an Extend has no reward (its constructor checked)
-                        0.0,
-                    )
-                else:
-                    fixed = _CHECKED_TOKENS.pack(
-                        check,
-                        record.ordinal,
-                        record.sibling,
-                        record.attempt,
-                        PAYLOAD_TOKENS,
-                        len(data) >> 2,
-                        len(runs),
-                        reward is not None,
-                        0.0 if reward is None else reward,
-                    )
-                crc = zlib.crc32(
-                    flat, zlib.crc32(logprobs, zlib.crc32(data, zlib.crc32(fixed, check)))
-                )
-                parts += (head, fixed, data, logprobs, flat, _CHECK.pack(crc))
-            else:
-                data = payload.data if pkind == PAYLOAD_BYTES else payload.text.encode("utf-8")
-                size = _SIBLING.size + len(data)
-                if size > max_frame:
-                    raise _too_large(size, max_frame)
-                head = _HEAD.pack(size, seq, kind, _ZERO3)
-                check = zlib.crc32(head)
-                fixed = _CHECKED_SIBLING.pack(
-                    check, record.ordinal, record.sibling, record.attempt, pkind
-                )
-                crc = zlib.crc32(data, zlib.crc32(fixed, check))
-                parts += (head, fixed, data, _CHECK.pack(crc))
-            total += FRAME_OVERHEAD + size
+            total += append_frame(parts, record, seq, max_frame)
             seq += 1
     except BaseException:
         del parts[start:]

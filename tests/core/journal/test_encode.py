@@ -175,3 +175,33 @@ def test_sequence_numbers_past_64_bits_are_refused_whole() -> None:
         encode_records([mark], first_seq=1, max_frame=0)
     with pytest.raises(ValueError, match="exceeds max_frame=7"):
         encode_record(mark, 1, max_frame=7)  # a mark's body is 8 bytes
+
+
+def test_small_and_large_frames_encode_alike_on_both_sides_of_the_join() -> None:
+    """A small frame is joined and checked in one call, a large one checked
+    part by part (``_JOIN_MAX``): every sibling kind with bodies just below,
+    at and above the bound, and far above it, is the layout's frame."""
+    from frontier_core.journal._format import _JOIN_MAX
+
+    recs: list[Record] = []
+    for target in (_JOIN_MAX - 9, _JOIN_MAX - 8, _JOIN_MAX, _JOIN_MAX + 1, _JOIN_MAX + 8, 70_000):
+        n = max(0, (target - 38 - 16) // 8)  # a token frame: 38 fixed bytes, one run
+        tokens = TokenPayload.of(range(n), [-0.25] * n, [0] * (n // 2) + [3] * (n - n // 2), 2.5)
+        m = target - 17  # a bytes frame: 17 fixed bytes, so a body of exactly ``target``
+        raw = BytesPayload(bytes(range(256)) * (m // 256) + bytes(m % 256))
+        text = JsonPayload.of({"k": "é" * max(0, (target - 30) // 2)})
+        recs += [
+            Sealed(U64, 7, 9, tokens),
+            Progress(3, 4, 5, tokens),
+            Extend(1, 2, 3, 4, TokenPayload.of(range(n), [-1.0] * n, 6)),
+            Sealed(8, 0, 1, raw),
+            Progress(8, 1, 1, text),
+        ]
+    sizes = {len(layout_body(r)[1]) for r in recs}
+    assert {_JOIN_MAX, _JOIN_MAX + 1} <= sizes  # both sides of the bound, exactly
+    tokens = {len(layout_body(r)[1]) for r in recs if isinstance(r.payload, TokenPayload)}  # type: ignore[union-attr]
+    assert min(tokens) <= _JOIN_MAX < max(tokens)
+    assert encode_records(recs, first_seq=11) == forged(recs, 11)
+    parts: list[bytes] = []
+    assert append_frames(parts, recs, 11, DEFAULT_MAX_FRAME) == len(forged(recs, 11))
+    assert b"".join(parts) == forged(recs, 11)
