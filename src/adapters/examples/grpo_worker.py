@@ -76,7 +76,6 @@ from frontier_core import (
 from frontier_core.journal import (
     CommitPolicy,
     Reuse,
-    TokenPayload,
 )
 
 from .._collector import StreamCollector
@@ -84,7 +83,7 @@ from .._journal_files import read_journal
 from .._samples import SampleCollector
 from ..rollout._buffer import ReplayBuffer
 from ..rollout._engine import AsyncEngine, RequestOutputLike
-from ..rollout._journal import Recovered, RolloutJournal
+from ..rollout._journal import RolloutJournal
 from ..rollout._loop import Group, RolloutEvent, RolloutLoop
 from ..rollout._sample_loop import SampleRolloutLoop
 from ..torch import make_seekable_loader
@@ -733,27 +732,16 @@ class AttemptSink:
 
     As a group lands it reads each sibling's attempt from the ledger
     (sealed, or the last one running: the group lands before its last
-    seal), for the per-sample training log. And it dates the group by its
-    oldest token along the lineage, so that the buffer's age limit holds
-    for the tokens a resume took from the journal too: a group is stamped
-    with the policy version at its dispatch, but a reused sample or a
-    continued prefix is older. A journaled token of version ``v`` after
-    ``fork`` (this life's checkpoint) was generated on the dead branch: it
-    is ``(v - fork) + (step - fork)`` updates from the weights of ``step``
-    (``lineage_age``), as if it had version ``2 * fork - v``; one at or
-    before ``fork`` has its own version."""
+    seal), for the per-sample training log. The loop dates the group by its
+    oldest token along the lineage (``SampleRolloutLoop``: a journaled token
+    of the dead branch counts its age through the fork), so the buffer's
+    age limit holds for what a resume took from the journal too."""
 
     def __init__(self, buffer: ReplayBuffer, collector: SampleCollector) -> None:
         self.buffer = buffer
         self.collector = collector
         #: ordinal -> the attempt of each sibling, for the buffered groups.
         self.attempts: dict[int, list[int]] = {}
-        #: What this life's resume took from the journal, and its checkpoint's step.
-        self.recovered: Recovered | None = None
-        self.fork = 0
-        #: The life's counters: ``redated`` counts the groups dated older
-        #: than their dispatch by a journaled token.
-        self.counters: dict[str, int] = {}
 
     def add(self, group: Group) -> None:
         ledger = self.collector.samples
@@ -763,28 +751,8 @@ class AttemptSink:
             if detail is None or detail[1] is None:
                 raise RuntimeError(f"group {group.ordinal} lands without sibling {s}'s attempt")
             attempts.append(detail[1])
-        version = self._oldest(group, attempts)
-        if version < group.version:
-            group = attrs.evolve(group, version=version)
-            self.counters["redated"] = self.counters.get("redated", 0) + 1
         self.buffer.add(group)
         self.attempts[group.ordinal] = attempts
-
-    def _oldest(self, group: Group, attempts: list[int]) -> int:
-        version = group.version
-        if self.recovered is None:
-            return version
-        for s, (attempt, payload) in enumerate(zip(attempts, group.samples, strict=True)):
-            st = self.recovered.state.get(group.ordinal, s)
-            if st is None or not isinstance(st.payload, TokenPayload):
-                continue
-            if st.sealed and st.attempt != attempt:
-                continue  # generated in this life, from nothing
-            journaled = len(st.payload)  # the whole sample, or the prefix it continued
-            for first, v in payload.version_runs:
-                if first < journaled:
-                    version = min(version, v if v <= self.fork else 2 * self.fork - v)
-        return version
 
     def __len__(self) -> int:
         return len(self.buffer)
@@ -901,7 +869,6 @@ def run_journal(args: WorkerArgs) -> int:
         )
         if life.load_buffer:
             sink.attempts = {int(o): list(a) for o, a in state["attempts"].items()}
-    sink.recovered, sink.fork, sink.counters = recovered, life.step, counters
     samples_log = SampleLog(workdir / SAMPLES_LOG, resume=life.step)
     token_log = TokenLog(life.backend.start(), workdir / GENERATED_LOG.format(life=life.lives))
     params: dict[int, CpuSamplingParams] = {}
@@ -991,7 +958,7 @@ def run_journal(args: WorkerArgs) -> int:
                 if got is not None:
                     keep = set(got.state.groups) - set(stale)
                     got = attrs.evolve(got, state=got.state.restrict(keep))
-                    loop.recovered = sink.recovered = got
+                    loop.recovered = got
 
             async with loop as rollout:
                 print(

@@ -63,12 +63,15 @@ class Recovered:
     after the reuse policy (look up a reused sibling's sample or a prefix to
     continue with ``sample`` and ``prefix``); ``sealed`` and
     ``attempt_floor``, the arguments of ``SampleLedger.resume``; ``torn``,
-    the bytes of a torn tail the open discarded (0 if none)."""
+    the bytes of a torn tail the open discarded (0 if none); ``fork``, the
+    checkpoint's step the resume forked at, by which a journaled token's
+    age is counted along the lineage (``lineage_version``)."""
 
     state: JournalState
     sealed: tuple[Lease, ...]
     attempt_floor: int
     torn: int
+    fork: int
 
     def sample(self, lease: Lease) -> Payload:
         """The journaled sample of a sibling the ledger reused."""
@@ -217,6 +220,7 @@ class RolloutJournal:
             sealed=tuple(sorted(held.values())),
             attempt_floor=floor,
             torn=torn,
+            fork=fork,
         )
 
     def close(self) -> None:

@@ -39,7 +39,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from frontier_core import Lease
-from frontier_core.journal import SiblingState, TokenPayload
+from frontier_core.journal import SiblingState, TokenPayload, lineage_version
 
 from .._samples import SampleCollector, Taken
 from ._engine import USABLE, AsyncEngine
@@ -141,8 +141,10 @@ class SampleRolloutLoop(RolloutLoop):
         # observes (``_progress`` journals), and calls the user's in it.
         self.on_progress = on_progress or _ignore
         #: Sealed samples of groups not landed yet, by (ordinal, sibling):
-        #: the lease, the sample and its finish reason ("" if reused).
-        self._sealed: dict[tuple[int, int], tuple[Lease, TokenPayload, str]] = {}
+        #: the lease, the sample, its finish reason ("" if reused) and how
+        #: many of its first tokens came from the journal (all of a reused
+        #: sample, the prefix of a continued one).
+        self._sealed: dict[tuple[int, int], tuple[Lease, TokenPayload, str, int]] = {}
         self._rows: dict[int, Any] = {}
         self._versions: dict[int, int] = {}
         #: The recovered prefixes the current dispatch of a group may
@@ -200,7 +202,8 @@ class SampleRolloutLoop(RolloutLoop):
                 if state is not None and isinstance(state.payload, TokenPayload):
                     self._prefixes[(o, s)] = state.payload
         for lease in taken.reused:
-            self._sealed[(o, lease.sibling)] = (lease, self._journaled(lease), "")
+            payload = self._journaled(lease)
+            self._sealed[(o, lease.sibling)] = (lease, payload, "", len(payload))
         if taken.complete:
             self._land_group(o, complete=True)
             return 0
@@ -295,10 +298,11 @@ class SampleRolloutLoop(RolloutLoop):
         payload = self._payload(req)
         lease = req.lease
         key = (lease.ordinal, lease.sibling)
+        journaled = len(req.prefix) if req.prefix is not None else 0
         if self._groups.completes(lease):
             # The group's last sibling: the sink takes the group first, then
             # the ledger seals and lands it, in this one synchronous stretch.
-            self._sealed[key] = (lease, payload, reason)
+            self._sealed[key] = (lease, payload, reason, journaled)
             try:
                 self._land_group(lease.ordinal, complete=False, last=lease)
             except BaseException:
@@ -311,7 +315,7 @@ class SampleRolloutLoop(RolloutLoop):
         else:
             effect = self._groups.sealed([lease])
             if lease in effect.sealed:
-                self._sealed[key] = (lease, payload, reason)
+                self._sealed[key] = (lease, payload, reason, journaled)
                 if self.journal is not None:
                     self._journal_seal(req, lease, payload)
             else:
@@ -327,22 +331,33 @@ class SampleRolloutLoop(RolloutLoop):
             req.refused = True
             raise
 
+    def _oldest(self, ordinal: int, parts: list[tuple[Lease, TokenPayload, str, int]]) -> int:
+        """The group's policy version for the buffer's age limit: that of its
+        oldest token along the lineage. A group is stamped with the version
+        at its dispatch, but a reused sample or a continued prefix is older;
+        a journaled token of the dead branch (after the resume's fork) counts
+        its age through the fork (``lineage_version``), so the buffer's age
+        limit holds for what a resume took from the journal too."""
+        fork = self.recovered.fork if self.recovered is not None else None
+        oldest = self._versions.get(ordinal, 0)
+        for _, payload, _, journaled in parts:
+            for first, version in payload.version_runs:
+                if first < journaled and fork is not None:
+                    version = lineage_version(version, fork=fork)
+                oldest = min(oldest, version)
+        return oldest
+
     def _land_group(self, ordinal: int, *, complete: bool, last: Lease | None = None) -> None:
         n = self.num_generations
         parts = [self._sealed[(ordinal, s)] for s in range(n)]
-        payloads = tuple(p for _, p, _ in parts)
+        payloads = tuple(p for _, p, _, _ in parts)
         group = Group(
             ordinal=ordinal,
             row=self._rows[ordinal],
             completions=tuple(tuple(p.tokens()) for p in payloads),
-            finish_reasons=tuple(r for _, _, r in parts),
-            # The oldest token's version, for the buffer's age limit: a
-            # reused or continued sample is as old as its first token.
-            version=min(
-                [p.version_runs[0][1] for p in payloads if p.version_runs]
-                + [self._versions.get(ordinal, 0)]
-            ),
-            attempt=max(lease.attempt for lease, _, _ in parts),
+            finish_reasons=tuple(r for _, _, r, _ in parts),
+            version=self._oldest(ordinal, parts),
+            attempt=max(lease.attempt for lease, _, _, _ in parts),
             request_id=f"o{ordinal}",
             samples=payloads,
         )

@@ -65,6 +65,7 @@ from ._replay import replay as replay
 from ._reuse import Reuse as Reuse
 from ._reuse import continue_sample as continue_sample
 from ._reuse import lineage_age as lineage_age
+from ._reuse import lineage_version as lineage_version
 from ._reuse import reusable as reusable
 
 __all__ = [
@@ -104,6 +105,7 @@ __all__ = [
     "encode_record",
     "encode_records",
     "lineage_age",
+    "lineage_version",
     "replay",
     "reusable",
 ]

@@ -93,12 +93,21 @@ class Reuse:
         return cls(AGE, max_age)
 
 
+def lineage_version(version: int, *, fork: int) -> int:
+    """The version a journaled token of ``version`` has on a lineage resumed
+    at ``fork``, for age: its own if it is at or before the fork; for one of
+    the dead branch, the version of the lineage as far behind the fork as
+    the token is ahead of it, ``2 * fork - version`` (negative if the token
+    is further ahead of the fork than the fork is from 0). Whatever the step,
+    ``step - lineage_version(v, fork=fork)`` is ``lineage_age``: a buffer
+    that dates a group by it applies its age limit along the lineage."""
+    return version if version <= fork else 2 * fork - version
+
+
 def lineage_age(version: int, *, fork: int, step: int) -> int:
     """Updates between the weights of ``version`` and those of ``step`` on
     a lineage resumed at ``fork`` (the module doc)."""
-    if version <= fork:
-        return step - version
-    return (version - fork) + (step - fork)
+    return step - lineage_version(version, fork=fork)
 
 
 def _young_prefix(payload: TokenPayload, max_age: int, fork: int, step: int) -> int:

@@ -158,38 +158,37 @@ def test_a_refusing_sink_leaves_the_group_unresolved() -> None:
     asyncio.run(main())
 
 
+async def crash_mid_group(journal_path: Path, *, version: int = 0) -> tuple[dict[str, Any], int]:
+    """Life 1 (prompt 0's siblings have 3, 4 and 5 tokens), on weights of
+    ``version``: a checkpoint at step 0, then sibling 0 seals, sibling 1
+    streams 2 tokens (a progress record every 2), sibling 2 only 1; then the
+    process dies. Returns the checkpoint's state and journal position."""
+    c = collector(1)
+    journal = RolloutJournal(journal_path, fingerprint=FP, lineage="L", progress_every=2)
+    position = journal.mark(0)
+    state = c.checkpoint_state()
+    held = {sample_request_id(Lease(0, 1, 1)): 2, sample_request_id(Lease(0, 2, 2)): 1}
+    engine = StreamEngine(hold=held)
+    sink = Sink()
+    rollout = loop(c, engine, sink, journal=journal, version=lambda: version)
+    async with rollout:
+        await rollout.until(lambda: (0, 0) in {(x.ordinal, x.sibling) for x in c.samples.held()})
+        await rollout.until(
+            lambda: (
+                len(rollout.partial(0).get(1, ())) == 2 and len(rollout.partial(0).get(2, ())) == 1
+            )
+        )
+        journal.writer.sync()
+        # The kill: nothing after this point reaches the disk.
+    journal.close()
+    return state, position
+
+
 def test_a_resume_reuses_sealed_siblings_and_continues_the_durable_prefix(tmp_path: Path) -> None:
-    """Life 1 (prompt 0's siblings have 3, 4 and 5 tokens): sibling 0 seals,
-    sibling 1 streams 2 tokens (a progress record every 2), sibling 2 only
-    1; then the process dies. Life 2 reuses sibling 0 without a request,
+    """Life 2 after ``crash_mid_group`` reuses sibling 0 without a request,
     generates sibling 1 from token 2 and sibling 2 from nothing."""
     journal_path = tmp_path / "journal"
-
-    async def life1() -> tuple[dict[str, Any], int]:
-        c = collector(1)
-        journal = RolloutJournal(journal_path, fingerprint=FP, lineage="L", progress_every=2)
-        position = journal.mark(0)
-        state = c.checkpoint_state()
-        held = {sample_request_id(Lease(0, 1, 1)): 2, sample_request_id(Lease(0, 2, 2)): 1}
-        engine = StreamEngine(hold=held)
-        sink = Sink()
-        rollout = loop(c, engine, sink, journal=journal)
-        async with rollout:
-            await rollout.until(
-                lambda: (0, 0) in {(x.ordinal, x.sibling) for x in c.samples.held()}
-            )
-            await rollout.until(
-                lambda: (
-                    len(rollout.partial(0).get(1, ())) == 2
-                    and len(rollout.partial(0).get(2, ())) == 1
-                )
-            )
-            journal.writer.sync()
-            # The kill: nothing after this point reaches the disk.
-        journal.close()
-        return state, position
-
-    state, position = asyncio.run(life1())
+    state, position = asyncio.run(crash_mid_group(journal_path))
 
     async def life2() -> tuple[StreamEngine, Sink]:
         c = collector(1)
@@ -248,3 +247,80 @@ def test_a_running_sample_is_journaled_once_a_snapshot_then_extends(tmp_path: Pa
             assert list(mine[-1].payload.tokens()) == want
 
     asyncio.run(main())
+
+
+def test_a_journaled_token_of_the_dead_branch_dates_its_group_through_the_fork(
+    tmp_path: Path,
+) -> None:
+    """Life 1 generated on the weights of step 5, after the checkpoint of
+    step 2, and died: those weights are gone. Life 2 resumes at the fork 2
+    and trains steps 3, 4, ... on a new lineage. The reused sample and the
+    continued prefix are (5 - 2) + (step - 2) updates from the weights of
+    ``step``, so the group is dated 2 * 2 - 5 = -1, and a buffer with an age
+    limit of 3 evicts it at step 3 (age 4), where its raw version 5 would
+    have looked younger than the trainer."""
+    from frontier_adapters.rollout import ReplayBuffer
+
+    from frontier_core import SampleCheckpoint
+
+    journal_path = tmp_path / "journal"
+    state, position = asyncio.run(crash_mid_group(journal_path, version=5))
+
+    async def life2() -> Sink:
+        c = collector(1)
+        journal = RolloutJournal(journal_path, fingerprint=FP, lineage="L", progress_every=2)
+        checkpoint = SampleCheckpoint.from_state_dict(state["ledger"])
+        got = journal.recover(
+            checkpoint, position=position, checkpoint_id=0, reuse=Reuse.everything(), fork=2, step=3
+        )
+        assert got.fork == 2
+        c.resume(state, load_replay_buffer=True, sealed=got.sealed, attempt_floor=got.attempt_floor)
+        sink = Sink()
+        async with loop(
+            c, StreamEngine(), sink, journal=journal, recovered=got, version=lambda: 3
+        ) as rollout:
+            await rollout.until(lambda: len(sink) == 1)
+        journal.close()
+        return sink
+
+    group = asyncio.run(life2()).groups[0]
+    assert list(group.samples[0].versions()) == [5] * len(full(0, 0))  # reused whole
+    assert list(group.samples[1].versions())[:2] == [5, 5]  # the continued prefix
+    assert group.version == -1
+    buffer = ReplayBuffer(max_trajectory_age_steps=3)
+    buffer.add(group)
+    assert buffer.stale(2) == []  # age 3 at step 2: (5 - 2) + (2 - 2)
+    assert buffer.stale(3) == [0]  # age 4
+    again = ReplayBuffer(max_trajectory_age_steps=3)
+    again.load_state_dict(buffer.state_dict())  # a negative version survives a checkpoint
+    assert again.stale(3) == [0]
+
+
+def test_tokens_generated_in_this_life_keep_their_own_version(tmp_path: Path) -> None:
+    """After a resume at the fork 2 that reuses nothing, every token is this
+    life's: generated at version 7 (> the fork), the group is dated 7, not
+    reflected through the fork as a dead branch's token would be."""
+    from frontier_core import SampleCheckpoint
+
+    journal_path = tmp_path / "journal"
+    state, position = asyncio.run(crash_mid_group(journal_path, version=5))
+
+    async def life2() -> Sink:
+        c = collector(1)
+        journal = RolloutJournal(journal_path, fingerprint=FP, lineage="L", progress_every=2)
+        checkpoint = SampleCheckpoint.from_state_dict(state["ledger"])
+        got = journal.recover(
+            checkpoint, position=position, checkpoint_id=0, reuse=Reuse.nothing(), fork=2, step=7
+        )
+        c.resume(state, load_replay_buffer=True, sealed=got.sealed, attempt_floor=got.attempt_floor)
+        sink = Sink()
+        async with loop(
+            c, StreamEngine(), sink, journal=journal, recovered=got, version=lambda: 7
+        ) as rollout:
+            await rollout.until(lambda: len(sink) == 1)
+        journal.close()
+        return sink
+
+    group = asyncio.run(life2()).groups[0]
+    assert all(set(x.versions()) == {7} for x in group.samples)
+    assert group.version == 7

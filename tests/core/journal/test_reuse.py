@@ -25,6 +25,7 @@ from frontier_core.journal import (
     decode,
     encode,
     lineage_age,
+    lineage_version,
     replay,
     reusable,
 )
@@ -56,6 +57,29 @@ def test_lineage_age_is_a_tree_distance(version: int, fork: int, extra: int) -> 
         assert age == step - version
     else:
         assert age == lineage_age(fork + (step - fork), fork=fork, step=fork + (version - fork))
+
+
+def test_lineage_version_reflects_a_dead_branch_token_through_the_fork() -> None:
+    assert lineage_version(3, fork=5) == 3  # an ancestor's: its own
+    assert lineage_version(5, fork=5) == 5
+    assert lineage_version(7, fork=5) == 3  # two past the fork: as old as two before it
+    assert lineage_version(9, fork=2) == -5  # further ahead than the fork is from 0
+
+
+@given(st.integers(0, 50), st.integers(0, 50), st.integers(0, 50), st.integers(0, 50))
+@budget(200)
+def test_a_buffer_dating_by_lineage_version_ages_along_the_tree(
+    version: int, fork: int, extra: int, later: int
+) -> None:
+    """A group dated once, at the resume, by ``lineage_version``: at every
+    later step of the lineage its plain age ``step - date`` is the number of
+    updates between its weights and the step's, counted through the fork
+    (``v`` back down to the fork, then up to the step), however far the
+    lineage has moved since."""
+    date = lineage_version(version, fork=fork)
+    step = fork + extra + later
+    tree = abs(version - fork) + (step - fork) if version > fork else step - version
+    assert step - date == tree == lineage_age(version, fork=fork, step=step)
 
 
 def _versions_of(payload: TokenPayload) -> list[int]:
