@@ -27,7 +27,7 @@ if [ ! -e "$work/pyproject.toml" ]; then
     mkdir -p "$work"
     # Only what mutmut and the collected tests read; files deleted in the
     # working tree but still in the index are skipped.
-    git ls-files -z --cached --others --exclude-standard -- src tests proofs pyproject.toml |
+    git ls-files -z --cached --others --exclude-standard -- src tests proofs pyproject.toml README.md |
         while IFS= read -r -d '' path; do
             [ -f "$path" ] && printf '%s\0' "$path"
         done |
@@ -38,6 +38,14 @@ cd "$work"
 # tests marked `mutation` (-m mutation tests/core): they leave out
 # test_exhaustive's large-bound exploration (a minute a mutant); its
 # small-scope exploration is the workhorse instead.
-nice -n 10 "$mutmut" run --max-children 1 "$@" || true
+# mutmut exits non-zero when mutants survive, which is the report below;
+# but a run whose clean test run failed (a collection error, a failing
+# test) tests no mutant at all and must not read as "no surviving mutants".
+log="$work/mutmut-run.log"
+nice -n 10 "$mutmut" run --max-children 1 "$@" 2>&1 | tee "$log" || true
+if grep -q "failed to collect stats" "$log"; then
+    echo "mutation.sh: the clean test run failed, so no mutant was tested (see above)" >&2
+    exit 2
+fi
 # The mutants left alive (mutmut lists those outside a partial run as "not checked").
 "$mutmut" results | grep -v ': not checked$' || echo "no surviving mutants"

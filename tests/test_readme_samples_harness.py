@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-README = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+README = (Path(__file__).resolve().parents[1] / "README.md").read_text()
 MARKER = "run_sample_integration_test(BareSampleLedger)"
 SECTION = "## Test your own integration: `frontier_core.testing`"
 
