@@ -37,6 +37,7 @@ from hypothesis import strategies as st
 
 from frontier_core import CheckpointCorruptError
 from frontier_core.journal import (
+    FRAME_OVERHEAD,
     BytesPayload,
     CommitPolicy,
     JournalCorruptError,
@@ -47,6 +48,7 @@ from frontier_core.journal import (
     Record,
     Sealed,
     TokenPayload,
+    TornTail,
     compact,
     encode,
     encode_record,
@@ -176,6 +178,28 @@ def test_a_torn_tail_is_truncated_reported_and_appended_after(tmp_path: Path) ->
     with JournalWriter(path, HEADER) as w:
         assert w.torn is not None
         assert (w.torn.offset, w.torn.length) == (len(whole), len(fragment))
+        assert sizes(path) == len(whole)
+        assert w.append(record_for(5)) == 6
+    assert read_journal(path).records == tuple(record_for(i) for i in range(6))
+
+
+def test_a_group_cut_short_by_zero_bytes_is_truncated_reported_and_appended_after(
+    tmp_path: Path,
+) -> None:
+    """A power cut during a group commit on a file system that extended the
+    file: the group's first bytes persisted, zeros after them to the end."""
+    path = tmp_path / "journal"
+    with JournalWriter(path, HEADER) as w:
+        w.extend([record_for(i) for i in range(5)])
+    whole = path.read_bytes()
+    first = encode_record(record_for(5), 6)
+    group = first + encode_record(record_for(6), 7)
+    written = len(first) // 2  # inside the group's first frame, past its head
+    assert written > FRAME_OVERHEAD
+    path.write_bytes(whole + group[:written] + bytes(len(group) - written))
+    with JournalWriter(path, HEADER) as w:
+        assert w.torn == TornTail(len(whole), len(group), "a frame cut short by zero bytes")
+        assert w.recovered.records == tuple(record_for(i) for i in range(5))
         assert sizes(path) == len(whole)
         assert w.append(record_for(5)) == 6
     assert read_journal(path).records == tuple(record_for(i) for i in range(6))

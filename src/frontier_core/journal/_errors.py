@@ -30,10 +30,10 @@ class JournalError(CheckpointError):
 
 
 class JournalCorruptError(JournalError, CheckpointCorruptError):
-    """A frame is malformed or fails its checksum, and valid data follows it
-    (or it is the header): not a torn tail, so nothing after it can be
-    trusted either. ``offset`` is the byte offset of the frame in the
-    journal, ``reason`` what is wrong with it."""
+    """A frame is malformed or fails its checksum, and non-zero bytes follow
+    it (or it is the header, or its head was written whole): not a torn
+    tail, so nothing after it can be trusted either. ``offset`` is the byte
+    offset of the frame in the journal, ``reason`` what is wrong with it."""
 
     def __init__(self, offset: int, reason: str) -> None:
         self.offset = offset

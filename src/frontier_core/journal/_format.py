@@ -55,13 +55,33 @@ megabytes of tokens.
 Torn tails
 ----------
 An append is one ``write`` of whole frames; a crash can leave a prefix of it
-(a kill mid-write) or, after a power cut on some file systems, a tail of
-zero bytes. So the decoder treats as a *torn tail*, discarded and reported,
+(a kill mid-write) or, after a power cut on some file systems, zero bytes
+where the write's data was not persisted: the file extended, and either
+none of the group written or its first pages written and zeros after them
+to the end. So the decoder treats as a *torn tail*, discarded and reported,
 exactly these ends: fewer bytes than a head; a sound head whose body and
 check run past the end; a complete last frame whose frame check fails with
 nothing after it; a head that fails its check where every byte from it to
-the end is zero. Everything else that fails a check, or a sound frame out of
-sequence or malformed, raises ``JournalCorruptError`` naming its offset.
+the end is zero; and a frame cut short by zero bytes: a frame that fails
+(its head's check, or a sound head's frame check) where the file's all-zero
+suffix begins before the end of what failed (before the end of the head
+when the head fails, its length being unproven; before the end of the frame
+when the head is sound). Everything else that fails a check, or a sound
+frame out of sequence or malformed, raises ``JournalCorruptError`` naming
+its offset: a frame that fails with a non-zero byte past its end (mid-file
+corruption, or zeros followed by data), a head written whole that fails.
+
+Why dropping a frame cut short by zeros is safe: no sound frame is dropped
+(every byte from the zeros on is zero, and a frame of zeros fails its head
+check), and the frame that failed was unfinished, not damaged: its zeros
+begin before its end, where a frame written whole has its check. Under the
+power-cut model that frame is the unsynced group's first not written whole,
+which the crash could have lost with the rest of the group; a synced frame
+is whole on disk and passes. If a file system lost synced data as well, the
+loss still shows: a checkpoint saves the journal position of its ``Mark``,
+and ``Decoded.check_mark`` raises ``JournalBehindError`` at resume when the
+journal decodes to fewer records than that, so records a checkpoint
+counted as durable are never silently dropped.
 
 Bounded parsing
 ---------------
@@ -399,6 +419,9 @@ def encode(
 
 # -- decoding -------------------------------------------------------------------
 
+#: The torn-tail shape of a frame a power cut left unfinished, zeros after.
+_CUT_BY_ZEROS: Final = "a frame cut short by zero bytes"
+
 
 @attrs.frozen
 class TornTail:
@@ -600,8 +623,11 @@ def _decode_header(body: _Body) -> JournalHeader:
     return JournalHeader(fingerprint, lineage)
 
 
-def _all_zero(data: memoryview) -> bool:
-    return not data.tobytes().strip(b"\0")
+def _zeros_from(view: memoryview, offset: int) -> int:
+    """Where the all-zero suffix of ``view`` begins, ``offset`` at the
+    least: the end of its last non-zero byte from ``offset`` on. Linear in
+    the bytes from ``offset``; called once, when a frame fails there."""
+    return offset + len(view[offset:].tobytes().rstrip(b"\0"))
 
 
 def decode(
@@ -641,11 +667,19 @@ def decode(
             break
         length, seq, kind, reserved = _HEAD.unpack_from(view, offset)
         (head_check,) = _CHECK.unpack_from(view, offset + _HEAD.size)
+        start = offset + HEAD_SIZE
         if zlib.crc32(view[offset : offset + _HEAD.size]) != head_check:
             # The length is unproven: never use it to find the frame's end.
-            if header is not None and _all_zero(view[offset:]):
-                torn = TornTail(offset, left, "zero bytes where a frame head belongs")
-                break
+            # Torn only if the zeros begin before the head's end (the head
+            # was not all written); a head written whole that fails is corrupt.
+            if header is not None:
+                zeros = _zeros_from(view, offset)
+                if zeros == offset:
+                    torn = TornTail(offset, left, "zero bytes where a frame head belongs")
+                    break
+                if zeros < start:
+                    torn = TornTail(offset, left, _CUT_BY_ZEROS)
+                    break
             raise JournalCorruptError(offset, "the frame head fails its check")
         if reserved != _ZERO3:
             raise JournalCorruptError(offset, f"reserved bytes {reserved.hex()} are not zero")
@@ -655,7 +689,6 @@ def decode(
                 f"a frame body of {length} bytes exceeds max_frame={max_frame} "
                 "(raise max_frame if the journal's writer used a larger bound)",
             )
-        start = offset + HEAD_SIZE
         stop = start + length
         if stop + _CHECK.size > total:
             if header is None:
@@ -664,9 +697,15 @@ def decode(
             break
         (frame_check,) = _CHECK.unpack_from(view, stop)
         if zlib.crc32(view[start:stop], zlib.crc32(view[offset:start])) != frame_check:
-            if header is not None and stop + _CHECK.size == total:
-                torn = TornTail(offset, left, "the last frame fails its check")
-                break
+            if header is not None:
+                if stop + _CHECK.size == total:
+                    torn = TornTail(offset, left, "the last frame fails its check")
+                    break
+                # Torn only if the zeros begin inside the frame: a non-zero
+                # byte past its end is data after a corrupt frame.
+                if _zeros_from(view, offset) < stop + _CHECK.size:
+                    torn = TornTail(offset, left, _CUT_BY_ZEROS)
+                    break
             raise JournalCorruptError(offset, "the frame fails its check")
         body = _Body(view, start, stop, offset)
         if header is None:

@@ -64,17 +64,25 @@ For every sequence of up to ``cut_length`` records, over the bytes ``F`` of
   frame zeroed, is an error at that frame's offset, never a shorter
   journal. Group commit: for every split of ``r`` into the records synced
   and the group after them (written with one ``write``), a kill leaves any
-  byte prefix of the group (the cuts) and a power cut may leave the group's
-  bytes zero, or zero bytes past the end: each decodes to the synced
-  records and a torn tail of exactly the zero bytes.
+  byte prefix of the group (the cuts), and a power cut may leave any byte
+  prefix of the group with zeros after it to the end (none of it included),
+  or zero bytes past the end: each decodes to the synced records and the
+  group's frames left whole, and a torn tail of exactly the bytes from the
+  first frame cut, in the shape the rule gives (``_Bytes.expect``); the
+  same file with its last byte written after the zeros (data after a zeroed
+  region) is an error at that frame, unless that frame is the last (a last
+  frame failing its check).
 
 Why the last frame only: the encoding is checked to be prefix-closed, so a
 cut anywhere in the file of ``r`` is a cut inside the last frame of the file
 of a prefix of ``r``, and every cut of every file is checked once. A flip in
 frame ``k`` is checked with no frame after ``k`` and with one; with more,
 the decoder, which must stop at ``k``, reads past ``k`` only to learn
-whether ``k`` is the last frame and whether only zeros follow it, which one
-frame answers as many would (an argument about the decoder, not a check).
+whether ``k`` is the last frame and where the zeros at the end begin
+(inside ``k`` or past it), which one frame answers as many would (an
+argument about the decoder, not a check). Likewise a group is checked with
+up to ``cut_length`` frames: the frames of a group after the one cut short
+are zero, and the decoder never reads them as frames.
 
 Why a second length: the decoder does not read what the records mean, so
 every kind of frame after every other kind is reached by short sequences,
@@ -127,6 +135,7 @@ _SHORT_HEAD: Final = "an incomplete frame head"
 _CUT_SHORT: Final = "a frame cut short"
 _BAD_LAST: Final = "the last frame fails its check"
 _ZERO_HEAD: Final = "zero bytes where a frame head belongs"
+_CUT_BY_ZEROS: Final = "a frame cut short by zero bytes"
 #: Zero bytes past the end that a power cut may leave (the file extended,
 #: its data not written): fewer than a head, one, and more.
 _ZERO_TAILS: Final = (1, _HEAD - 1, _HEAD, _HEAD + 1, _OVERHEAD + 8)
@@ -167,7 +176,9 @@ class JournalBounds:
 class JournalReport:
     """What an exploration covered: the ``sequences`` of appends (the empty
     one included), of which ``framed`` had their bytes checked; the decodes
-    of a cut, of a flipped byte, of zero bytes and of spliced frames checked
+    of a cut, of a flipped byte, of zero bytes (a group's first bytes and
+    zeros after them, the same with the last byte after the zeros, a frame
+    zeroed, zeros past the end) and of spliced frames checked
     (``torn_tails`` and ``refused`` count them by what was expected: a torn
     tail reported, or an error naming its offset), and the torn tails of
     each shape (``TornTail.reason``); the compactions checked, and the
@@ -853,17 +864,55 @@ class _Bytes:
         zeroed = data[:previous] + bytes(last - previous) + data[last:]
         self.refused(zeroed, previous, "the frame at {} zeroed, not the last", previous)
 
+    def expect(self, damaged: bytes, at: int, synced: int, what: str, *args: object) -> None:
+        """TORN-TAIL-ONLY's rule, restated: ``damaged`` is this file with
+        bytes changed only from ``at`` on, where the frame of record
+        ``synced`` begins. The frames from there identical to those written
+        are sound; the first that differs fails a check (no byte is assumed
+        to differ in a way CRC-32 misses). With ``zeros`` where the file's
+        all-zero suffix begins, it is a torn tail of all the bytes from it
+        when its head differs and the zeros begin at it or inside the head;
+        when its head is intact and it ends at the end of the file or the
+        zeros begin inside it; otherwise an error at its offset."""
+        kept = self.records[:synced]
+        for record in self.records[synced:]:
+            size = _frame_size(record)
+            if damaged[at : at + size] != self.data[at : at + size]:
+                break
+            kept += (record,)
+            at += size
+        else:
+            self.torn(damaged, kept, None, what, *args)
+            return
+        zeros = len(damaged.rstrip(b"\0"))
+        end = at + _frame_size(self.records[len(kept)])
+        if damaged[at : at + _HEAD] != self.data[at : at + _HEAD]:
+            shape = _ZERO_HEAD if zeros <= at else _CUT_BY_ZEROS if zeros < at + _HEAD else None
+        else:
+            shape = _BAD_LAST if end == len(damaged) else _CUT_BY_ZEROS if zeros < end else None
+        if shape is None:
+            self.refused(damaged, at, what, *args)
+        else:
+            self.torn(damaged, kept, TornTail(at, len(damaged) - at, shape), what, *args)
+
     def zeros(self) -> None:
         """Group commit: the records after any synced prefix were one group,
-        which a power cut may leave as zero bytes; or zero bytes past the end."""
+        of which a power cut may leave any first bytes (none included) and
+        zeros after them to the end; the same with the file's last byte
+        written after the zeros is data after a zeroed region, a torn tail
+        only as a last frame failing its check. Or zero bytes past the end."""
         data, records = self.data, self.records
         at = _header_size(self.header)
         for synced in range(len(records)):
-            self.counters["zero_tails"] += 1
-            length = len(data) - at
-            tail = TornTail(at, length, _ZERO_HEAD if length >= _HEAD else _SHORT_HEAD)
-            what = "the group of records {}.. zeroed by a power cut"
-            self.torn(data[:at] + bytes(length), records[:synced], tail, what, synced)
+            for written in range(len(data) - at):
+                self.counters["zero_tails"] += 1
+                zeroed = data[: at + written] + bytes(len(data) - at - written)
+                what = "records {}.. written {} bytes, then zeros to the end (a power cut)"
+                self.expect(zeroed, at, synced, what, synced, written)
+                if zeroed[-1] != data[-1]:
+                    self.counters["zero_tails"] += 1
+                    what = "records {}.. written {} bytes, then zeros, then the last byte"
+                    self.expect(zeroed[:-1] + data[-1:], at, synced, what, synced, written)
             at += _frame_size(records[synced])
         for zeros in _ZERO_TAILS:
             self.counters["zero_tails"] += 1

@@ -33,6 +33,8 @@ from frontier_core.journal import (
     JsonPayload,
     Mark,
     Progress,
+    Record,
+    Reserve,
     Sealed,
     TokenPayload,
     decode,
@@ -201,6 +203,67 @@ def test_the_torn_tail_shapes() -> None:
         decoded = decode(data + bytes(zeros))
         assert decoded.records == tuple(SAMPLE) and decoded.torn is not None
         assert (decoded.torn.offset, decoded.torn.length) == (len(data), zeros)
+
+
+@budget(60)
+@given(headers, st.lists(records, min_size=1, max_size=4), st.data())
+def test_a_group_cut_short_by_zero_bytes_is_a_torn_tail(
+    header: JournalHeader, recs: list[Record], data: st.DataObject
+) -> None:
+    """A power cut during a group commit: the group's first ``written``
+    bytes persisted, zeros after them to the end of the extended file. It
+    decodes to the longest run of frames the file still holds as written,
+    and the rest is a torn tail; a non-zero byte after the zeros makes the
+    frame cut short mid-file corruption, an error at its offset."""
+    whole = encode(header, recs)
+    offsets = frame_offsets(whole)
+    synced = data.draw(st.integers(0, len(recs) - 1), "synced records")
+    at = offsets[1 + synced]
+    written = data.draw(st.integers(0, len(whole) - at - 1), "bytes of the group written")
+    file = whole[: at + written] + bytes(len(whole) - at - written)
+    # The frames identical to those written are sound (a frame's last bytes
+    # may be zero, so one may end past the bytes written); the next is cut.
+    kept = max(j for j in range(len(recs) + 1) if file[: offsets[1 + j]] == whole[: offsets[1 + j]])
+    decoded = decode(file)
+    assert decoded.records == tuple(recs[:kept]) and decoded.end == offsets[1 + kept]
+    if kept == len(recs):
+        assert decoded.torn is None
+    else:
+        cut = offsets[1 + kept]
+        assert decoded.torn is not None
+        assert (decoded.torn.offset, decoded.torn.length) == (cut, len(file) - cut)
+        with pytest.raises(JournalCorruptError) as info:
+            decode(file + b"\x01")
+        assert info.value.offset == cut
+
+
+def test_a_frame_cut_short_by_zero_bytes_is_a_torn_tail_of_its_shape() -> None:
+    """The reproducer the exhaustive checker found: a progress record
+    synced, then a seal and a reservation in one group, of which a power
+    cut left any first bytes and zeros to the end."""
+    recs = [
+        Progress(0, 0, 0, TokenPayload.of([100], [-0.125], [0])),
+        Sealed(0, 0, 0, TokenPayload.of([200], [-0.25], [0], reward=1.0)),
+        Reserve(3),
+    ]
+    whole = encode(HEADER, recs)
+    _, _, seal, reserve, end = frame_offsets(whole)
+    head = 20
+    for written in range(1, end - seal):
+        decoded = decode(whole[: seal + written] + bytes(end - seal - written))
+        cut = reserve if written >= reserve - seal else seal
+        assert decoded.records == tuple(recs[: 1 + (cut == reserve)])
+        assert decoded.torn is not None and (decoded.torn.offset, decoded.torn.length) == (
+            cut,
+            end - cut,
+        )
+        into = seal + written - cut  # bytes of the frame cut short written
+        if into == 0:
+            assert decoded.torn.reason == "zero bytes where a frame head belongs"
+        elif cut == reserve and into >= head:  # the last frame, its head whole
+            assert decoded.torn.reason == "the last frame fails its check"
+        else:
+            assert decoded.torn.reason == "a frame cut short by zero bytes"
 
 
 def test_a_bad_head_with_nonzero_bytes_after_it_is_corruption() -> None:

@@ -42,7 +42,7 @@ from frontier_core.journal import (
     encode_record,
     encode_records,
 )
-from frontier_core.journal._format import append_frames
+from frontier_core.journal._format import append_frame, append_frames
 
 from ._strategies import U32, U64, forge_frame, forge_header_body, forge_journal
 
@@ -92,6 +92,13 @@ def header_body(*parts: bytes) -> bytes:
 TAG_PART = struct.pack("<B", len(TAG)) + TAG
 VERSION_PART = struct.pack("<H", 1)
 FP_PART = struct.pack("<H", 2) + b"fp"
+
+#: A mark whose body byte is flipped: a whole frame failing its check, its
+#: last byte (of the frame check) not zero.
+_MARK = forge_frame(3, 1, bytes(8))
+_MARK_BAD = _MARK[:20] + b"\1" + _MARK[21:]
+assert _MARK_BAD[-1] != 0
+
 
 #: A record frame (at offset ``H``, after a sound header) and the reason it
 #: is refused: the body rules of the layout, one broken per entry.
@@ -196,6 +203,17 @@ BAD_RECORDS: dict[str, tuple[bytes, str]] = {
         HEADER_FRAME + b"X" * 24,  # not zero bytes: not a torn tail
         "the frame head fails its check",
     ),
+    # Written to the head's last byte, then zeros: the head was written
+    # whole, so its failure is corruption, not a power cut's zeros.
+    "head fails, zeros after its last byte": (
+        HEADER_FRAME + b"\1" * 20 + bytes(30),
+        "the frame head fails its check",
+    ),
+    # Written to the frame's last byte, then zeros: a whole frame failing.
+    "frame fails, zeros after its last byte": (
+        HEADER_FRAME + _MARK_BAD + bytes(10),
+        "the frame fails its check",
+    ),
 }
 
 #: A header frame (at offset 0) and the reason it is refused.
@@ -294,6 +312,45 @@ def test_zero_bytes_after_the_last_frame_are_a_torn_tail_by_name() -> None:
     decoded = decode(HEADER_FRAME + bytes(30))
     assert decoded.torn == TornTail(H, 30, "zero bytes where a frame head belongs")
     assert decoded.end == H and decoded.records == ()
+
+
+def test_a_frame_cut_short_by_zero_bytes_is_a_torn_tail_by_name() -> None:
+    """The zeros begin before the end of what failed: inside a head that
+    fails its check (its length never used), or inside a frame whose sound
+    head says where it ends, at any byte up to the frame check's last."""
+    cut = "a frame cut short by zero bytes"
+    decoded = decode(HEADER_FRAME + b"\1" * 19 + bytes(31))
+    assert decoded.torn == TornTail(H, 50, cut)
+    assert (decoded.end, decoded.records) == (H, ())
+    mark = forge_frame(3, 1, bytes(8))
+    for written in range(20, len(mark)):  # the head whole, the rest zeros
+        zeroed = mark[:written] + bytes(len(mark) - written)
+        if zeroed == mark:
+            continue
+        for after in (1, 4, 40):  # the file extended past the frame
+            decoded = decode(HEADER_FRAME + zeroed + bytes(after))
+            assert decoded.torn == TornTail(H, len(mark) + after, cut), written
+    # The frame's check cut at its last byte, zeros after.
+    assert mark[-1] != 0
+    decoded = decode(HEADER_FRAME + mark[:-1] + bytes(5))
+    assert decoded.torn == TornTail(H, len(mark) + 4, cut)
+
+
+def test_a_frame_that_fails_before_zeros_then_data_is_refused() -> None:
+    """Zeros in the middle are not a power cut's: a frame cut short by
+    zeros with a non-zero byte after them is an error at its offset."""
+    mark = forge_frame(3, 1, bytes(8))
+    for damaged, reason in (
+        (b"\1" * 19 + bytes(31), "the frame head fails its check"),
+        (mark[:-1] + bytes(5), "the frame fails its check"),
+        (mark[:25] + bytes(7), "the frame fails its check"),
+    ):
+        with pytest.raises(JournalCorruptError) as info:
+            decode(HEADER_FRAME + damaged + b"\1")
+        assert (info.value.offset, info.value.reason) == (H, reason)
+        with pytest.raises(JournalCorruptError) as info:
+            decode(HEADER_FRAME + damaged + forge_frame(3, 2, bytes(8)))
+        assert (info.value.offset, info.value.reason) == (H, reason)
 
 
 def test_a_sequence_error_says_gap_or_repeat_and_carries_both_numbers() -> None:
@@ -461,3 +518,17 @@ def test_a_sequence_number_is_refused_by_name() -> None:
             ValueError, match=exactly(f"sequence number {last} does not fit 64 bits")
         ):
             append_frames([], [Mark(0)] * count, first, 100)
+
+
+def test_append_frame_refuses_a_sequence_number_past_64_bits_by_number() -> None:
+    """The writer's own path (``JournalWriter.append``): a journal whose
+    last record is at ``2**64 - 1`` has no room for one more, and the
+    refusal names the number; the last number that fits is written."""
+    parts: list[bytes] = []
+    with pytest.raises(
+        ValueError, match=exactly(f"sequence number {U64 + 1} does not fit 64 bits")
+    ):
+        append_frame(parts, Mark(0), U64 + 1, 100)
+    assert parts == []
+    size = append_frame(parts, Mark(0), U64, 100)
+    assert b"".join(parts) == forge_frame(3, U64, bytes(8)) and size == FRAME_OVERHEAD + 8
