@@ -10,9 +10,15 @@ No model is downloaded: ``examples.tiny_llm`` builds the one they use.
 
 from __future__ import annotations
 
+import contextlib
 import importlib.metadata
 import importlib.util
 import os
+import shutil
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -100,3 +106,25 @@ def inet_sockets(processes: list[Any]) -> list[tuple[str, str, str, int]]:
             if c.status == psutil.CONN_LISTEN or (udp and c.laddr):
                 found.append((name, "udp" if udp else "tcp", c.laddr.ip, c.laddr.port))
     return found
+
+
+@contextlib.contextmanager
+def tiny_engine(**overrides: Any) -> Iterator[Any]:
+    """A ``VllmEngine`` over the tiny model, its unix sockets in a private
+    directory, with engine-argument ``overrides``; shut down on exit, and
+    no vLLM process left behind (asserted)."""
+    from frontier_adapters.examples import tiny_llm
+
+    rpc = Path(tempfile.mkdtemp(prefix="frontier-rpc-"))
+    t0 = time.perf_counter()
+    e = tiny_llm.tiny_vllm_engine(rpc, **overrides)
+    print(f"\nvLLM engine {overrides or ''} started in {time.perf_counter() - t0:.1f} s")
+    try:
+        yield e
+    finally:
+        e.shutdown(timeout=1)
+        deadline = time.monotonic() + 10
+        while engine_processes() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        shutil.rmtree(rpc, ignore_errors=True)
+    assert engine_processes() == [], "vLLM processes left behind after shutdown"

@@ -249,6 +249,31 @@ def test_a_running_sample_is_journaled_once_a_snapshot_then_extends(tmp_path: Pa
     asyncio.run(main())
 
 
+async def resume_after_crash(
+    journal_path: Path, saved: tuple[dict[str, Any], int], *, reuse: Reuse, fork: int, step: int
+) -> Group:
+    """Life 2 after ``crash_mid_group``: recover with ``reuse`` at ``fork``,
+    generate at version ``step`` until prompt 0 lands; its group."""
+    from frontier_core import SampleCheckpoint
+
+    state, position = saved
+    c = collector(1)
+    journal = RolloutJournal(journal_path, fingerprint=FP, lineage="L", progress_every=2)
+    checkpoint = SampleCheckpoint.from_state_dict(state["ledger"])
+    got = journal.recover(
+        checkpoint, position=position, checkpoint_id=0, reuse=reuse, fork=fork, step=step
+    )
+    assert got.fork == fork
+    c.resume(state, load_replay_buffer=True, sealed=got.sealed, attempt_floor=got.attempt_floor)
+    sink = Sink()
+    async with loop(
+        c, StreamEngine(), sink, journal=journal, recovered=got, version=lambda: step
+    ) as rollout:
+        await rollout.until(lambda: len(sink) == 1)
+    journal.close()
+    return sink.groups[0]
+
+
 def test_a_journaled_token_of_the_dead_branch_dates_its_group_through_the_fork(
     tmp_path: Path,
 ) -> None:
@@ -261,29 +286,9 @@ def test_a_journaled_token_of_the_dead_branch_dates_its_group_through_the_fork(
     have looked younger than the trainer."""
     from frontier_adapters.rollout import ReplayBuffer
 
-    from frontier_core import SampleCheckpoint
-
-    journal_path = tmp_path / "journal"
-    state, position = asyncio.run(crash_mid_group(journal_path, version=5))
-
-    async def life2() -> Sink:
-        c = collector(1)
-        journal = RolloutJournal(journal_path, fingerprint=FP, lineage="L", progress_every=2)
-        checkpoint = SampleCheckpoint.from_state_dict(state["ledger"])
-        got = journal.recover(
-            checkpoint, position=position, checkpoint_id=0, reuse=Reuse.everything(), fork=2, step=3
-        )
-        assert got.fork == 2
-        c.resume(state, load_replay_buffer=True, sealed=got.sealed, attempt_floor=got.attempt_floor)
-        sink = Sink()
-        async with loop(
-            c, StreamEngine(), sink, journal=journal, recovered=got, version=lambda: 3
-        ) as rollout:
-            await rollout.until(lambda: len(sink) == 1)
-        journal.close()
-        return sink
-
-    group = asyncio.run(life2()).groups[0]
+    path = tmp_path / "journal"
+    saved = asyncio.run(crash_mid_group(path, version=5))
+    group = asyncio.run(resume_after_crash(path, saved, reuse=Reuse.everything(), fork=2, step=3))
     assert list(group.samples[0].versions()) == [5] * len(full(0, 0))  # reused whole
     assert list(group.samples[1].versions())[:2] == [5, 5]  # the continued prefix
     assert group.version == -1
@@ -300,27 +305,8 @@ def test_tokens_generated_in_this_life_keep_their_own_version(tmp_path: Path) ->
     """After a resume at the fork 2 that reuses nothing, every token is this
     life's: generated at version 7 (> the fork), the group is dated 7, not
     reflected through the fork as a dead branch's token would be."""
-    from frontier_core import SampleCheckpoint
-
-    journal_path = tmp_path / "journal"
-    state, position = asyncio.run(crash_mid_group(journal_path, version=5))
-
-    async def life2() -> Sink:
-        c = collector(1)
-        journal = RolloutJournal(journal_path, fingerprint=FP, lineage="L", progress_every=2)
-        checkpoint = SampleCheckpoint.from_state_dict(state["ledger"])
-        got = journal.recover(
-            checkpoint, position=position, checkpoint_id=0, reuse=Reuse.nothing(), fork=2, step=7
-        )
-        c.resume(state, load_replay_buffer=True, sealed=got.sealed, attempt_floor=got.attempt_floor)
-        sink = Sink()
-        async with loop(
-            c, StreamEngine(), sink, journal=journal, recovered=got, version=lambda: 7
-        ) as rollout:
-            await rollout.until(lambda: len(sink) == 1)
-        journal.close()
-        return sink
-
-    group = asyncio.run(life2()).groups[0]
+    path = tmp_path / "journal"
+    saved = asyncio.run(crash_mid_group(path, version=5))
+    group = asyncio.run(resume_after_crash(path, saved, reuse=Reuse.nothing(), fork=2, step=7))
     assert all(set(x.versions()) == {7} for x in group.samples)
     assert group.version == 7

@@ -18,17 +18,11 @@ FRONTIER_REQUIRE_VLLM=1). Loopback only.
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import shutil
-import tempfile
-import time
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 
-from ._vllm_support import engine_processes, require_vllm
+from ._vllm_support import require_vllm, tiny_engine
 
 require_vllm()
 
@@ -100,28 +94,11 @@ def worst_gaps(sink: Sink, model: Any) -> tuple[float, float, int]:
     return to_raw, to_tempered, tokens
 
 
-@contextlib.contextmanager
-def start(mode: str) -> Iterator[VllmEngine]:
-    rpc = Path(tempfile.mkdtemp(prefix="frontier-rpc-"))
-    t0 = time.perf_counter()
-    e = tiny_llm.tiny_vllm_engine(rpc, logprobs_mode=mode)
-    print(f"\nvLLM engine ({mode}) started in {time.perf_counter() - t0:.1f} s")
-    try:
-        yield e
-    finally:
-        e.shutdown(timeout=1)
-        deadline = time.monotonic() + 10
-        while engine_processes() and time.monotonic() < deadline:
-            time.sleep(0.1)
-        shutil.rmtree(rpc, ignore_errors=True)
-    assert engine_processes() == [], "vLLM processes left behind after shutdown"
-
-
 @pytest.mark.parametrize("mode", ["raw_logprobs", "processed_logprobs"])
 def test_the_journaled_logprobs_are_of_the_distribution_the_engine_mode_names(
     mode: str, hf_model: Any
 ) -> None:
-    with start(mode) as engine:
+    with tiny_engine(logprobs_mode=mode) as engine:
         sink = generate(engine)
     to_raw, to_tempered, tokens = worst_gaps(sink, hf_model)
     print(f"{mode}: {tokens} tokens, |vLLM - raw| <= {to_raw:.2e}, |vLLM - T| <= {to_tempered:.2e}")

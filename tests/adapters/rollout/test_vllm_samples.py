@@ -21,7 +21,6 @@ import asyncio
 import contextlib
 import math
 import shutil
-import tempfile
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
@@ -29,7 +28,7 @@ from typing import Any
 
 import pytest
 
-from ._vllm_support import descendants, engine_processes, inet_sockets, require_vllm
+from ._vllm_support import descendants, inet_sockets, require_vllm, tiny_engine
 
 require_vllm()
 
@@ -69,19 +68,8 @@ def runner() -> Iterator[asyncio.Runner]:
 
 @pytest.fixture(scope="module")
 def engine() -> Iterator[VllmEngine]:
-    rpc = Path(tempfile.mkdtemp(prefix="frontier-rpc-"))
-    t0 = time.perf_counter()
-    e = tiny_llm.tiny_vllm_engine(rpc)
-    print(f"\nvLLM engine started in {time.perf_counter() - t0:.1f} s")
-    try:
+    with tiny_engine() as e:
         yield e
-    finally:
-        e.shutdown(timeout=1)
-        deadline = time.monotonic() + 10
-        while engine_processes() and time.monotonic() < deadline:
-            time.sleep(0.1)
-        shutil.rmtree(rpc, ignore_errors=True)
-    assert engine_processes() == [], "vLLM processes left behind after shutdown"
 
 
 @pytest.fixture(scope="module")
