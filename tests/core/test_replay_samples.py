@@ -20,6 +20,8 @@ import frontier_core._samples as samples_module
 from frontier_core import SampleLedger, Sibling, Status
 from frontier_core._replay import MAX_SAMPLES, Replayer, TraceError
 
+from .test_replay import replay
+
 Op = dict[str, Any]
 
 
@@ -42,17 +44,7 @@ def clean(report: Op) -> bool:
     )
 
 
-def cli(tmp_path: Path, ops: list[Op | str]) -> tuple[int, list[Op], str]:
-    trace = tmp_path / "trace.jsonl"
-    trace.write_text("".join((op if isinstance(op, str) else json.dumps(op)) + "\n" for op in ops))
-    proc = subprocess.run(
-        [sys.executable, "-m", "frontier_core._cli", "replay", str(trace)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    return proc.returncode, [json.loads(line) for line in proc.stdout.splitlines()], proc.stderr
+cli = replay  # the CLI run of tests/core/test_replay.py: exit status, output lines, stderr
 
 
 def group_of(n: int, **config: Any) -> list[Op]:
