@@ -16,12 +16,13 @@ no further append comes to.
 
 Theory of operation. A group is in one of three places: *open* (being
 appended to, in ``_pending``), *written* (in the file, its fsync requested
-or running) or *durable*. There is at most one written group: the commit
-of the next one waits for the fsync of the previous one to return, so
-every group gets its own ``write`` and its own ``fsync``, in order, as
-without the thread, and ``durable`` moves from one group's end to the
-next's. What the thread buys is overlap: while the disk flushes group k
-the caller encodes group k + 1, and writes it (a ``write`` to the page
+or running) or *durable*. At most one group's fsync is requested or
+running: the commit of the next group writes it, then waits for the
+previous group's fsync to return before it hands over its own, so every
+group gets its own ``write`` and its own ``fsync``, in order, as without
+the thread, and ``durable`` moves from one group's end to the next's.
+What the thread buys is overlap: while the disk flushes group k the caller
+encodes group k + 1, and writes it (a ``write`` to the page
 cache need not wait for the flush). The thread runs only ``os.fsync``, so
 it needs the GIL only around it, and the hand-off waits until the thread
 is inside the fsync: otherwise, behind a caller that encodes without
@@ -78,6 +79,7 @@ import math
 import os
 import secrets
 import stat
+import sys
 import threading
 import time
 import weakref
@@ -290,6 +292,9 @@ class _Syncer:
         self._inside = threading.Lock()
         self._inside.acquire()
         self._thread: threading.Thread | None = None
+        #: Set once the thread was told to end (``abandon``): later
+        #: fsyncs run in the caller's thread.
+        self._stopped = False
         self._pid = os.getpid()
 
     def hand(self, fd: int, last: int, *, inline: bool) -> None:
@@ -302,11 +307,17 @@ class _Syncer:
         if self.failure is not None:
             self._idle.release()
             return
-        if inline:
+        thread = self._thread
+        if (
+            inline
+            or self._stopped
+            or sys.is_finalizing()  # no new thread now, and an old one may be gone
+            or (thread is not None and not thread.is_alive())
+        ):
             try:
                 os.fsync(fd)
                 self.durable = last
-            except BaseException as exc:
+            except OSError as exc:  # anything else (an interrupt) propagates as itself
                 self.failure = exc
             finally:
                 self._idle.release()
@@ -351,6 +362,7 @@ class _Syncer:
     def abandon(self) -> None:
         """End the thread without waiting (the finalizer of a writer that
         was never closed)."""
+        self._stopped = True
         self._request = None
         try:
             self._work.release()
@@ -444,7 +456,10 @@ class JournalWriter:
             raise
         self._next = self.recovered.next_seq
         self._written = self._syncer.durable = self.recovered.last_seq
-        weakref.finalize(self, self._syncer.abandon)
+        # Ends the thread of a writer collected unclosed; not at exit, where
+        # it would end the thread under a writer still to be closed (its
+        # ``close`` then fsyncs in the caller's thread: see ``hand``).
+        weakref.finalize(self, self._syncer.abandon).atexit = False
 
     # -- state ----------------------------------------------------------------
 
@@ -655,7 +670,14 @@ class JournalWriter:
         self._pending = []
         self._pending_bytes = 0
         inline = time.perf_counter() - self._handed < _OVERLAP_MIN
-        self._syncer.hand(self._fd, self._written, inline=inline)
+        try:
+            self._syncer.hand(self._fd, self._written, inline=inline)
+        except BaseException as exc:
+            # The group is written and its fsync never ran (a thread that
+            # could not start, an interrupt while waiting for the previous
+            # fsync): its fate is unknown, as after a failed write.
+            self._failed = exc
+            raise
         self._handed = time.perf_counter()
         if self._syncer.failure is not None:
             self._usable()

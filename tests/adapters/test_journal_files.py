@@ -474,6 +474,113 @@ def test_each_group_gets_its_own_fsync_in_order(
     assert seen <= {0, *group_ends}
 
 
+EXIT_SCRIPT = """
+import atexit, sys
+from frontier_adapters._journal_files import JournalWriter
+from frontier_core.journal import CommitPolicy, JournalHeader, Mark
+
+path, how = sys.argv[1], sys.argv[2]
+header = JournalHeader("fp-v1", "lineage-a")
+if how == "atexit":
+    # Registered before the writer exists, so it runs after anything the
+    # writer registered: a writer still open at exit, closed then.
+    holder = []
+    atexit.register(lambda: holder[0].close())
+    w = JournalWriter(path, header, CommitPolicy(max_delay=60))
+    holder.append(w)
+    w.append(Mark(1)); w.sync()  # the commit thread runs
+    w.append(Mark(2))  # pending at exit
+else:
+    def life():
+        with JournalWriter(path, header, CommitPolicy(max_delay=60)) as w:
+            w.append(Mark(1)); w.sync()
+            w.append(Mark(2))
+            yield
+    gen = life(); next(gen)  # suspended inside the with block until the exit
+    sys.modules["__main__"].keep = gen
+print("exiting", flush=True)
+"""
+
+
+@pytest.mark.parametrize("how", ["atexit", "suspended"])
+def test_a_writer_closed_at_interpreter_exit_does_not_hang_and_keeps_its_records(
+    tmp_path: Path, how: str
+) -> None:
+    """A writer closed while the interpreter exits (by an atexit handler,
+    or a suspended ``with`` block collected at exit) commits its open group
+    and returns, its fsync in the exiting thread if the commit thread is
+    gone: it neither hangs nor loses the group."""
+    path = tmp_path / "journal"
+    proc = subprocess.run(
+        [sys.executable, "-c", EXIT_SCRIPT, str(path), how],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    with JournalWriter(path, HEADER) as again:
+        assert again.recovered.records == (Mark(1), Mark(2))
+        assert again.torn is None
+
+
+def test_a_commit_thread_that_cannot_start_leaves_the_writer_unusable(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The group was written, its fsync never ran: the committing call
+    raises, and every later call refuses (a ``sync`` does not report the
+    written group durable, nor does ``close`` return as if it were)."""
+    path = tmp_path / "journal"
+    w = JournalWriter(path, HEADER, CommitPolicy(max_delay=60))
+
+    def refuse(self: threading.Thread) -> None:
+        raise RuntimeError("can't start new thread")
+
+    monkeypatch.setattr(_journal_files, "_OVERLAP_MIN", -1.0)  # always hand to the thread
+    monkeypatch.setattr(threading.Thread, "start", refuse)
+    w.append(record_for(0))
+    with pytest.raises(RuntimeError, match="can't start new thread"):
+        w.sync()
+    monkeypatch.undo()
+    assert w.durable == 0
+    for call in (w.sync, lambda: w.append(record_for(1))):
+        with pytest.raises(JournalWriterError, match="failed"):
+            call()
+    w.close()
+    with JournalWriter(path, HEADER) as again:
+        assert again.recovered.records in ((), (record_for(0),))
+
+
+def test_an_interrupt_during_an_inline_fsync_propagates_as_itself(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A KeyboardInterrupt in the caller's own fsync is the caller's
+    interrupt, not an fsync failure; the writer, whose group's fate is
+    unknown, refuses further use."""
+    path = tmp_path / "journal"
+    w = JournalWriter(path, HEADER, CommitPolicy(max_delay=60))
+    inode = path.stat().st_ino
+    real = os.fsync
+
+    def interrupted(fd: int) -> None:
+        if os.fstat(fd).st_ino == inode:
+            raise KeyboardInterrupt
+        real(fd)
+
+    # Inline: a group due right after the previous commit (a tight loop).
+    monkeypatch.setattr(_journal_files, "_OVERLAP_MIN", float("inf"))
+    w._handed = time.perf_counter()
+    monkeypatch.setattr(os, "fsync", interrupted)
+    w.append(record_for(0))
+    with pytest.raises(KeyboardInterrupt):
+        w.sync()
+    monkeypatch.undo()
+    assert w.durable == 0
+    with pytest.raises(JournalWriterError, match="KeyboardInterrupt"):
+        w.sync()
+    w.close()
+
+
 def test_a_forked_child_is_refused_a_writer_opened_by_its_parent(tmp_path: Path) -> None:
     path = tmp_path / "journal"
     w = JournalWriter(path, HEADER, CommitPolicy(max_delay=60.0))
