@@ -143,17 +143,20 @@ class Replayer:
         # Sample mode only. ``_trained_samples`` runs beside ``_trained``:
         # each step's groups with the samples trained for each.
         self._trained_samples: list[tuple[tuple[int, tuple[_Sample, ...]], ...]] = []
-        # Every sample a seal had accepted, in any life: what a journal holds.
-        self._accepted: set[Lease] = set()
+        # Every sample a seal had accepted, in any life (what a journal
+        # holds), and whether the replayer's account had its attempt current
+        # then: a resume that holds it brings that back, not a new verdict.
+        self._accepted: dict[Lease, bool] = {}
         # This life: ordinal -> sibling -> the attempt the replayer counts
         # current (handed out, no result accepted yet, group outstanding).
         self._running: dict[int, dict[int, int]] = {}
         # This life: ordinal -> the samples filed for the group since its
         # dispatch (or restored with the buffer).
         self._samples: dict[int, list[_Sample]] = {}
-        # This life: the samples the resume held and the ledger kept, not
-        # reused yet.
-        self._held: set[Lease] = set()
+        # This life: the samples the resume held (as the trace named them,
+        # never as the ledger echoed them), not reused yet, each with its
+        # ``_accepted`` verdict.
+        self._held: dict[Lease, bool] = {}
 
     def feed(self, op: Mapping[str, Any], line: int) -> list[dict[str, Any]]:
         try:
@@ -247,7 +250,7 @@ class Replayer:
         del self._dropped[self._saved.dropped_events :]
         self._running = {}
         self._samples = {}
-        self._held = set()
+        self._held = {}
 
     def _configure(self, op: Mapping[str, Any], line: int) -> list[dict[str, Any]]:
         if self._ops:
@@ -419,9 +422,11 @@ class Replayer:
             self._samples[o] = []
             self._running.pop(o, None)
         for lease in effect.reused:
-            # Reused: current only if this life's resume held it.
-            self._samples.setdefault(lease.ordinal, []).append((lease, lease in self._held))
-            self._held.discard(lease)
+            # Reused: current only if this life's resume held it and its
+            # attempt was current when a seal accepted it.
+            self._samples.setdefault(lease.ordinal, []).append(
+                (lease, self._held.pop(lease, False))
+            )
         self._start(effect.leases)
         for o in effect.landed:
             self._running.pop(o, None)
@@ -434,7 +439,9 @@ class Replayer:
             if current:
                 del running[s]
             self._samples.setdefault(o, []).append((lease, current))
-            self._accepted.add(lease)
+            # A second acceptance (a broken ledger's) cannot make a stale
+            # one current.
+            self._accepted[lease] = self._accepted.get(lease, True) and current
         for o in effect.landed:
             self._running.pop(o, None)
 
@@ -464,18 +471,23 @@ class Replayer:
             raise TraceError(
                 line, f"'attempt_floor' {str(floor)[:40]} is above 2**32, the attempts' bound"
             )
-        unknown = [lease for lease in journal if lease not in self._accepted]
-        if unknown:
-            raise TraceError(
-                line,
-                f"'sealed' holds samples no seal accepted, which no journal can hold: "
-                f"{_leases(unknown[:5])}",
-            )
         checkpoint = SampleCheckpoint.from_state_dict(
             self._saved.record, fingerprint=self.config.fingerprint
         )
+        saved = checkpoint.sealed if load_sealed else ()
+        # The checkpoint's sealed siblings are the ledger's word, not the
+        # replayer's, so they are checked like the journal's: a framework
+        # holds no sample that no seal accepted.
+        for source, leases in (("'sealed'", journal), ("the checkpoint's sealed", saved)):
+            unknown = [lease for lease in leases if lease not in self._accepted]
+            if unknown:
+                raise TraceError(
+                    line,
+                    f"{source} holds samples no seal accepted, which no framework can hold: "
+                    f"{_leases(unknown[:5])}",
+                )
         # The checkpoint's samples and the journal's are one sample each.
-        held = dict.fromkeys([*(checkpoint.sealed if load_sealed else ()), *journal])
+        held = {lease: self._accepted[lease] for lease in (*saved, *journal)}
         resumed = SampleLedger.resume(
             self.config,
             checkpoint,
@@ -486,7 +498,7 @@ class Replayer:
         )
         ledger = resumed.ledger
         self.ledger = ledger
-        self._held = set(resumed.reused)
+        self._held = held
         self._samples = {
             o: list(samples)
             for o, samples in self._saved.buffered.items()

@@ -333,6 +333,86 @@ def test_a_ledger_that_accepts_a_stale_attempt_is_reported(
     assert out[-1]["fenced"] == [[0, 0, 0]] and not clean(out[-1])
 
 
+@pytest.mark.parametrize("held_by", ["journal", "checkpoint"])
+def test_a_stale_sample_a_ledger_accepted_stays_fenced_across_a_kill(
+    monkeypatch: pytest.MonkeyPatch, held_by: str
+) -> None:
+    # Life 1 accepts a stale seal and dies before training; life 2 holds the
+    # sample (from the journal, or saved with the checkpoint) and trains it.
+    monkeypatch.setattr(
+        samples_module, "current_attempt", lambda status, attempt, result: status is Sibling.RUNNING
+    )
+    stale = [
+        *group_of(2, on_failure="retry"),
+        {"op": "fail_sample", "leases": [[0, 0, 0]]},
+        {"op": "restart", "siblings": [[0, 0]]},
+        {"op": "seal", "leases": [[0, 0, 0]]},  # stale: attempt 2 is current
+    ]
+    if held_by == "journal":
+        life_1 = [stale[0], {"op": "checkpoint"}, *stale[1:]]
+        resume: Op = {"op": "resume", "sealed": [[0, 0, 0]], "attempt_floor": 3}
+    else:
+        life_1 = [*stale, {"op": "checkpoint"}]
+        resume = {"op": "resume"}
+    out = run(
+        [
+            *life_1,
+            {"op": "kill"},
+            resume,
+            {"op": "stamp", "count": 1},
+            {"op": "dispatch", "ordinals": [0]},
+        ]
+    )
+    assert by_event(out, "seal")[-1]["sealed"] == [[0, 0, 0]]  # the broken ledger took it
+    assert out[-3]["reused"] == [[0, 0, 0]]
+    (fresh,) = out[-1]["leases"]
+    report = run(
+        [
+            *life_1,
+            {"op": "kill"},
+            resume,
+            {"op": "stamp", "count": 1},
+            {"op": "dispatch", "ordinals": [0]},
+            {"op": "seal", "leases": [fresh]},
+            {"op": "train", "ordinals": [0]},
+            {"op": "finish"},
+        ]
+    )[-1]
+    assert report["samples"] == 2 and report["incomplete"] == []
+    assert report["fenced"] == [[0, 0, 0]]
+
+
+def test_a_checkpoint_holding_a_sample_no_seal_accepted_is_refused_at_the_resume(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    checkpoint = SampleLedger.checkpoint
+
+    def inventive(self: SampleLedger, **kwargs: Any) -> Any:
+        saved = checkpoint(self, **kwargs)
+        if not saved.sealed:
+            return saved
+        # Saves sibling 1's handed-out attempt as sealed, though nothing sealed it.
+        return attrs.evolve(saved, sealed=(*saved.sealed, (0, 1, 1)))
+
+    monkeypatch.setattr(SampleLedger, "checkpoint", inventive)
+    ops = [
+        *group_of(2),
+        {"op": "seal", "leases": [[0, 0, 0]]},
+        {"op": "checkpoint"},
+        {"op": "kill"},
+    ]
+    assert run(ops)[-1]["sealed"] == [[0, 0, 0], [0, 1, 1]]
+    replayer = Replayer()
+    for line, op in enumerate(ops, start=1):
+        replayer.feed(op, line)
+    with pytest.raises(TraceError, match=r"checkpoint's sealed holds .*no seal accepted") as info:
+        replayer.feed({"op": "resume"}, 9)
+    assert info.value.line == 9 and replayer.ledger is None
+    # Without the checkpoint's siblings the resume holds only what was accepted.
+    resumed = replayer.feed({"op": "resume", "load_sealed": False, "sealed": [[0, 0, 0]]}, 10)
+    assert resumed[0]["reused"] == [[0, 0, 0]]
+
+
 def test_a_ledger_that_lands_a_group_early_is_reported(monkeypatch: pytest.MonkeyPatch) -> None:
     masks = samples_module._masks
 
