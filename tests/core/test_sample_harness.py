@@ -244,6 +244,26 @@ class TrainsAGroupMissingASibling(BareSampleLedger):
         return super().fail_sample(leases)
 
 
+class TrainsAStaleSiblingAfterAGroupFailure(GroupGranularity):
+    """Its store keeps each sibling's first sample (a sealed sibling's
+    second result is fenced anyway, it reasons) and forgets a group's
+    samples when the group leaves the run, but not when it fails whole and
+    is requeued: the regenerated group lands with a sample its sibling
+    sealed before the failure, every sample one a worker produced while
+    current, one per sibling."""
+
+    def _apply(self, applied: SampleApplied) -> Any:
+        self.ledger, e = applied.ledger, applied.effect
+        self.disk["floor"] = self.ledger.next_attempt
+        for x in e.sealed:
+            self.store.setdefault((x.ordinal, x.sibling), x)
+        for o in (*e.unstamped, *e.dropped):  # not ``e.requeued``: the bug
+            self._forget(o)
+        for o in e.landed:
+            self.buffer[o] = [self.store.pop(k) for k in sorted(self.store) if k[0] == o]
+        return e
+
+
 class DropsAtTheFirstFailedSample(BareSampleLedger):
     """Claims two attempts per group but configures the ledger with one."""
 
@@ -279,6 +299,7 @@ class ForgetsTheAttemptFloor(BareSampleLedger):
         (TrainsAFencedResult, "ATTEMPT-FENCING"),
         (LosesASealedSiblingOnResume, "SAMPLE-EXACTLY-ONCE"),
         (TrainsAGroupMissingASibling, "SAMPLE-EXACTLY-ONCE"),
+        (TrainsAStaleSiblingAfterAGroupFailure, "ATTEMPT-FENCING"),
         (DropsAtTheFirstFailedSample, "SAMPLE-RETRY-BOUND"),
         (ForgetsTheAttemptFloor, "ATTEMPT-FENCING"),
     ],

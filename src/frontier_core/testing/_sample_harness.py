@@ -20,18 +20,26 @@ those it delivered while their lease was current (its own model of
 currency: handed out in this process life, its sibling neither sealed nor
 failed since, its group outstanding). Those are the samples that exist;
 any of them may come back after a crash (from the checkpoint or a journal:
-the ledger calls them held, ``effect.reused``). The checks, named by the
-IDs of proofs/SAMPLES.md:
+the ledger calls them held, ``effect.reused``). With the lineage, and so
+with each checkpoint and truncated at each crash, it keeps the samples
+every buffered group landed with, one lease per sibling, as it saw them
+land: a step must train exactly those. The checks, named by the IDs of
+proofs/SAMPLES.md:
 
 * SAMPLE-EXACTLY-ONCE: every group is trained once per lineage or dropped
   on record, never both; a step trains each of its groups with exactly its
   n samples, one per sibling, each one a worker produced; no current
   attempt's result is refused (its sample would be lost); no sealed sibling
-  is generated again; a dispatched group names every sibling.
+  is generated again; a dispatched group names every sibling; a resume
+  restores to the buffer only groups that were in it at the checkpoint.
 * ATTEMPT-FENCING: no trained sample is the result of an attempt that was
-  not current when it answered; no such result is accepted, and no fenced
-  failure drops a group; no lease is handed out twice (a late answer of the
-  first would pass for the second) and no running sibling is started again.
+  not current when it answered, nor one that another attempt of its
+  sibling superseded (a group trains the samples it landed with, not one
+  sealed before the group failed whole, nor a held one of before a crash
+  whose sibling was generated again); no such result is accepted, and no
+  fenced failure drops a group; no lease is handed out twice (a late answer
+  of the first would pass for the second) and no running sibling is started
+  again.
 * SAMPLE-RETRY-BOUND: nothing is dropped before ``max_attempts`` failures
   of its group in the lineage (a failed sample is one failure of its group).
 
@@ -131,9 +139,12 @@ class SampleIntegration(_Wiring):
 
 @attrs.frozen
 class SampleLineage(Lineage):
-    """The prompt-level ``Lineage`` and every sample its steps trained."""
+    """The prompt-level ``Lineage``, every sample its steps trained, and
+    the samples each buffered group landed with (one per sibling; a group
+    leaves them when it trains, or when a resume does not restore it)."""
 
     samples: tuple[Lease, ...] = ()
+    landed: frozenset[Lease] = frozenset()
 
 
 class SampleIntegrationMachine(_Machine):
@@ -187,7 +198,12 @@ class SampleIntegrationMachine(_Machine):
     # -- the life of a group ---------------------------------------------------------
 
     def _land(self, ordinal: int) -> None:
-        del self.sealed[ordinal]
+        lineage = self.lineage
+        assert isinstance(lineage, SampleLineage)
+        # The group's samples as of now: what the ledger lands is what the
+        # step must train, whatever the integration's buffer keeps after.
+        group = self.sealed.pop(ordinal).values()
+        self.lineage = attrs.evolve(lineage, landed=lineage.landed.union(group))
         self.outstanding.discard(ordinal)
         self.buffered.add(ordinal)
 
@@ -202,6 +218,22 @@ class SampleIntegrationMachine(_Machine):
         super()._new_life()
         self.running = {}
         self.sealed = {}
+
+    def _restart(self, index: int) -> None:
+        super()._restart(index)
+        lineage = self.lineage
+        assert isinstance(lineage, SampleLineage)
+        known = {x.ordinal for x in lineage.landed}
+        if self.buffered - known:
+            raise CoverageViolation(
+                self.SKIP,
+                self.buffered - known,
+                "resume restored groups to the buffer that were not in it at the checkpoint",
+            )
+        # A buffered group the resume did not restore is generated again and
+        # lands anew, with other samples.
+        landed = frozenset(x for x in lineage.landed if x.ordinal in self.buffered)
+        self.lineage = attrs.evolve(lineage, landed=landed)
 
     def _read_dispatch(self, got: Any) -> tuple[list[Lease], list[Lease]]:
         if not (isinstance(got, tuple) and len(got) == 2):
@@ -355,7 +387,19 @@ class SampleIntegrationMachine(_Machine):
                 )
         lineage = self.lineage
         assert isinstance(lineage, SampleLineage)
-        return {"samples": (*lineage.samples, *samples)}
+        # One sample per sibling, each one that exists: what is left is that
+        # each is the one its sibling landed with, not an earlier attempt's.
+        self._violation(
+            self.FENCING,
+            [x for x in samples if x not in lineage.landed],
+            "train trained samples other than those their groups landed with (of an "
+            "attempt superseded since: its group failed whole, or its held sibling was "
+            "generated again)",
+        )
+        return {
+            "samples": (*lineage.samples, *samples),
+            "landed": frozenset(x for x in lineage.landed if x.ordinal not in step),
+        }
 
     # -- rules --------------------------------------------------------------------
 
