@@ -73,11 +73,14 @@ corruption, or zeros followed by data), a head written whole that fails.
 
 Why dropping a frame cut short by zeros is safe: no sound frame is dropped
 (every byte from the zeros on is zero, and a frame of zeros fails its head
-check), and the frame that failed was unfinished, not damaged: its zeros
-begin before its end, where a frame written whole has its check. Under the
-power-cut model that frame is the unsynced group's first not written whole,
-which the crash could have lost with the rest of the group; a synced frame
-is whole on disk and passes. If a file system lost synced data as well, the
+check), and the frame that failed is taken for unfinished, not damaged:
+its zeros begin before its end. That is a judgement, not a proof: a frame
+written whole whose check happens to end in zero bytes (one in 256 for the
+last byte), damaged, and followed by zeros only, looks the same, and is
+dropped as a torn tail, as a damaged last frame is. Under the power-cut
+model the frame is the unsynced group's first not written whole, which the
+crash could have lost with the rest of the group; a synced frame is whole
+on disk and passes. If a file system lost synced data as well, the
 loss still shows: a checkpoint saves the journal position of its ``Mark``,
 and ``Decoded.check_mark`` raises ``JournalBehindError`` at resume when the
 journal decodes to fewer records than that, so records a checkpoint
