@@ -24,6 +24,8 @@ from frontier_adapters.rollout._engine import Completion, RequestOutput
 from frontier_core import FailurePolicy, Lease, LedgerConfig, Status
 from frontier_core.journal import Reuse
 
+from ._sample_support import Sink
+
 N = 3
 FP = "sample-loop"
 
@@ -32,21 +34,6 @@ def full(o: int, s: int) -> list[int]:
     """The sibling's whole sample: what the engine generates, whatever the
     prefix it is asked to continue."""
     return [100 * o + 10 * s + i for i in range(3 + (o + s) % 4)]
-
-
-class Sink:
-    def __init__(self, refuse: set[int] | None = None) -> None:
-        self.groups: dict[int, Group] = {}
-        self.refuse = refuse or set()
-
-    def add(self, group: Group) -> None:
-        if group.ordinal in self.refuse:
-            raise RuntimeError("the trainer refused the group")
-        assert group.ordinal not in self.groups
-        self.groups[group.ordinal] = group
-
-    def __len__(self) -> int:
-        return len(self.groups)
 
 
 class StreamEngine:

@@ -26,7 +26,6 @@ from frontier_adapters.examples.cpu_engine import (  # noqa: E402
     TinyCausalLM,
 )
 from frontier_adapters.rollout import (  # noqa: E402
-    Group,
     RolloutJournal,
     SampleProgress,
     SampleRolloutLoop,
@@ -39,6 +38,8 @@ from frontier_adapters.rollout import (  # noqa: E402
 
 from frontier_core import Lease, LedgerConfig, SampleCheckpoint, Status  # noqa: E402
 from frontier_core.journal import Reuse, TokenPayload, replay  # noqa: E402
+
+from ._sample_support import Crash, Sink, prompt_of  # noqa: E402
 
 FP = "sample-loop-cpu"
 N = 3
@@ -62,31 +63,11 @@ class Recording(CpuEngine):
         return super().generate(prompt, sampling_params, request_id)
 
 
-class Sink:
-    def __init__(self) -> None:
-        self.groups: dict[int, Group] = {}
-
-    def add(self, group: Group) -> None:
-        assert group.ordinal not in self.groups
-        self.groups[group.ordinal] = group
-
-    def __len__(self) -> int:
-        return len(self.groups)
-
-
-class Crash(Exception):
-    pass
-
-
 def collector(n: int) -> SampleCollector:
     return SampleCollector(
         SequenceSource(PROMPTS[:n], batch_size=2),
         LedgerConfig(stream_len=n, samples=N, fingerprint=FP),
     )
-
-
-def prompt_of(row: list[int], prefix: tuple[int, ...]) -> dict[str, Any]:
-    return continued_prompt(row, prefix)
 
 
 def model_logprobs(m: TinyCausalLM, prompt: list[int], sample: list[int]) -> list[float]:

@@ -30,7 +30,8 @@ import torch  # noqa: E402
 from frontier_adapters.examples import tiny_llm  # noqa: E402
 from frontier_adapters.rollout import SampleRolloutLoop, VllmEngine, vllm_sample_params  # noqa: E402
 
-from .test_vllm_samples import PROMPTS, SEED, Sink, collector, prompt_of  # noqa: E402
+from ._sample_support import Sink, prompt_of  # noqa: E402
+from .test_vllm_samples import PROMPTS, SEED, collector  # noqa: E402
 
 TEMPERATURE = 0.7
 #: vLLM (float32 on CPU) against transformers (float32): about 1e-5 measured.

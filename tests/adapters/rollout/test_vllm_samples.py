@@ -36,12 +36,10 @@ import torch  # noqa: E402
 from frontier_adapters import SampleCollector, SequenceSource  # noqa: E402
 from frontier_adapters.examples import tiny_llm  # noqa: E402
 from frontier_adapters.rollout import (  # noqa: E402
-    Group,
     RolloutJournal,
     SampleProgress,
     SampleRolloutLoop,
     VllmEngine,
-    continued_prompt,
     sample_request_id,
     sample_seed,
     vllm_sample_params,
@@ -49,6 +47,8 @@ from frontier_adapters.rollout import (  # noqa: E402
 
 from frontier_core import Lease, LedgerConfig, SampleCheckpoint, Status  # noqa: E402
 from frontier_core.journal import Extend, Progress, Reuse, TokenPayload, replay  # noqa: E402
+
+from ._sample_support import Crash, Sink, prompt_of  # noqa: E402
 
 FP = "vllm-samples"
 N = 3
@@ -130,31 +130,11 @@ class Recording:
         await self.engine.abort(request_id)
 
 
-class Sink:
-    def __init__(self) -> None:
-        self.groups: dict[int, Group] = {}
-
-    def add(self, group: Group) -> None:
-        assert group.ordinal not in self.groups
-        self.groups[group.ordinal] = group
-
-    def __len__(self) -> int:
-        return len(self.groups)
-
-
-class Crash(Exception):
-    pass
-
-
 def collector(n: int) -> SampleCollector:
     return SampleCollector(
         SequenceSource(PROMPTS[:n], batch_size=2),
         LedgerConfig(stream_len=n, samples=N, fingerprint=FP),
     )
-
-
-def prompt_of(row: list[int], prefix: tuple[int, ...]) -> dict[str, Any]:
-    return continued_prompt(row, prefix)
 
 
 def lease_of(rid: str) -> Lease:
