@@ -31,9 +31,7 @@ from typing import Any, Concatenate, Final, ParamSpec, Protocol, TypeVar
 
 from frontier_core import (
     Checkpoint,
-    CheckpointCorruptError,
     CheckpointMismatchError,
-    CheckpointVersionError,
     Effect,
     IllegalTransitionError,
     Ledger,
@@ -46,6 +44,7 @@ from frontier_core import (
 )
 
 from ._errors import ConcurrentUseError, StreamMisalignedError
+from ._state import KEY_FORMAT, KEY_VERSION, check_state
 
 _P = ParamSpec("_P")
 _R = TypeVar("_R")
@@ -81,8 +80,6 @@ def _exclusive(
 
 FORMAT: Final = "frontier_adapters.collector"
 VERSION: Final = 1
-KEY_FORMAT: Final = "format"
-KEY_VERSION: Final = "version"
 KEY_LEDGER: Final = "ledger"
 KEY_STREAM: Final = "stream"
 _KEYS: Final = frozenset({KEY_FORMAT, KEY_VERSION, KEY_LEDGER, KEY_STREAM})
@@ -385,19 +382,7 @@ class StreamCollector:
             raise TypeError(
                 f"load_replay_buffer must be a bool, got {type(load_replay_buffer).__name__}"
             )
-        if not isinstance(state, Mapping):
-            raise CheckpointCorruptError(
-                f"collector state must be a dict, got {type(state).__name__}"
-            )
-        if state.get(KEY_FORMAT) != FORMAT or state.get(KEY_VERSION) != VERSION:
-            raise CheckpointVersionError(
-                f"collector state has format {state.get(KEY_FORMAT)!r} version "
-                f"{state.get(KEY_VERSION)!r}; this library reads {FORMAT!r} version {VERSION}"
-            )
-        if set(state) != _KEYS:
-            raise CheckpointCorruptError(
-                f"collector state has keys {sorted(state)}, expected {sorted(_KEYS)}"
-            )
+        state = check_state(state, what="collector state", fmt=FORMAT, version=VERSION, keys=_KEYS)
         checkpoint = self._read_record(state[KEY_LEDGER])
         saved, now = checkpoint.stream_len, self.config.stream_len
         # A longer stream (more epochs) continues the saved one: an

@@ -85,7 +85,6 @@ import attrs
 
 from frontier_core import (
     CheckpointCorruptError,
-    CheckpointVersionError,
     Lease,
     LedgerConfig,
     SampleCheckpoint,
@@ -104,11 +103,10 @@ from frontier_core.journal import (
 from ._collector import StreamSource
 from ._journal_files import JournalFileError, JournalWriter
 from ._samples import SampleCollector, Taken
+from ._state import KEY_FORMAT, KEY_VERSION, check_state
 
 FORMAT: Final = "frontier_adapters.sample_ledger"
 VERSION: Final = 1
-KEY_FORMAT: Final = "format"
-KEY_VERSION: Final = "version"
 KEY_COLLECTOR: Final = "collector"
 KEY_BUFFER: Final = "buffer"
 KEY_JOURNAL: Final = "journal"
@@ -758,15 +756,9 @@ class SampleLedgerService:
         )
 
     def _restore(self, state: Mapping[str, Any], load_replay_buffer: bool, reuse: Reuse) -> None:
-        if not isinstance(state, Mapping):
-            raise CheckpointCorruptError(f"ledger state must be a dict, got {type(state).__name__}")
-        if state.get(KEY_FORMAT) != FORMAT or state.get(KEY_VERSION) != VERSION:
-            raise CheckpointVersionError(
-                f"ledger state has format {state.get(KEY_FORMAT)!r:.80} version "
-                f"{state.get(KEY_VERSION)!r:.20}; this library reads {FORMAT!r} version {VERSION}"
-            )
-        if set(state) != _KEYS:
-            raise CheckpointCorruptError(f"sample ledger state has keys {sorted(state)}")
+        state = check_state(
+            state, what="sample ledger state", fmt=FORMAT, version=VERSION, keys=_KEYS
+        )
         mark, step, buffer = state[KEY_JOURNAL], state[KEY_STEP], state[KEY_BUFFER]
         if not (
             isinstance(mark, Mapping)
@@ -809,8 +801,7 @@ class SampleLedgerService:
         self._reserved = recovered.state.reserved
         # What the journal's samples alone would have started attempts at.
         self.journal_floor = max(
-            [checkpoint.next_attempt]
-            + [st.attempt + 1 for _, _, st in recovered.state.siblings()]
+            [checkpoint.next_attempt] + [st.attempt + 1 for _, _, st in recovered.state.siblings()]
         )
         for lease in recovered.state.progress():
             st = recovered.prefix(lease.ordinal, lease.sibling)

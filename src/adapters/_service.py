@@ -56,15 +56,14 @@ from typing import Any, Final, cast
 
 import attrs
 
-from frontier_core import CheckpointCorruptError, CheckpointVersionError, LedgerConfig, Status
+from frontier_core import CheckpointCorruptError, LedgerConfig, Status
 
 from ._collector import StreamCollector, StreamSource
 from ._sources import SequenceSource as SequenceSource
+from ._state import KEY_FORMAT, KEY_VERSION, check_state
 
 FORMAT: Final = "frontier_adapters.ray_ledger"
 VERSION: Final = 1
-KEY_FORMAT: Final = "format"
-KEY_VERSION: Final = "version"
 KEY_COLLECTOR: Final = "collector"
 KEY_BUFFER: Final = "buffer"
 _KEYS: Final = frozenset({KEY_FORMAT, KEY_VERSION, KEY_COLLECTOR, KEY_BUFFER})
@@ -351,15 +350,7 @@ class LedgerService:
     # -- resume -------------------------------------------------------------------
 
     def _restore(self, state: Mapping[str, Any], load_replay_buffer: bool) -> None:
-        if not isinstance(state, Mapping):
-            raise CheckpointCorruptError(f"ledger state must be a dict, got {type(state).__name__}")
-        if state.get(KEY_FORMAT) != FORMAT or state.get(KEY_VERSION) != VERSION:
-            raise CheckpointVersionError(
-                f"ledger state has format {state.get(KEY_FORMAT)!r} version "
-                f"{state.get(KEY_VERSION)!r}; this library reads {FORMAT!r} version {VERSION}"
-            )
-        if set(state) != _KEYS:
-            raise CheckpointCorruptError(f"ledger state has keys {sorted(state)}")
+        state = check_state(state, what="ledger state", fmt=FORMAT, version=VERSION, keys=_KEYS)
         buffer = state[KEY_BUFFER]
         if not isinstance(buffer, list) or not all(
             isinstance(e, list | tuple) and len(e) == 2 and type(e[0]) is int for e in buffer

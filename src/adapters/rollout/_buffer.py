@@ -20,14 +20,13 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any, Final
 
-from frontier_core import CheckpointCorruptError, CheckpointVersionError
+from frontier_core import CheckpointCorruptError
 
+from .._state import KEY_FORMAT, KEY_VERSION, check_state
 from ._loop import Group
 
 FORMAT: Final = "frontier_adapters.replay_buffer"
 VERSION: Final = 1
-KEY_FORMAT: Final = "format"
-KEY_VERSION: Final = "version"
 #: The groups, ascending by ordinal, each a dict with the ``GROUP_KEYS``.
 KEY_GROUPS: Final = "groups"
 _KEYS: Final = frozenset({KEY_FORMAT, KEY_VERSION, KEY_GROUPS})
@@ -179,20 +178,9 @@ class ReplayBuffer:
         ``CheckpointVersionError`` for another format or version and
         ``CheckpointCorruptError`` for a missing, unknown or ill-typed key or
         an ordinal saved twice; the buffer is unchanged then."""
-        if not isinstance(state_dict, Mapping):
-            raise CheckpointCorruptError(
-                f"replay buffer state must be a dict, got {type(state_dict).__name__}"
-            )
-        found = (state_dict.get(KEY_FORMAT), state_dict.get(KEY_VERSION))
-        if found != (FORMAT, VERSION):
-            raise CheckpointVersionError(
-                f"replay buffer state has format {found[0]!r} version {found[1]!r}; "
-                f"this library reads {FORMAT!r} version {VERSION}"
-            )
-        if set(state_dict) != _KEYS:
-            raise CheckpointCorruptError(
-                f"replay buffer state has keys {sorted(state_dict)}, expected {sorted(_KEYS)}"
-            )
+        state_dict = check_state(
+            state_dict, what="replay buffer state", fmt=FORMAT, version=VERSION, keys=_KEYS
+        )
         groups: dict[int, Group] = {}
         for index, d in enumerate(_list(state_dict[KEY_GROUPS], KEY_GROUPS)):
             group = _group(d, index)

@@ -81,15 +81,14 @@ from frontier_core import (
 
 from .._collector import FORMAT as COLLECTOR_FORMAT
 from .._collector import (
-    KEY_FORMAT,
     KEY_LEDGER,
     KEY_STREAM,
-    KEY_VERSION,
     StreamCollector,
     StreamSource,
 )
 from .._collector import VERSION as COLLECTOR_VERSION
 from .._errors import CheckpointFileError
+from .._state import KEY_FORMAT, KEY_VERSION
 from ._files import (
     _TMP_PREFIX,
     _check_fingerprint,

@@ -662,3 +662,26 @@ def test_replay_buffer_refuses_a_wrong_or_missing_key_and_stays_unchanged() -> N
         with pytest.raises(error, match=message):
             target.load_state_dict(state)
         assert target.ordinals == [9]
+
+
+@pytest.mark.parametrize(
+    "state",
+    [
+        {1: "x", "format": "frontier_adapters.replay_buffer", "version": 1, "groups": []},
+        {"format": "frontier_adapters.replay_buffer", "version": 1}
+        | {f"k{i}": i for i in range(10_000)},
+    ],
+    ids=["a-non-string-key", "ten-thousand-keys"],
+)
+def test_a_buffer_state_with_foreign_keys_is_a_typed_error_of_bounded_size(
+    state: dict[Any, Any],
+) -> None:
+    from frontier_adapters.rollout import ReplayBuffer
+
+    from frontier_core import CheckpointError
+
+    buffer = ReplayBuffer(max_trajectory_age_steps=2)
+    with pytest.raises(CheckpointError) as info:
+        buffer.load_state_dict(state)
+    assert len(str(info.value)) < 2_000
+    assert len(buffer) == 0
