@@ -24,7 +24,7 @@ if [ "$(cat "$STAMP" 2>/dev/null || true)" != "$TORCH $TRL" ]; then
     "$py" -m pip install --quiet --upgrade pip
     "$py" -m pip install --quiet "$TORCH"
     "$py" -m pip install --quiet "$TRL" "torchdata>=0.10" "attrs>=23.1" "tqdm>=4.66" \
-        "pytest>=8" "hypothesis>=6.100"
+        "pytest>=8" "pytest-timeout>=2.3" "hypothesis>=6.100"
     echo "$TORCH $TRL" > "$STAMP"
 fi
 "$py" -m pip install --quiet --no-deps -e .

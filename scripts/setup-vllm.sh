@@ -48,7 +48,7 @@ fi
 # the test tools.
 "$py" -m pip install --quiet --no-deps -e .
 "$py" -m pip install --quiet --no-deps "torchdata==0.11.0"
-"$py" -m pip install --quiet "attrs>=23.1" "tqdm>=4.66" "pytest>=8" "hypothesis>=6.100" psutil
+"$py" -m pip install --quiet "attrs>=23.1" "tqdm>=4.66" "pytest>=8" "pytest-timeout>=2.3" "hypothesis>=6.100" psutil
 # torch still the CPU build, and the broken CUDA companions still absent.
 "$py" - <<'EOF'
 import importlib.util

@@ -87,6 +87,8 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Final
 
+import attrs
+
 from frontier_core import FrontierError
 from frontier_core.journal import (
     DEFAULT_MAX_FRAME,
@@ -101,6 +103,7 @@ from frontier_core.journal import (
     encode_header,
 )
 from frontier_core.journal._format import append_frame, append_frames
+from frontier_core.journal._records import JOURNAL_ID_SIZE
 
 #: The default bound on a journal file read whole at open.
 DEFAULT_MAX_BYTES: Final = 4 << 30
@@ -158,13 +161,19 @@ def _write_all(fd: int, data: bytes | memoryview) -> None:
 
 
 def _open(path: Path, flags: int) -> int:
-    """A descriptor on the regular file ``path``, never through a symlink."""
+    """A descriptor on the regular file ``path``, never through a symlink.
+    ``FileNotFoundError`` if there is none; ``JournalFileError`` for anything
+    else that is not a readable (and, for a writer, writable) regular file."""
     try:
         fd = os.open(path, flags | _OPEN_FLAGS)
+    except FileNotFoundError:
+        raise
     except OSError as exc:
         if exc.errno == errno.ELOOP:
             raise JournalFileError(path, "is a symlink; refusing to follow it") from None
-        raise
+        if exc.errno == errno.EISDIR:
+            raise JournalFileError(path, "is a directory, not a journal file") from None
+        raise JournalFileError(path, f"cannot be opened: {exc.strerror or exc}") from None
     try:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
             raise JournalFileError(path, "not a regular file (a FIFO, device or directory)")
@@ -247,8 +256,11 @@ def _write_temp(target: Path, data: bytes) -> tuple[Path, int]:
 
 
 def _create(path: Path, header: JournalHeader, max_frame: int) -> None:
-    """Publish a journal holding only ``header`` at ``path``, unless a file is
-    already there (then leave it: the caller opens it)."""
+    """Publish a journal holding only ``header`` at ``path``, under a journal
+    id of its own (drawn here: two journals created from one header value are
+    still two journals), unless a file is already there (then leave it: the
+    caller opens it)."""
+    header = attrs.evolve(header, journal_id=secrets.token_bytes(JOURNAL_ID_SIZE))
     tmp, _ = _write_temp(path, encode_header(header, max_frame=max_frame))
     try:
         try:
@@ -437,7 +449,12 @@ class JournalWriter:
         self._oldest = 0.0
         self._handed = -math.inf  # when the last commit returned (``time.perf_counter``)
         if not os.path.lexists(self.path):
-            _create(self.path, header, max_frame)
+            try:
+                _create(self.path, header, max_frame)
+            except OSError as exc:
+                raise JournalFileError(
+                    self.path, f"cannot be created: {exc.strerror or exc}"
+                ) from None
         self._fd = _open(self.path, os.O_RDWR | os.O_APPEND)
         try:
             self._lock(self._fd)
@@ -445,6 +462,11 @@ class JournalWriter:
             self.recovered = _decode_file(
                 data, self.path, header.fingerprint, header.lineage, max_frame
             )
+            # The journal's own header from here on: its id keys every frame
+            # appended (``JournalHeader.key``), and its marks are carried by
+            # compactions.
+            self._header = self.recovered.header
+            self._key = self._header.key
             if self.recovered.torn is not None:
                 os.ftruncate(self._fd, self.recovered.end)
             # What a killed writer wrote may still be only in the page cache:
@@ -502,7 +524,7 @@ class JournalWriter:
         # ``max_frame`` was checked at the open and ``_next`` comes from the
         # journal, so ``append_frame``, not ``encode_record``: the frame goes
         # into the group as it is, without the argument checks.
-        self._pending_bytes += append_frame(self._pending, record, seq, self._max_frame)
+        self._pending_bytes += append_frame(self._pending, record, seq, self._max_frame, self._key)
         self._next = seq + 1
         if self._due() == 0.0:
             self._commit()
@@ -516,7 +538,9 @@ class JournalWriter:
         if not records:
             return self._next - 1
         starts_group = not self._pending
-        self._pending_bytes += append_frames(self._pending, records, self._next, self._max_frame)
+        self._pending_bytes += append_frames(
+            self._pending, records, self._next, self._max_frame, self._key
+        )
         if starts_group:
             self._oldest = self._clock()
         self._next += len(records)
@@ -557,13 +581,22 @@ class JournalWriter:
         """Commit, then write ``records`` as a new journal at ``new_path``
         (which may be this journal's own path) atomically, continuing this
         journal's sequence numbers: its base is this journal's ``position``,
-        so a position a checkpoint saved keeps its meaning. The writer then
+        so a position a checkpoint saved keeps its meaning, and its header
+        keeps this journal's id and remembers its marks (``Decoded.marks``:
+        it reads the journal for them), so ``Decoded.check_mark`` still proves
+        a checkpoint whose mark was compacted away. The writer then
         appends to the new journal; the old file, if at another path, is left
         for the caller to remove. Returns the new ``durable``. On an error
         before the new journal is in place, nothing changed."""
-        self.sync()  # the commit thread is idle from here on
+        marks = self.read().marks()  # commits: the commit thread is idle from here on
         target = Path(new_path)
-        header = JournalHeader(self._header.fingerprint, self._header.lineage, self.position)
+        header = JournalHeader(
+            self._header.fingerprint,
+            self._header.lineage,
+            self.position,
+            self._header.journal_id,
+            marks,
+        )
         records = tuple(records)
         data = encode(header, records, max_frame=self._max_frame)
         tmp, inode = _write_temp(target, data)

@@ -12,6 +12,7 @@ appended that contains every record reported durable. The long run is
 
 from __future__ import annotations
 
+import errno
 import os
 import random
 import signal
@@ -40,6 +41,7 @@ from frontier_core.journal import (
     FRAME_OVERHEAD,
     BytesPayload,
     CommitPolicy,
+    JournalBehindError,
     JournalCorruptError,
     JournalHeader,
     JournalMismatchError,
@@ -104,7 +106,9 @@ def test_a_new_journal_starts_with_its_header_and_round_trips(tmp_path: Path) ->
     with JournalWriter(path, HEADER) as w:
         assert w.recovered.records == () and w.torn is None
         assert (w.position, w.durable) == (0, 0)
-        assert read_journal(path).header == HEADER
+        header = read_journal(path).header
+        assert (header.fingerprint, header.lineage, header.base) == ("fp-v1", "lineage-a", 0)
+        assert header.journal_id != HEADER.journal_id  # drawn at creation
         assert w.append(record_for(0)) == 1
         assert w.extend([record_for(1), record_for(2)]) == 3
         assert w.sync() == 3
@@ -173,7 +177,7 @@ def test_a_torn_tail_is_truncated_reported_and_appended_after(tmp_path: Path) ->
     with JournalWriter(path, HEADER) as w:
         w.extend([record_for(i) for i in range(5)])
     whole = path.read_bytes()
-    fragment = encode_record(record_for(5), 6)[:-7]
+    fragment = encode_record(record_for(5), 6, header=HEADER)[:-7]
     path.write_bytes(whole + fragment)
     with JournalWriter(path, HEADER) as w:
         assert w.torn is not None
@@ -192,8 +196,8 @@ def test_a_group_cut_short_by_zero_bytes_is_truncated_reported_and_appended_afte
     with JournalWriter(path, HEADER) as w:
         w.extend([record_for(i) for i in range(5)])
     whole = path.read_bytes()
-    first = encode_record(record_for(5), 6)
-    group = first + encode_record(record_for(6), 7)
+    first = encode_record(record_for(5), 6, header=HEADER)
+    group = first + encode_record(record_for(6), 7, header=HEADER)
     written = len(first) // 2  # inside the group's first frame, past its head
     assert written > FRAME_OVERHEAD
     path.write_bytes(whole + group[:written] + bytes(len(group) - written))
@@ -233,6 +237,89 @@ def test_a_journal_of_another_run_is_refused(tmp_path: Path) -> None:
         JournalWriter(path, JournalHeader("fp-v1", "lineage-b"))
     assert info.value.field == "lineage"
     assert path.read_bytes() == before
+
+
+def test_a_frame_of_another_run_spliced_in_is_refused_and_never_replayed(
+    tmp_path: Path,
+) -> None:
+    """Issue 21 item 1: two runs with the same fingerprint and lineage (the
+    README's names, another seed), a ``Sealed`` frame of one copied into the
+    other at the same sequence number: the open refuses it in the middle and
+    discards it as a torn tail at the end; its sample is never replayed."""
+    ours, theirs = tmp_path / "ours", tmp_path / "theirs"
+    header = JournalHeader("my-dataset-v1", "run-42")
+    mine = [Sealed(0, s, 0, BytesPayload(b"ours-%d" % s)) for s in range(3)]
+    other = [Sealed(0, s, 0, BytesPayload(b"oth3-%d" % s)) for s in range(3)]
+    for path, recs in ((ours, mine), (theirs, other)):
+        with JournalWriter(path, header) as w:
+            w.extend(recs)
+    a, b = ours.read_bytes(), theirs.read_bytes()
+    size = FRAME_OVERHEAD + len(encode_record(mine[0], 1, header=header)) - FRAME_OVERHEAD
+    end = len(a)
+    middle, last = end - 2 * size, end - size
+    assert a[:middle] != b[:middle]  # two journals: their ids differ
+    ours.write_bytes(a[:middle] + b[middle:last] + a[last:])
+    with pytest.raises(JournalCorruptError) as info:
+        JournalWriter(ours, header)
+    assert info.value.offset == middle and "another journal" in info.value.reason
+    assert ours.read_bytes() == a[:middle] + b[middle:last] + a[last:]  # left alone
+    ours.write_bytes(a[:last] + b[last:])
+    with JournalWriter(ours, header) as w:
+        assert w.recovered.records == tuple(mine[:2])  # theirs discarded, not replayed
+        assert w.torn is not None and w.torn.reason == "the last frame fails its check"
+        w.append(mine[2])
+    assert read_journal(ours).records == tuple(mine)
+
+
+def test_a_reopened_journal_keeps_its_own_identity(tmp_path: Path) -> None:
+    """The header handed to a writer names the run; the journal's id is the
+    file's own, drawn when it was created: frames appended after a reopen (a
+    new ``JournalHeader`` value, a new id) are keyed to the file's."""
+    path = tmp_path / "journal"
+    with JournalWriter(path, JournalHeader("fp", "run")) as w:
+        w.append(record_for(0))
+    created = read_journal(path).header.journal_id
+    with JournalWriter(path, JournalHeader("fp", "run")) as w:
+        w.append(record_for(1))
+    decoded = read_journal(path)
+    assert decoded.header.journal_id == created
+    assert decoded.records == (record_for(0), record_for(1))
+
+
+def test_a_directory_or_an_unreadable_file_at_the_journal_path_is_a_typed_error(
+    tmp_path: Path,
+) -> None:
+    """Issue 21 item 7: these raised a bare ``IsADirectoryError`` and
+    ``PermissionError``."""
+    directory = tmp_path / "journal"
+    directory.mkdir()
+    with pytest.raises(JournalFileError, match="is a directory"):
+        JournalWriter(directory, HEADER)
+    with pytest.raises(JournalFileError, match="directory"):
+        read_journal(directory)
+    assert directory.is_dir() and not list(directory.iterdir())
+    # An unreadable file (EACCES at the open: as root, mode 0 reads anyway,
+    # so the open is made to fail as it does for another user).
+    locked = tmp_path / "locked"
+    JournalWriter(locked, HEADER).close()
+    before = locked.read_bytes()
+    real_open = os.open
+
+    def refuse(path: object, *args: object, **kwargs: object) -> int:
+        if os.fspath(path) == os.fspath(locked):  # type: ignore[arg-type]
+            raise PermissionError(errno.EACCES, "Permission denied", os.fspath(locked))
+        return real_open(path, *args, **kwargs)  # type: ignore[arg-type]
+
+    with mock.patch.object(_journal_files.os, "open", refuse):
+        with pytest.raises(JournalFileError, match="cannot be opened: Permission denied"):
+            JournalWriter(locked, HEADER)
+        with pytest.raises(JournalFileError, match="cannot be opened: Permission denied"):
+            read_journal(locked)
+    assert locked.read_bytes() == before
+    nowhere = tmp_path / "no-such-dir" / "journal"
+    with pytest.raises(JournalFileError, match="cannot be created"):
+        JournalWriter(nowhere, HEADER)
+    assert not nowhere.parent.exists()
 
 
 def test_a_symlink_a_fifo_and_an_oversized_file_are_refused(tmp_path: Path) -> None:
@@ -687,7 +774,12 @@ def test_compaction_in_place_keeps_the_window_and_the_numbering(tmp_path: Path) 
     decoded = read_journal(path)
     assert decoded.header.base == mark_at
     assert replay(decoded.records) == replay(records).restrict(window)
-    decoded.check_mark(mark_at, 7)  # folded into the base: still accepted
+    decoded.check_mark(mark_at, 7)  # folded into the base: remembered, still accepted
+    assert decoded.header.marks == ((mark_at, 7),)
+    with pytest.raises(JournalBehindError, match="another branch"):
+        decoded.check_mark(mark_at, 8)  # it used to pass any position at or below the base
+    with pytest.raises(JournalBehindError, match="another branch"):
+        decoded.check_mark(mark_at - 1, 7)
     # Appends continue the numbering, on the new file.
     seq = w.append(record_for(40))
     w.close()

@@ -47,6 +47,7 @@ from ._format import encode as encode
 from ._format import encode_header as encode_header
 from ._format import encode_record as encode_record
 from ._format import encode_records as encode_records
+from ._records import MAX_MARKS as MAX_MARKS
 from ._records import BytesPayload as BytesPayload
 from ._records import Extend as Extend
 from ._records import JournalHeader as JournalHeader
@@ -81,6 +82,7 @@ __all__ = [
     "JournalCorruptError",
     "JournalError",
     "JournalHeader",
+    "MAX_MARKS",
     "JournalMismatchError",
     "JournalSequenceError",
     "JournalState",

@@ -12,15 +12,20 @@ A journal is a sequence of frames, all little-endian::
     13      3     reserved, zero
     16      4     head check: CRC-32 of bytes 0..16
     20      B     body (per kind, below)
-    20+B    4     frame check: CRC-32 of bytes 0..20+B (head, head check and body)
+    20+B    4     frame check: CRC-32 of bytes 0..20+B (head, head check and
+                  body), its register seeded with the journal's key (a
+                  record's frame; the header's is unseeded, ``crc32(x, 0)``)
 
 The head has a check of its own so that its length is proven before it is
 used: a corrupt length can never make the decoder skip valid frames, or
 take the middle of the journal for a torn tail. Bodies::
 
     header    u8 n, n bytes of format tag "frontier_core.journal", u16 schema
-              version (1), u16 n + n bytes of UTF-8 stream fingerprint,
-              u8 n (>= 1) + n bytes of UTF-8 lineage id
+              version (2), u16 n + n bytes of UTF-8 stream fingerprint,
+              u8 n (>= 1) + n bytes of UTF-8 lineage id, 16 bytes journal id,
+              u32 m (<= 256) + m x (u64 position, u64 checkpoint): the marks
+              a compaction folded into the base, positions strictly
+              ascending, each at or below the base
     sealed,   u64 ordinal, u32 sibling, u32 attempt, u8 payload kind, payload:
     progress    0 bytes: the rest of the body, as is
                 1 JSON: the rest of the body, UTF-8 JSON text
@@ -34,6 +39,13 @@ take the middle of the journal for a torn tail. Bodies::
               (has_reward 0): a running sample's tokens from ``start`` on
     mark      u64 checkpoint
     reserve   u64 below: attempts below it may be in use
+
+The key is ``JournalHeader.key``: the CRC-32 of the fingerprint's UTF-8, a
+zero byte, the lineage id's UTF-8, a zero byte and the 16 bytes of the
+journal id (random, drawn when the journal is created, kept by its
+compactions). A frame copied from another journal (another run, or
+the same run's journal created anew) fails its frame check as a damaged one
+does: a frame belongs to its journal, and nothing of another is replayed.
 
 Each body must be consumed exactly, and strictly: trailing bytes, a reserved
 byte that is not zero, an unknown kind, a flag that is not 0/1, an absent
@@ -113,6 +125,8 @@ from ._errors import (
     JournalVersionError,
 )
 from ._records import (
+    JOURNAL_ID_SIZE,
+    MAX_MARKS,
     MAX_U32,
     MAX_U64,
     BytesPayload,
@@ -132,7 +146,9 @@ from ._records import (
 )
 
 FORMAT: Final = "frontier_core.journal"
-VERSION: Final = 1
+#: 2: frames bound to their journal (the keyed frame check), the header's
+#: journal id and marks. A version-1 journal is refused (``decode``).
+VERSION: Final = 2
 #: The default bound on a frame's body: a 2M-token sample, with room to spare.
 DEFAULT_MAX_FRAME: Final = 16 << 20
 
@@ -164,6 +180,8 @@ _MARK: Final = struct.Struct("<Q")
 _RUN: Final = struct.Struct("<II")  # first token, version
 _U8: Final = struct.Struct("<B")
 _U16: Final = struct.Struct("<H")
+_U32: Final = struct.Struct("<I")
+_HEADER_MARK: Final = struct.Struct("<QQ")  # position, checkpoint
 _FORMAT_BYTES: Final = FORMAT.encode("ascii")
 
 
@@ -239,24 +257,29 @@ def _too_large(size: int, max_frame: int) -> ValueError:
     )
 
 
-def _frame_parts(kind: int, seq: int, body: bytes, max_frame: int) -> tuple[bytes, ...]:
-    """The frame of ``body`` in parts: the layout in its plainest form, for
-    the header and marks."""
+def _frame_parts(kind: int, seq: int, body: bytes, max_frame: int, key: int) -> tuple[bytes, ...]:
+    """The frame of ``body`` in parts, its check seeded with ``key``: the
+    layout in its plainest form, for the header (key 0) and marks."""
     if len(body) > max_frame:
         raise _too_large(len(body), max_frame)
     head = _HEAD.pack(len(body), seq, kind, _ZERO3)
-    check = zlib.crc32(head)
-    fixed = _CHECK.pack(check)
-    return head, fixed, body, _CHECK.pack(zlib.crc32(body, zlib.crc32(fixed, check)))
+    fixed = _CHECK.pack(zlib.crc32(head))
+    return (
+        head,
+        fixed,
+        body,
+        _CHECK.pack(zlib.crc32(body, zlib.crc32(fixed, zlib.crc32(head, key)))),
+    )
 
 
 def _seq_overflow(seq: int) -> ValueError:
     return ValueError(f"sequence number {seq} does not fit 64 bits")
 
 
-def append_frame(parts: list[bytes], record: Record, seq: int, max_frame: int) -> int:
-    """Append to ``parts`` the frame of ``record`` at sequence number ``seq``,
-    as byte strings whose concatenation is the frame, and return its size.
+def append_frame(parts: list[bytes], record: Record, seq: int, max_frame: int, key: int) -> int:
+    """Append to ``parts`` the frame of ``record`` at sequence number ``seq``
+    in the journal whose key is ``key`` (``JournalHeader.key``), as byte
+    strings whose concatenation is the frame, and return its size.
     Appends nothing when it raises: ``ValueError`` for a body over
     ``max_frame`` or a ``seq`` past 64 bits, ``TypeError`` for something
     that is not a record.
@@ -276,7 +299,7 @@ def append_frame(parts: list[bytes], record: Record, seq: int, max_frame: int) -
         kind = _kind_of(rec, _RECORD_KIND, "record")
     if kind == KIND_MARK or kind == KIND_RESERVE:
         value = rec.checkpoint if kind == KIND_MARK else rec.below
-        parts += _frame_parts(kind, seq, _MARK.pack(value), max_frame)
+        parts += _frame_parts(kind, seq, _MARK.pack(value), max_frame, key)
         return FRAME_OVERHEAD + _MARK.size
     payload = rec.payload
     pkind = _PAYLOAD_KIND.get(type(payload))
@@ -327,9 +350,9 @@ def append_frame(parts: list[bytes], record: Record, seq: int, max_frame: int) -
             )
         if size <= _JOIN_MAX:
             frame = b"".join((head, fixed, data, logprobs, flat))
-            parts += (frame, _CHECK.pack(crc32(frame)))
+            parts += (frame, _CHECK.pack(crc32(frame, key)))
         else:
-            crc = crc32(flat, crc32(logprobs, crc32(data, crc32(fixed, check))))
+            crc = crc32(flat, crc32(logprobs, crc32(data, crc32(fixed, crc32(head, key)))))
             parts += (head, fixed, data, logprobs, flat, _CHECK.pack(crc))
         return FRAME_OVERHEAD + size
     data = payload.data if pkind == PAYLOAD_BYTES else payload.text.encode("utf-8")
@@ -341,13 +364,15 @@ def append_frame(parts: list[bytes], record: Record, seq: int, max_frame: int) -
     fixed = _CHECKED_SIBLING.pack(check, rec.ordinal, rec.sibling, rec.attempt, pkind)
     if size <= _JOIN_MAX:
         frame = b"".join((head, fixed, data))
-        parts += (frame, _CHECK.pack(crc32(frame)))
+        parts += (frame, _CHECK.pack(crc32(frame, key)))
     else:
-        parts += (head, fixed, data, _CHECK.pack(crc32(data, crc32(fixed, check))))
+        parts += (head, fixed, data, _CHECK.pack(crc32(data, crc32(fixed, crc32(head, key)))))
     return FRAME_OVERHEAD + size
 
 
-def append_frames(parts: list[bytes], records: Sequence[Record], seq: int, max_frame: int) -> int:
+def append_frames(
+    parts: list[bytes], records: Sequence[Record], seq: int, max_frame: int, key: int
+) -> int:
     """``append_frame`` of each of ``records``, numbered from ``seq``; return
     how many bytes that is. All or nothing: when one record is refused
     (``append_frame``'s errors), ``parts`` is left as it was. Same
@@ -359,7 +384,7 @@ def append_frames(parts: list[bytes], records: Sequence[Record], seq: int, max_f
     total = 0
     try:
         for record in records:
-            total += append_frame(parts, record, seq, max_frame)
+            total += append_frame(parts, record, seq, max_frame, key)
             seq += 1
     except BaseException:
         del parts[start:]
@@ -367,11 +392,15 @@ def append_frames(parts: list[bytes], records: Sequence[Record], seq: int, max_f
     return total
 
 
-def _encode_records(records: Iterable[Record], first_seq: int, max_frame: int) -> list[bytes]:
+def _encode_records(
+    records: Iterable[Record], first_seq: int, header: JournalHeader, max_frame: int
+) -> list[bytes]:
     _check_max_frame(max_frame)
     check_uint("first_seq", first_seq, MAX_U64)
+    if not isinstance(header, JournalHeader):
+        raise TypeError(f"header must be a JournalHeader, got {type(header).__name__}")
     parts: list[bytes] = []
-    append_frames(parts, tuple(records), first_seq, max_frame)
+    append_frames(parts, tuple(records), first_seq, max_frame, header.key)
     return parts
 
 
@@ -387,6 +416,9 @@ def _header_body(header: JournalHeader) -> bytes:
             fp,
             _U8.pack(len(lineage)),
             lineage,
+            header.journal_id,
+            _U32.pack(len(header.marks)),
+            *(_HEADER_MARK.pack(*mark) for mark in header.marks),
         )
     )
 
@@ -394,22 +426,30 @@ def _header_body(header: JournalHeader) -> bytes:
 def encode_header(header: JournalHeader, *, max_frame: int = DEFAULT_MAX_FRAME) -> bytes:
     """The header frame of a journal (sequence number ``header.base``)."""
     _check_max_frame(max_frame)
-    return b"".join(_frame_parts(KIND_HEADER, header.base, _header_body(header), max_frame))
+    return b"".join(_frame_parts(KIND_HEADER, header.base, _header_body(header), max_frame, 0))
 
 
-def encode_record(record: Record, seq: int, *, max_frame: int = DEFAULT_MAX_FRAME) -> bytes:
-    """One record's frame at sequence number ``seq``. Raises ``ValueError``
+def encode_record(
+    record: Record, seq: int, *, header: JournalHeader, max_frame: int = DEFAULT_MAX_FRAME
+) -> bytes:
+    """One record's frame at sequence number ``seq`` in the journal of
+    ``header`` (its check is keyed to that journal). Raises ``ValueError``
     for a record whose body exceeds ``max_frame`` (nothing is written that a
     reader with the same bound would refuse)."""
     check_uint("seq", seq, MAX_U64)
-    return b"".join(_encode_records((record,), seq, max_frame))
+    return b"".join(_encode_records((record,), seq, header, max_frame))
 
 
 def encode_records(
-    records: Iterable[Record], *, first_seq: int, max_frame: int = DEFAULT_MAX_FRAME
+    records: Iterable[Record],
+    *,
+    first_seq: int,
+    header: JournalHeader,
+    max_frame: int = DEFAULT_MAX_FRAME,
 ) -> bytes:
-    """The frames of ``records``, numbered from ``first_seq``, concatenated."""
-    return b"".join(_encode_records(records, first_seq, max_frame))
+    """The frames of ``records`` in the journal of ``header``, numbered from
+    ``first_seq``, concatenated."""
+    return b"".join(_encode_records(records, first_seq, header, max_frame))
 
 
 def encode(
@@ -417,7 +457,7 @@ def encode(
 ) -> bytes:
     """A whole journal: the header frame, then ``records`` in order."""
     head = encode_header(header, max_frame=max_frame)
-    return b"".join([head, *_encode_records(records, header.base + 1, max_frame)])
+    return b"".join([head, *_encode_records(records, header.base + 1, header, max_frame)])
 
 
 # -- decoding -------------------------------------------------------------------
@@ -458,22 +498,46 @@ class Decoded:
     def next_seq(self) -> int:
         return self.last_seq + 1
 
+    def marks(self) -> tuple[tuple[int, int], ...]:
+        """Every ``(position, checkpoint)`` mark of this journal's history,
+        ascending: those its header remembers (folded in by compactions),
+        then its ``Mark`` records. What a compaction of it carries forward
+        (the newest ``MAX_MARKS``)."""
+        base = self.header.base
+        held = [(base + 1 + i, r.checkpoint) for i, r in enumerate(self.records) if type(r) is Mark]
+        return (*self.header.marks, *held)[-MAX_MARKS:]
+
     def check_mark(self, position: int, checkpoint: int) -> None:
         """Check that this journal holds checkpoint ``checkpoint``'s mark at
         sequence number ``position`` (what the checkpoint saved).
 
-        A position at or below the base passes: a compaction after that
-        checkpoint folded it in (the compacted journal stands for every
-        record up to its base). Raises ``JournalBehindError`` when the
-        journal ends before ``position`` or another record stands there: the
-        journal is not the one the checkpoint was taken with (a stale copy,
-        another branch), and records the checkpoint counted as durable may
-        be missing.
+        A position at or below the base must be one of the marks the
+        header remembers (a compaction folded it in). Raises
+        ``JournalBehindError`` when the journal ends before ``position``, or
+        another record (or no remembered mark) stands there: the journal is
+        not the one the checkpoint was taken with (a stale copy, another
+        branch), and records the checkpoint counted as durable may be
+        missing.
         """
         check_uint("position", position, MAX_U64)
         check_uint("checkpoint", checkpoint, MAX_U64)
         if position <= self.header.base:
-            return
+            marks = self.header.marks
+            if (position, checkpoint) in marks:
+                return
+            older = len(marks) == MAX_MARKS and position < marks[0][0]
+            raise JournalBehindError(
+                position,
+                self.last_seq,
+                f"the checkpoint {checkpoint} saved journal position {position}, which this "
+                f"journal compacted into its base {self.header.base}, and "
+                + (
+                    f"it remembers only its newest {MAX_MARKS} marks: the checkpoint is too "
+                    "old to be proven against this journal"
+                    if older
+                    else "it remembers no such mark: a journal of another branch"
+                ),
+            )
         if position > self.last_seq:
             raise JournalBehindError(
                 position,
@@ -604,7 +668,7 @@ def _decode_fields(body: _Body, kind: int) -> Record:
     return trusted(Progress, ordinal, sibling, attempt, payload)
 
 
-def _decode_header(body: _Body) -> JournalHeader:
+def _decode_header(body: _Body, base: int) -> JournalHeader:
     (n,) = body.unpack(_U8, "the format tag's length")
     tag = body.take(n, "the format tag")
     if tag != _FORMAT_BYTES:
@@ -613,8 +677,14 @@ def _decode_header(body: _Body) -> JournalHeader:
         )
     (version,) = body.unpack(_U16, "the schema version")
     if version != VERSION:
+        why = (
+            ": version 1 was written before frames were bound to their journal; finish "
+            "that run with the release that wrote it, or remove the journal to start afresh"
+            if version == 1
+            else ""
+        )
         raise JournalVersionError(
-            f"journal schema version {version} is not supported (this library reads {VERSION})"
+            f"journal schema version {version} is not supported (this library reads {VERSION}){why}"
         )
     (n,) = body.unpack(_U16, "the fingerprint's length")
     fingerprint = _utf8(body, body.take(n, "the fingerprint"), "the fingerprint")
@@ -622,8 +692,16 @@ def _decode_header(body: _Body) -> JournalHeader:
     if n == 0:
         raise body.fail("the lineage id is empty")
     lineage = _utf8(body, body.take(n, "the lineage id"), "the lineage id")
+    journal_id = body.take(JOURNAL_ID_SIZE, "the journal id").tobytes()
+    (m,) = body.unpack(_U32, "the count of marks")
+    if m > MAX_MARKS:
+        raise body.fail(f"the header remembers {m} marks, more than {MAX_MARKS}")
+    marks = tuple(_HEADER_MARK.iter_unpack(body.take(m * _HEADER_MARK.size, "the marks")))
     body.done("header")
-    return JournalHeader(fingerprint, lineage)
+    try:
+        return JournalHeader(fingerprint, lineage, base, journal_id, marks)
+    except (TypeError, ValueError) as exc:
+        raise body.fail(str(exc)) from None
 
 
 def _zeros_from(view: memoryview, offset: int) -> int:
@@ -660,6 +738,7 @@ def decode(
     header: JournalHeader | None = None
     records: list[Record] = []
     expected = 0
+    key = 0  # the header's frame check is unseeded; the records', the header's key
     torn: TornTail | None = None
     while offset < total:
         left = total - offset
@@ -699,7 +778,15 @@ def decode(
             torn = TornTail(offset, left, "a frame cut short")
             break
         (frame_check,) = _CHECK.unpack_from(view, stop)
-        if zlib.crc32(view[start:stop], zlib.crc32(view[offset:start])) != frame_check:
+        if zlib.crc32(view[start:stop], zlib.crc32(view[offset:start], key)) != frame_check:
+            if kind == KIND_HEADER and header is not None:
+                # A header's check is unseeded: a sound one here is a second
+                # journal glued on, not a torn or damaged frame.
+                unseeded = zlib.crc32(view[start:stop], zlib.crc32(view[offset:start]))
+                if unseeded == frame_check:
+                    raise JournalCorruptError(
+                        offset, "a second header in the middle of the journal"
+                    )
             if header is not None:
                 if stop + _CHECK.size == total:
                     torn = TornTail(offset, left, "the last frame fails its check")
@@ -709,7 +796,9 @@ def decode(
                 if _zeros_from(view, offset) < stop + _CHECK.size:
                     torn = TornTail(offset, left, _CUT_BY_ZEROS)
                     break
-            raise JournalCorruptError(offset, "the frame fails its check")
+            raise JournalCorruptError(
+                offset, "the frame fails its check (damaged, or a frame of another journal)"
+            )
         body = _Body(view, start, stop, offset)
         if header is None:
             if kind != KIND_HEADER:
@@ -718,7 +807,8 @@ def decode(
                 )
             if seq == MAX_U64:
                 raise JournalCorruptError(offset, "the base leaves no room for a record")
-            header = attrs.evolve(_decode_header(body), base=seq)
+            header = _decode_header(body, seq)
+            key = header.key
             if fingerprint is not None and header.fingerprint != fingerprint:
                 raise JournalMismatchError("fingerprint", fingerprint, header.fingerprint)
             if lineage is not None and header.lineage != lineage:

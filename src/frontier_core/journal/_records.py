@@ -20,7 +20,9 @@ from __future__ import annotations
 
 import json
 import math
+import secrets
 import sys
+import zlib
 from array import array
 from collections.abc import Iterable
 from functools import partial
@@ -81,6 +83,57 @@ _U64_FIELD: Final = partial(_uint, MAX_U64)
 _U32_FIELD: Final = partial(_uint, MAX_U32)
 
 
+#: The bytes of a journal's identity (``JournalHeader.journal_id``).
+JOURNAL_ID_SIZE: Final = 16
+#: The most checkpoint marks a compacted journal's header remembers (the
+#: newest; 16 bytes each, 4 KiB in all): a resume from a checkpoint older
+#: than these cannot prove its journal and is refused. A checkpoint store
+#: keeps a few checkpoints (``keep``), far fewer than this.
+MAX_MARKS: Final = 256
+
+
+def _new_journal_id() -> bytes:
+    return secrets.token_bytes(JOURNAL_ID_SIZE)
+
+
+def _journal_id(_inst: object, attribute: attrs.Attribute[bytes], value: bytes) -> None:
+    if type(value) is not bytes or len(value) != JOURNAL_ID_SIZE:
+        raise TypeError(f"journal_id must be {JOURNAL_ID_SIZE} bytes, got {value!r:.60}")
+
+
+def _to_marks(value: object) -> tuple[tuple[int, int], ...]:
+    if not isinstance(value, tuple | list):
+        raise TypeError(f"marks must be a sequence of (position, checkpoint), got {value!r:.60}")
+    if len(value) > MAX_MARKS:
+        raise ValueError(f"marks holds {len(value)} marks, more than {MAX_MARKS}")
+    out = []
+    for mark in value:
+        if not isinstance(mark, tuple | list) or len(mark) != 2:
+            raise TypeError(f"a mark must be (position, checkpoint), got {mark!r:.60}")
+        out.append(
+            (
+                check_uint("a mark's position", mark[0], MAX_U64),
+                check_uint("a mark's checkpoint", mark[1], MAX_U64),
+            )
+        )
+    return tuple(out)
+
+
+def _marks(
+    inst: JournalHeader,
+    _attribute: attrs.Attribute[tuple[tuple[int, int], ...]],
+    value: tuple[tuple[int, int], ...],
+) -> None:
+    below = 0
+    for position, _ in value:
+        if not below < position <= inst.base:
+            raise ValueError(
+                f"a mark at position {position} is out of order or above the base {inst.base}: "
+                "marks ascend strictly, each at or below the base"
+            )
+        below = position
+
+
 @attrs.frozen
 class JournalHeader:
     """The journal's first frame: whose journal it is and where it starts.
@@ -94,11 +147,37 @@ class JournalHeader:
     has base 0; a compacted one continues its predecessor's numbering (its
     base is the predecessor's last sequence number), so a journal position
     saved in a checkpoint keeps its meaning across compactions.
+
+    ``journal_id`` is this journal's own identity: 16 random bytes drawn
+    when the journal is created (a new value draws them), kept by its
+    compactions. Every record frame's check is seeded with ``key``, the
+    CRC-32 of the identity (fingerprint, lineage and id), so
+    a frame copied from any other journal, even one of a run with the same
+    fingerprint and lineage, fails its check: a frame belongs to its journal.
+
+    ``marks`` is the history a compaction folded into ``base``: the
+    ``(position, checkpoint)`` of every ``Mark`` the journal held before it
+    (the newest ``MAX_MARKS``), ascending, each at or below the base, so that
+    ``Decoded.check_mark`` can still prove a resume's checkpoint was taken
+    with this journal after its mark was compacted away.
     """
 
     fingerprint: str = attrs.field(validator=partial(_text, MAX_U16, True))
     lineage: str = attrs.field(validator=partial(_text, MAX_U8, False))
     base: int = attrs.field(default=0, validator=partial(_uint, MAX_U64 - 1))
+    journal_id: bytes = attrs.field(factory=_new_journal_id, validator=_journal_id)
+    marks: tuple[tuple[int, int], ...] = attrs.field(
+        default=(), converter=_to_marks, validator=_marks
+    )
+
+    @property
+    def key(self) -> int:
+        """The seed of every record frame's check: the CRC-32 of the
+        journal's identity (see the class docstring)."""
+        identity = b"\0".join(
+            (self.fingerprint.encode("utf-8"), self.lineage.encode("utf-8"), self.journal_id)
+        )
+        return zlib.crc32(identity)
 
 
 # -- payloads -------------------------------------------------------------------

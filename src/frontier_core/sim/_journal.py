@@ -43,6 +43,7 @@ from typing import Final
 import attrs
 
 from ..journal import (
+    MAX_MARKS,
     BytesPayload,
     CommitPolicy,
     JournalHeader,
@@ -100,6 +101,8 @@ class SimJournal:
         self.fingerprint = workload.fingerprint
         self.lineage = lineage
         self.base = 0  # the sequence number of the header: records follow at base + 1, ...
+        #: The marks compactions folded into the base (``JournalHeader.marks``).
+        self.marks: list[tuple[int, int]] = []
         self.records: list[Record] = []
         self.appended: list[float] = []
         self.synced = 0  # records[:synced] are durable
@@ -177,6 +180,12 @@ class SimJournal:
         the pending ones follow."""
         n = self._durable(at)
         kept: list[Record] = list(compact(self.records[:n], window))
+        self.marks += [
+            (self.base + 1 + i, r.checkpoint)
+            for i, r in enumerate(self.records[:n])
+            if type(r) is Mark
+        ]
+        del self.marks[:-MAX_MARKS]
         self.base += n
         self._settle(kept, len(self.records) - n)
         self.timelines = {a: t for a, t in self.timelines.items() if t.ordinal >= window.start}
@@ -222,7 +231,9 @@ class SimJournal:
         it: encoded, decoded (the header and the checkpoint's mark checked),
         replayed; every sibling's version rebased onto the new lineage.
         Raises what ``decode`` and ``Decoded.check_mark`` raise."""
-        data = encode(JournalHeader(self.fingerprint, self.lineage, self.base), self.records)
+        # A fixed journal id: the simulation is a pure function of its seed.
+        header = JournalHeader(self.fingerprint, self.lineage, self.base, bytes(16), self.marks)
+        data = encode(header, self.records)
         self.bytes_read += len(data)
         decoded = decode(data, fingerprint=self.fingerprint, lineage=self.lineage)
         decoded.check_mark(position, checkpoint)

@@ -411,7 +411,8 @@ def _frame_size(record: Record) -> int:
 
 def _header_size(header: JournalHeader) -> int:
     fingerprint, lineage = header.fingerprint.encode("utf-8"), header.lineage.encode("utf-8")
-    return _OVERHEAD + 1 + len(FORMAT) + 2 + 2 + len(fingerprint) + 1 + len(lineage)
+    identity = 1 + len(FORMAT) + 2 + 2 + len(fingerprint) + 1 + len(lineage) + 16
+    return _OVERHEAD + identity + 4 + 16 * len(header.marks)
 
 
 # -- the exploration -------------------------------------------------------------
@@ -510,7 +511,14 @@ class _Checker:
 
     def __init__(self, bounds: JournalBounds) -> None:
         self.bounds = bounds
-        self.header = JournalHeader("explore", "journal", base=bounds.base)
+        # Fixed journal ids: an exploration is a pure function of its bounds.
+        self.header = JournalHeader("explore", "journal", bounds.base, bytes(range(16)))
+        #: Journals a frame may be copied from: the same run's journal
+        #: created anew (another id), and another run's (another lineage).
+        self.foreign = (
+            attrs.evolve(self.header, journal_id=bytes(range(16, 32))),
+            attrs.evolve(self.header, lineage="journaX"),
+        )
         self.windows = tuple(
             frozenset(w)
             for r in range(bounds.ordinals + 1)
@@ -921,9 +929,25 @@ class _Bytes:
 
     def splices(self) -> None:
         """The last frame repeated; the frame before it dropped, or moved
-        after it (the header, when it is the one before)."""
+        after it (the header, when it is the one before); the last frame, and
+        the one before it, replaced by the same record's frame (same sequence
+        number, same bytes but for the check) in another journal of the same
+        run (another journal id) and in another run's (another lineage): a
+        torn tail when it is the last frame (a last frame failing its
+        check), an error at its offset otherwise, never a record replayed."""
         data, last, previous = self.data, self.last, self.previous
         count, base = len(self.records), self.header.base
+        for foreign in self.checker.foreign:
+            other = encode(foreign, self.records)
+            what = "the last frame copied from the journal of {}"
+            self.counters["splices"] += 1
+            bad_last = TornTail(last, len(data) - last, _BAD_LAST)
+            self.torn(data[:last] + other[last:], self.kept, bad_last, what, foreign)
+            if count >= 2:
+                self.counters["splices"] += 1
+                spliced = data[:previous] + other[previous:last] + data[last:]
+                what = "the frame before the last copied from the journal of {}"
+                self.refused(spliced, previous, what, foreign, invariant="FRAME-OF-ITS-JOURNAL")
         self.counters["splices"] += 3
         repeat = (base + count + 1, base + count)
         self.refused(

@@ -177,13 +177,30 @@ windows = st.one_of(
 # -- a forger: the frame layout written down independently of _format --------
 
 
-def forge_frame(kind: int, seq: int, body: bytes, *, reserved: bytes = bytes(3)) -> bytes:
+def forge_frame(
+    kind: int, seq: int, body: bytes, *, key: int | None = None, reserved: bytes = bytes(3)
+) -> bytes:
     """A frame with valid checks around any body, as proofs/JOURNAL.md and
     ``_format``'s docstring lay it out: what a buggy or hostile writer could
-    produce. The checks are not the security boundary; validation is."""
+    produce. ``key`` seeds the frame check; by default a header's is 0 and a
+    record's the key of the forged journal (``forge_journal``'s header). The
+    checks are not the security boundary; validation is."""
+    if key is None:
+        key = 0 if kind == 0 else forge_key()
     head = struct.pack("<IQB", len(body), seq, kind) + reserved
     head += struct.pack("<I", zlib.crc32(head))
-    return head + body + struct.pack("<I", zlib.crc32(head + body))
+    return head + body + struct.pack("<I", zlib.crc32(head + body, key))
+
+
+#: The journal id of the forged journals.
+FORGED_ID = bytes(range(100, 116))
+
+
+def forge_key(
+    fingerprint: bytes = b"fp", lineage: bytes = b"run", journal_id: bytes = FORGED_ID
+) -> int:
+    """A journal's key, from the layout: the CRC-32 of its identity."""
+    return zlib.crc32(fingerprint + b"\0" + lineage + b"\0" + journal_id)
 
 
 def forge_header_body(
@@ -191,7 +208,9 @@ def forge_header_body(
     lineage: bytes = b"run",
     *,
     tag: bytes = b"frontier_core.journal",
-    version: int = 1,
+    version: int = 2,
+    journal_id: bytes = FORGED_ID,
+    marks: tuple[tuple[int, int], ...] = (),
 ) -> bytes:
     return (
         struct.pack("<B", len(tag))
@@ -200,15 +219,19 @@ def forge_header_body(
         + fingerprint
         + struct.pack("<B", len(lineage))
         + lineage
+        + journal_id
+        + struct.pack("<I", len(marks))
+        + b"".join(struct.pack("<QQ", *mark) for mark in marks)
     )
 
 
-def forge_journal(*bodies: tuple[int, bytes], base: int = 0) -> bytes:
-    """A header (fingerprint ``fp``, lineage ``run``) and frames of the given
-    (kind, body), numbered from ``base``."""
+def forge_journal(*bodies: tuple[int, bytes], base: int = 0, key: int | None = None) -> bytes:
+    """A header (fingerprint ``fp``, lineage ``run``, journal id
+    ``FORGED_ID``) and frames of the given (kind, body), numbered from
+    ``base``, keyed to that header (or to ``key``)."""
     out = [forge_frame(0, base, forge_header_body())]
     for i, (kind, body) in enumerate(bodies, start=base + 1):
-        out.append(forge_frame(kind, i, body))
+        out.append(forge_frame(kind, i, body, key=key))
     return b"".join(out)
 
 

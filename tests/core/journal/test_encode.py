@@ -36,10 +36,21 @@ from frontier_core.journal import (
 )
 from frontier_core.journal._format import append_frames
 
-from ._strategies import U64, budget, forge_frame, forge_header_body, headers, wide_records
+from ._strategies import (
+    FORGED_ID,
+    U64,
+    budget,
+    forge_frame,
+    forge_header_body,
+    forge_key,
+    headers,
+    wide_records,
+)
 
 pytestmark = pytest.mark.mutation
 
+#: The journal the frames below belong to (the forger's: ``forge_key``).
+HEADER = JournalHeader("fp", "run", journal_id=FORGED_ID)
 TOKENS = TokenPayload.of([5, 6, 7], [-0.5, -1.25, -3.0], [2, 2, 3], reward=1.0)
 
 
@@ -75,21 +86,22 @@ def layout_body(record: Record) -> tuple[int, bytes]:
     ) + rest
 
 
-def forged(records: list[Record], first_seq: int) -> bytes:
-    """The frames of ``records``, from the layout."""
+def forged(records: list[Record], first_seq: int, key: int | None = None) -> bytes:
+    """The frames of ``records``, from the layout, keyed to ``HEADER``'s
+    journal (or to ``key``)."""
     out = []
     for seq, record in enumerate(records, start=first_seq):
         kind, body = layout_body(record)
-        out.append(forge_frame(kind, seq, body))
+        out.append(forge_frame(kind, seq, body, key=key))
     return b"".join(out)
 
 
 @budget(100)
 @given(st.lists(wide_records, max_size=12), st.integers(0, U64 - 12))
 def test_every_kind_is_encoded_as_the_layout_says(recs: list[Record], first_seq: int) -> None:
-    assert encode_records(recs, first_seq=first_seq) == forged(recs, first_seq)
+    assert encode_records(recs, first_seq=first_seq, header=HEADER) == forged(recs, first_seq)
     parts: list[bytes] = []
-    size = append_frames(parts, recs, first_seq, DEFAULT_MAX_FRAME)
+    size = append_frames(parts, recs, first_seq, DEFAULT_MAX_FRAME, HEADER.key)
     assert b"".join(parts) == forged(recs, first_seq)
     assert size == len(b"".join(parts))
 
@@ -99,9 +111,11 @@ def test_every_kind_is_encoded_as_the_layout_says(recs: list[Record], first_seq:
 def test_a_whole_journal_is_the_header_then_the_frames(
     header: JournalHeader, recs: list[Record]
 ) -> None:
-    body = forge_header_body(header.fingerprint.encode(), header.lineage.encode())
+    fp, lineage = header.fingerprint.encode(), header.lineage.encode()
+    body = forge_header_body(fp, lineage, journal_id=header.journal_id, marks=header.marks)
     head = forge_frame(0, header.base, body)
-    assert encode(header, recs) == head + forged(recs, header.base + 1)
+    key = forge_key(fp, lineage, header.journal_id)
+    assert encode(header, recs) == head + forged(recs, header.base + 1, key)
 
 
 def test_every_payload_kind_and_many_version_runs() -> None:
@@ -114,7 +128,7 @@ def test_every_payload_kind_and_many_version_runs() -> None:
         Progress(4, 1, 1, JsonPayload.of({"é": [1, None]})),
         Mark(U64),
     ]
-    assert encode_records(recs, first_seq=7) == forged(recs, 7)
+    assert encode_records(recs, first_seq=7, header=HEADER) == forged(recs, 7)
     assert len(runs.version_runs) == 4
 
 
@@ -124,9 +138,13 @@ def test_input_of_any_iterable() -> None:
     def gen() -> Iterator[Record]:
         yield from recs
 
-    assert encode_records(gen(), first_seq=1) == encode_records(recs, first_seq=1)
-    assert encode_records(tuple(recs), first_seq=1) == encode_records(recs, first_seq=1)
-    assert encode_records([], first_seq=1) == b""
+    assert encode_records(gen(), first_seq=1, header=HEADER) == encode_records(
+        recs, first_seq=1, header=HEADER
+    )
+    assert encode_records(tuple(recs), first_seq=1, header=HEADER) == encode_records(
+        recs, first_seq=1, header=HEADER
+    )
+    assert encode_records([], first_seq=1, header=HEADER) == b""
 
 
 def test_subclasses_of_the_values_encode_as_their_base() -> None:
@@ -139,9 +157,13 @@ def test_subclasses_of_the_values_encode_as_their_base() -> None:
     class MyBytes(BytesPayload):
         pass
 
-    assert encode_record(MySealed(1, 2, 3, TOKENS), 5) == encode_record(Sealed(1, 2, 3, TOKENS), 5)
+    assert encode_record(MySealed(1, 2, 3, TOKENS), 5, header=HEADER) == encode_record(
+        Sealed(1, 2, 3, TOKENS), 5, header=HEADER
+    )
     mine = Progress(1, 0, 0, MyBytes(b"abc"))
-    assert encode_record(mine, 5) == encode_record(Progress(1, 0, 0, BytesPayload(b"abc")), 5)
+    assert encode_record(mine, 5, header=HEADER) == encode_record(
+        Progress(1, 0, 0, BytesPayload(b"abc")), 5, header=HEADER
+    )
     decoded = decode(encode(JournalHeader("fp", "run"), [mine]))
     assert decoded.records == (Progress(1, 0, 0, BytesPayload(b"abc")),)
 
@@ -158,23 +180,23 @@ def test_append_frames_is_all_or_nothing(bad: object, error: type[Exception], ma
     good = Sealed(0, 0, 0, BytesPayload(b"ok"))
     parts = [b"earlier"]
     with pytest.raises(error, match=match):
-        append_frames(parts, [good, bad, good], 1, 100)  # type: ignore[list-item]
+        append_frames(parts, [good, bad, good], 1, 100, HEADER.key)  # type: ignore[list-item]
     assert parts == [b"earlier"]
 
 
 def test_sequence_numbers_past_64_bits_are_refused_whole() -> None:
     mark = Mark(0)
-    assert len(encode_records([mark], first_seq=U64)) == FRAME_OVERHEAD + 8
+    assert len(encode_records([mark], first_seq=U64, header=HEADER)) == FRAME_OVERHEAD + 8
     parts: list[bytes] = []
     with pytest.raises(ValueError, match="does not fit 64 bits"):
-        append_frames(parts, [mark, mark], U64, DEFAULT_MAX_FRAME)
+        append_frames(parts, [mark, mark], U64, DEFAULT_MAX_FRAME, HEADER.key)
     assert parts == []
     with pytest.raises(ValueError, match="does not fit 64 bits"):
-        encode_records([mark, mark], first_seq=U64)
+        encode_records([mark, mark], first_seq=U64, header=HEADER)
     with pytest.raises(ValueError, match="max_frame"):
-        encode_records([mark], first_seq=1, max_frame=0)
+        encode_records([mark], first_seq=1, header=HEADER, max_frame=0)
     with pytest.raises(ValueError, match="exceeds max_frame=7"):
-        encode_record(mark, 1, max_frame=7)  # a mark's body is 8 bytes
+        encode_record(mark, 1, header=HEADER, max_frame=7)  # a mark's body is 8 bytes
 
 
 def test_small_and_large_frames_encode_alike_on_both_sides_of_the_join() -> None:
@@ -201,7 +223,7 @@ def test_small_and_large_frames_encode_alike_on_both_sides_of_the_join() -> None
     assert {_JOIN_MAX, _JOIN_MAX + 1} <= sizes  # both sides of the bound, exactly
     tokens = {len(layout_body(r)[1]) for r in recs if isinstance(r.payload, TokenPayload)}  # type: ignore[union-attr]
     assert min(tokens) <= _JOIN_MAX < max(tokens)
-    assert encode_records(recs, first_seq=11) == forged(recs, 11)
+    assert encode_records(recs, first_seq=11, header=HEADER) == forged(recs, 11)
     parts: list[bytes] = []
-    assert append_frames(parts, recs, 11, DEFAULT_MAX_FRAME) == len(forged(recs, 11))
+    assert append_frames(parts, recs, 11, DEFAULT_MAX_FRAME, HEADER.key) == len(forged(recs, 11))
     assert b"".join(parts) == forged(recs, 11)

@@ -45,6 +45,7 @@ from frontier_core.journal import (
 )
 
 from ._strategies import (
+    FORGED_ID,
     U32,
     U64,
     budget,
@@ -59,7 +60,7 @@ from ._strategies import (
 
 pytestmark = pytest.mark.mutation
 
-HEADER = JournalHeader("fp", "run")
+HEADER = JournalHeader("fp", "run", journal_id=FORGED_ID)  # the forger's journal
 TOKENS = TokenPayload.of([5, 6, 7], [-0.5, -1.25, -3.0], [2, 2, 3], reward=1.0)
 SAMPLE = [
     Sealed(0, 0, 0, TOKENS),
@@ -114,9 +115,11 @@ def test_round_trip(header: JournalHeader, recs: list[Sealed | Progress | Mark])
     assert decoded.end == len(data) and decoded.torn is None
     assert decoded.last_seq == header.base + len(recs)
     # The pieces concatenate to the whole, frame by frame.
-    assert data == encode_header(header) + encode_records(recs, first_seq=header.base + 1)
+    assert data == encode_header(header) + encode_records(
+        recs, first_seq=header.base + 1, header=header
+    )
     assert data == encode_header(header) + b"".join(
-        encode_record(r, header.base + 1 + i) for i, r in enumerate(recs)
+        encode_record(r, header.base + 1 + i, header=header) for i, r in enumerate(recs)
     )
 
 
@@ -139,7 +142,7 @@ def test_the_layout_is_the_documented_one() -> None:
     )
     assert encode(HEADER, SAMPLE[:1]) == forge_journal((1, body))
     assert encode(HEADER, [Mark(9)]) == forge_journal((3, struct.pack("<Q", 9)))
-    assert len(encode_record(Mark(9), 1)) == FRAME_OVERHEAD + 8
+    assert len(encode_record(Mark(9), 1, header=HEADER)) == FRAME_OVERHEAD + 8
 
 
 def test_token_payload_accessors_and_rounding() -> None:
@@ -364,12 +367,15 @@ def test_a_journal_of_another_run_is_refused() -> None:
 def test_another_format_or_version_is_refused() -> None:
     with pytest.raises(JournalVersionError, match="not a frontier_core journal"):
         decode(forge_frame(0, 0, forge_header_body(tag=b"something.else")))
-    with pytest.raises(JournalVersionError, match="version 2"):
-        decode(forge_frame(0, 0, forge_header_body(version=2)))
+    with pytest.raises(JournalVersionError, match="version 3"):
+        decode(forge_frame(0, 0, forge_header_body(version=3)))
     with pytest.raises(JournalCorruptError, match="no header"):
         decode(b"")
     with pytest.raises(JournalCorruptError, match="not a header"):
-        decode(encode_record(Mark(1), 0))
+        decode(forge_frame(3, 0, bytes(8), key=0))
+    # A record's frame (keyed to its journal) where the header belongs.
+    with pytest.raises(JournalCorruptError, match="fails its check"):
+        decode(encode_record(Mark(1), 0, header=HEADER))
 
 
 def test_the_errors_are_checkpoint_errors_of_the_same_meaning() -> None:
@@ -383,10 +389,17 @@ def test_the_errors_are_checkpoint_errors_of_the_same_meaning() -> None:
 
 
 def test_check_mark_ties_a_checkpoint_to_its_journal() -> None:
-    decoded = decode(encode(JournalHeader("fp", "run", base=10), SAMPLE))
+    header = JournalHeader("fp", "run", base=10, marks=((3, 1), (10, 2)))
+    decoded = decode(encode(header, SAMPLE))
     decoded.check_mark(13, 4)  # SAMPLE[2] is Mark(4), at seq 13
-    decoded.check_mark(10, 99)  # at the base: folded in by a compaction
-    decoded.check_mark(3, 99)
+    decoded.check_mark(10, 2)  # at the base: folded in by a compaction, remembered
+    decoded.check_mark(3, 1)
+    # At or below the base, only a remembered mark passes: another branch's
+    # compacted journal is refused (it used to pass any position there).
+    for position, checkpoint in ((10, 99), (3, 2), (4, 1), (0, 0)):
+        with pytest.raises(JournalBehindError, match=r"remembers no such mark: .* another branch"):
+            decoded.check_mark(position, checkpoint)
+    assert decoded.marks() == ((3, 1), (10, 2), (13, 4))
     with pytest.raises(JournalBehindError, match="ends at 15"):
         decoded.check_mark(16, 4)
     with pytest.raises(JournalBehindError, match="another branch"):
@@ -504,7 +517,7 @@ def test_a_forged_record_is_refused_naming_its_frame(name: str) -> None:
     offset = frame_offsets(data)[1]
     # Followed by nothing, and followed by a sound frame: the same refusal
     # (a sound check means the frame was written so, not torn).
-    for tail in (b"", encode_record(Mark(0), 2)):
+    for tail in (b"", encode_record(Mark(0), 2, header=HEADER)):
         with pytest.raises(JournalCorruptError) as info:
             decode(data + tail)
         assert info.value.offset == offset, info.value
@@ -531,7 +544,7 @@ def test_max_frame_is_checked_before_the_body_is_read() -> None:
     torn = decode(encode(HEADER, []) + head, max_frame=U32).torn
     assert torn is not None and torn.reason == "a frame cut short"
     with pytest.raises(ValueError, match="exceeds max_frame=100"):
-        encode_record(big, 1, max_frame=100)
+        encode_record(big, 1, header=HEADER, max_frame=100)
     with pytest.raises(ValueError, match="max_frame"):
         decode(data, max_frame=0)
 
@@ -603,6 +616,6 @@ def test_invalid_values_cannot_be_built(build: object, error: type[Exception]) -
 
 def test_encoding_refuses_what_is_not_a_record() -> None:
     with pytest.raises(TypeError, match="not a journal record"):
-        encode_record("mark", 1)  # type: ignore[arg-type]
+        encode_record("mark", 1, header=HEADER)  # type: ignore[arg-type]
     with pytest.raises(TypeError):
-        encode_record(Mark(1), True)  # type: ignore[arg-type]
+        encode_record(Mark(1), True, header=HEADER)  # type: ignore[arg-type]

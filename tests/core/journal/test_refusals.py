@@ -44,12 +44,13 @@ from frontier_core.journal import (
 )
 from frontier_core.journal._format import append_frame, append_frames
 
-from ._strategies import U32, U64, forge_frame, forge_header_body, forge_journal
+from ._strategies import FORGED_ID, U32, U64, forge_frame, forge_header_body, forge_journal
 
 pytestmark = pytest.mark.mutation
 
 TAG = b"frontier_core.journal"
 HEADER_FRAME = forge_frame(0, 0, forge_header_body())  # fingerprint "fp", lineage "run"
+HEADER = JournalHeader("fp", "run", journal_id=FORGED_ID)  # the journal of HEADER_FRAME
 H = len(HEADER_FRAME)  # the offset of the first record's frame
 
 
@@ -90,7 +91,7 @@ def header_body(*parts: bytes) -> bytes:
 
 
 TAG_PART = struct.pack("<B", len(TAG)) + TAG
-VERSION_PART = struct.pack("<H", 1)
+VERSION_PART = struct.pack("<H", 2)
 FP_PART = struct.pack("<H", 2) + b"fp"
 
 #: A mark whose body byte is flipped: a whole frame failing its check, its
@@ -212,7 +213,7 @@ BAD_RECORDS: dict[str, tuple[bytes, str]] = {
     # Written to the frame's last byte, then zeros: a whole frame failing.
     "frame fails, zeros after its last byte": (
         HEADER_FRAME + _MARK_BAD + bytes(10),
-        "the frame fails its check",
+        "the frame fails its check (damaged, or a frame of another journal)",
     ),
 }
 
@@ -221,7 +222,10 @@ BAD_HEADERS: dict[str, tuple[bytes, str]] = {
     "too short for a head": (b"\1" * 10, "the header frame is incomplete"),
     "cut short": (HEADER_FRAME[:-1], "the header frame is incomplete"),
     "empty": (b"", "no header frame: an empty or truncated journal"),
-    "a mark first": (forge_frame(3, 0, bytes(8)), "the first frame is of kind 3, not a header"),
+    "a mark first": (
+        forge_frame(3, 0, bytes(8), key=0),
+        "the first frame is of kind 3, not a header",
+    ),
     "base at the top": (
         forge_frame(0, U64, forge_header_body()),
         "the base leaves no room for a record",
@@ -267,6 +271,39 @@ BAD_HEADERS: dict[str, tuple[bytes, str]] = {
         forge_frame(0, 0, forge_header_body() + b"\0"),
         "1 unexpected bytes after the header",
     ),
+    "journal id cut": (
+        forge_frame(0, 0, header_body(TAG_PART, VERSION_PART, FP_PART, b"\3run", bytes(15))),
+        "the journal id needs 16 bytes, the body has 15 left",
+    ),
+    "no count of marks": (
+        forge_frame(0, 0, header_body(TAG_PART, VERSION_PART, FP_PART, b"\3run", bytes(16))),
+        "the count of marks needs 4 bytes, the body has 0 left",
+    ),
+    "too many marks": (
+        forge_frame(
+            0, 0, header_body(TAG_PART, VERSION_PART, FP_PART, b"\3run", bytes(16), b"\1\1\0\0")
+        ),
+        "the header remembers 257 marks, more than 256",
+    ),
+    "marks cut": (
+        forge_frame(0, 0, forge_header_body(marks=((1, 0),))[:-1]),
+        "the marks needs 16 bytes, the body has 15 left",
+    ),
+    "a mark above the base": (
+        forge_frame(0, 4, forge_header_body(marks=((5, 0),))),
+        "a mark at position 5 is out of order or above the base 4: marks ascend strictly, "
+        "each at or below the base",
+    ),
+    "marks not ascending": (
+        forge_frame(0, 9, forge_header_body(marks=((5, 0), (5, 1)))),
+        "a mark at position 5 is out of order or above the base 9: marks ascend strictly, "
+        "each at or below the base",
+    ),
+    "a mark at position 0": (
+        forge_frame(0, 9, forge_header_body(marks=((0, 0),))),
+        "a mark at position 0 is out of order or above the base 9: marks ascend strictly, "
+        "each at or below the base",
+    ),
 }
 
 
@@ -305,7 +342,10 @@ def test_a_frame_failing_its_check_before_more_frames_is_refused() -> None:
     broken = mark[:-1] + bytes([mark[-1] ^ 1])
     with pytest.raises(JournalCorruptError) as info:
         decode(HEADER_FRAME + broken + forge_frame(3, 2, bytes(8)))
-    assert (info.value.offset, info.value.reason) == (H, "the frame fails its check")
+    assert (info.value.offset, info.value.reason) == (
+        H,
+        "the frame fails its check (damaged, or a frame of another journal)",
+    )
 
 
 def test_zero_bytes_after_the_last_frame_are_a_torn_tail_by_name() -> None:
@@ -342,8 +382,14 @@ def test_a_frame_that_fails_before_zeros_then_data_is_refused() -> None:
     mark = forge_frame(3, 1, bytes(8))
     for damaged, reason in (
         (b"\1" * 19 + bytes(31), "the frame head fails its check"),
-        (mark[:-1] + bytes(5), "the frame fails its check"),
-        (mark[:25] + bytes(7), "the frame fails its check"),
+        (
+            mark[:-1] + bytes(5),
+            "the frame fails its check (damaged, or a frame of another journal)",
+        ),
+        (
+            mark[:25] + bytes(7),
+            "the frame fails its check (damaged, or a frame of another journal)",
+        ),
     ):
         with pytest.raises(JournalCorruptError) as info:
             decode(HEADER_FRAME + damaged + b"\1")
@@ -374,8 +420,15 @@ def test_another_format_or_version_is_refused_by_name() -> None:
         "expected 'frontier_core.journal'"
     )
     with pytest.raises(JournalVersionError) as info:
-        decode(forge_frame(0, 0, forge_header_body(version=2)))
-    assert str(info.value) == "journal schema version 2 is not supported (this library reads 1)"
+        decode(forge_frame(0, 0, forge_header_body(version=3)))
+    assert str(info.value) == "journal schema version 3 is not supported (this library reads 2)"
+    with pytest.raises(JournalVersionError) as info:
+        decode(forge_frame(0, 0, forge_header_body(version=1)))
+    assert str(info.value) == (
+        "journal schema version 1 is not supported (this library reads 2): version 1 was "
+        "written before frames were bound to their journal; finish that run with the release "
+        "that wrote it, or remove the journal to start afresh"
+    )
 
 
 def test_a_journal_of_another_run_names_the_field_and_both_values() -> None:
@@ -466,21 +519,21 @@ EVERY_PATH: list[Record] = [
 @pytest.mark.parametrize("record", EVERY_PATH, ids=lambda r: type(r).__name__)
 def test_a_record_may_fill_max_frame_exactly_and_not_one_byte_more(record: Record) -> None:
     size = layout_size(record)
-    frame = encode_record(record, 1, max_frame=size)
+    frame = encode_record(record, 1, header=HEADER, max_frame=size)
     assert len(frame) == FRAME_OVERHEAD + size
-    # (A header frame's body is 32 bytes: the bound covers it too.)
-    assert decode(HEADER_FRAME + frame, max_frame=max(size, 32)).records == (record,)
+    # (A header frame's body is 52 bytes: the bound covers it too.)
+    assert decode(HEADER_FRAME + frame, max_frame=max(size, 52)).records == (record,)
     with pytest.raises(ValueError, match=too_large(size, size - 1)):
-        encode_record(record, 1, max_frame=size - 1)
+        encode_record(record, 1, header=HEADER, max_frame=size - 1)
     parts = [b"before"]
     with pytest.raises(ValueError, match=too_large(size, size - 1)):
-        append_frames(parts, [record], 1, size - 1)
+        append_frames(parts, [record], 1, size - 1, HEADER.key)
     assert parts == [b"before"]
 
 
 def test_the_header_is_bounded_by_max_frame_too() -> None:
     header = JournalHeader("fp", "run")
-    size = 1 + len(TAG) + 2 + 2 + 2 + 1 + 3
+    size = 1 + len(TAG) + 2 + 2 + 2 + 1 + 3 + 16 + 4  # ... the journal id, no marks
     assert len(encode_header(header, max_frame=size)) == FRAME_OVERHEAD + size
     assert len(encode(header, [], max_frame=size)) == FRAME_OVERHEAD + size
     for build in (encode_header, lambda h, max_frame: encode(h, [], max_frame=max_frame)):
@@ -490,7 +543,7 @@ def test_the_header_is_bounded_by_max_frame_too() -> None:
 
 def test_max_frame_is_an_int_from_1_to_2_to_the_32_minus_1() -> None:
     for bound in (1, U32):
-        assert encode_records([], first_seq=1, max_frame=bound) == b""
+        assert encode_records([], first_seq=1, header=HEADER, max_frame=bound) == b""
     assert decode(HEADER_FRAME, max_frame=U32).records == ()
     with pytest.raises(JournalCorruptError, match="exceeds max_frame=1 "):
         decode(HEADER_FRAME, max_frame=1)  # a valid bound, which the header exceeds
@@ -498,7 +551,7 @@ def test_max_frame_is_an_int_from_1_to_2_to_the_32_minus_1() -> None:
         with pytest.raises(
             ValueError, match=exactly(f"max_frame must be an int in [1, {U32}], got {bad!r}")
         ):
-            encode_records([], first_seq=1, max_frame=bad)  # type: ignore[arg-type]
+            encode_records([], first_seq=1, header=HEADER, max_frame=bad)  # type: ignore[arg-type]
         with pytest.raises(
             ValueError, match=exactly(f"max_frame must be an int in [1, {U32}], got {bad!r}")
         ):
@@ -507,17 +560,17 @@ def test_max_frame_is_an_int_from_1_to_2_to_the_32_minus_1() -> None:
 
 def test_a_sequence_number_is_refused_by_name() -> None:
     with pytest.raises(ValueError, match=exactly(f"seq must be an int in [0, {U64}], got -1")):
-        encode_record(Mark(0), -1)
+        encode_record(Mark(0), -1, header=HEADER)
     with pytest.raises(
         ValueError, match=exactly(f"first_seq must be an int in [0, {U64}], got -1")
     ):
-        encode_records([Mark(0)], first_seq=-1)
+        encode_records([Mark(0)], first_seq=-1, header=HEADER)
     for first, count in ((U64, 2), (U64 - 1, 3), (U64 - 5, 9)):
         last = first + count - 1
         with pytest.raises(
             ValueError, match=exactly(f"sequence number {last} does not fit 64 bits")
         ):
-            append_frames([], [Mark(0)] * count, first, 100)
+            append_frames([], [Mark(0)] * count, first, 100, HEADER.key)
 
 
 def test_append_frame_refuses_a_sequence_number_past_64_bits_by_number() -> None:
@@ -528,7 +581,7 @@ def test_append_frame_refuses_a_sequence_number_past_64_bits_by_number() -> None
     with pytest.raises(
         ValueError, match=exactly(f"sequence number {U64 + 1} does not fit 64 bits")
     ):
-        append_frame(parts, Mark(0), U64 + 1, 100)
+        append_frame(parts, Mark(0), U64 + 1, 100, HEADER.key)
     assert parts == []
-    size = append_frame(parts, Mark(0), U64, 100)
+    size = append_frame(parts, Mark(0), U64, 100, HEADER.key)
     assert b"".join(parts) == forge_frame(3, U64, bytes(8)) and size == FRAME_OVERHEAD + 8
