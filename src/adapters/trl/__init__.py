@@ -17,7 +17,10 @@ instead of skipping batches, across epochs and with another batch size.
 
 from __future__ import annotations
 
+from .._errors import CheckpointFileError as CheckpointFileError
+from .._errors import CheckpointFileVersionError as CheckpointFileVersionError
 from .._errors import StreamMisalignedError as StreamMisalignedError
+from ._run import MAX_STATE_BYTES as MAX_STATE_BYTES
 from ._run import ORDINAL_COLUMN as ORDINAL_COLUMN
 from ._run import STATE_FILE as STATE_FILE
 from ._run import FrontierRun as FrontierRun
@@ -42,9 +45,12 @@ TRL_VERSIONS = ("1.16.0",)
 
 __all__ = [
     "LOG_NAME",
+    "MAX_STATE_BYTES",
     "ORDINAL_COLUMN",
     "STATE_FILE",
     "TRL_VERSIONS",
+    "CheckpointFileError",
+    "CheckpointFileVersionError",
     "FrontierCallback",
     "FrontierGRPOMixin",
     "FrontierGRPOTrainer",

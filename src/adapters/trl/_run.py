@@ -13,17 +13,31 @@ one (``mid_block``).
 The state file (``frontier_state.json``) is written last, after every file
 of the Trainer's checkpoint, through a temporary file, ``fsync`` and
 ``rename``: a checkpoint folder without it is torn (the process died while
-the Trainer was saving) and is never resumed from.
+the Trainer was saving) and is never resumed from. It is read as what it
+claims to be or not at all: a regular file (no symlink, FIFO, device or
+directory) of at most ``MAX_STATE_BYTES``, checked before a byte is read, so
+a reader never blocks or reads without bound; every field is type-checked,
+the ledger record included, and every error is a ``CheckpointError``
+subclass naming the file (``CheckpointFileError``,
+``CheckpointFileVersionError``).
+
+The training log is a lineage: every life appends a ``resume`` marker
+saying how many of the records before it survive, the saved count on a
+resume and 0 on a fresh start, so whatever an earlier life wrote without
+reaching a checkpoint is a dead branch the audit leaves out.
 """
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
+import operator
 import os
 import re
 import secrets
 import shutil
+import stat
 from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
@@ -41,7 +55,8 @@ from frontier_core import (
     TrainLogWriter,
 )
 
-from .._errors import StreamMisalignedError
+from .._errors import CheckpointFileError, CheckpointFileVersionError, StreamMisalignedError
+from .._state import check_state
 from ._stream import Layout, StreamOrder
 
 #: The column every training row carries: its stream ordinal.
@@ -53,8 +68,14 @@ _KEYS: Final = frozenset(
     {"format", "version", "global_step", "log_records", "ledger", "stream", "checksum"}
 )
 _STREAM_KEYS: Final = frozenset({"dataset_len", "seed", "shuffle", "epochs"})
-_CHECKPOINT_DIR: Final = re.compile(r"^checkpoint-(\d+)$")
-_MAX_STATE_BYTES: Final = 64 * 2**20
+# The names the Trainer writes (``checkpoint-{global_step}``): ASCII digits
+# without leading zeros, matched whole (``$`` would let a trailing newline
+# in, ``\d`` any Unicode digit), so one step has one folder name.
+_CHECKPOINT_DIR: Final = re.compile(r"checkpoint-(0|[1-9][0-9]*)", re.ASCII)
+#: The largest state file read (and written): the ledger record of a TRL
+#: run holds the cut and the few blocks in flight, kilobytes in practice.
+MAX_STATE_BYTES: Final = 64 * 2**20
+_READ_FLAGS: Final = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
 
 
 def _checksum(body: Mapping[str, Any]) -> str:
@@ -103,8 +124,12 @@ class FrontierRun:
     # -- lives ------------------------------------------------------------
 
     def start(self) -> None:
-        """A fresh run: the ledger at 0, a fresh log."""
-        self._begin(Ledger.start(self.config), self.stream_len, resume_records=None)
+        """A fresh run: the ledger at 0, and a log lineage of 0 records. The
+        log gets a ``resume`` marker keeping nothing before it: the records
+        of an earlier life that died before its first checkpoint (or of a
+        run whose checkpoints were removed) are a dead branch, and a later
+        resume's marker counts this life's records only."""
+        self._begin(Ledger.start(self.config), self.stream_len, resume_records=0)
 
     def resume(self, state: Mapping[str, Any]) -> int:
         """Resume from a state file's content (validated by ``read_state``);
@@ -304,9 +329,16 @@ def fsync_tree(folder: str | os.PathLike[str]) -> None:
 
 def write_state(folder: str | os.PathLike[str], state: Mapping[str, Any]) -> Path:
     """Write ``state`` as ``folder/STATE_FILE`` atomically (a fresh
-    temporary file, ``fsync``, ``rename``, ``fsync`` of the folder)."""
+    temporary file, ``fsync``, ``rename``, ``fsync`` of the folder). Raises
+    ``CheckpointError``, writing nothing, for a state larger than
+    ``MAX_STATE_BYTES``: ``read_state`` would refuse it on every resume."""
     root = Path(folder)
     data = (json.dumps(state, sort_keys=True, separators=(",", ":")) + "\n").encode()
+    if len(data) > MAX_STATE_BYTES:
+        raise CheckpointError(
+            f"{root / STATE_FILE}: a state of {len(data)} bytes, more than the "
+            f"{MAX_STATE_BYTES} a state file may hold"
+        )
     tmp = root / f".{STATE_FILE}.{secrets.token_hex(8)}.tmp"
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
     try:
@@ -322,72 +354,130 @@ def write_state(folder: str | os.PathLike[str], state: Mapping[str, Any]) -> Pat
     return final
 
 
-def read_state(folder: str | os.PathLike[str]) -> dict[str, Any]:
-    """Read and validate ``folder/STATE_FILE``. Raises
-    ``CheckpointCorruptError`` (missing, truncated, malformed, checksum,
-    step against the folder's name) or ``CheckpointVersionError``."""
-    path = Path(folder) / STATE_FILE
+def _read_state_bytes(path: Path) -> bytes:
+    """The bytes of the state file ``path``: a regular file of at most
+    ``MAX_STATE_BYTES``, checked with ``fstat`` before a byte is read (a
+    FIFO, a device such as ``/dev/zero`` or a directory is refused, never
+    read), and never more than one byte past the bound read even if it
+    grows meanwhile. Raises ``CheckpointFileError`` naming ``path``."""
     try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | os.O_NONBLOCK)
+        # O_NONBLOCK: opening a FIFO must not wait for a writer.
+        fd = os.open(path, _READ_FLAGS)
     except FileNotFoundError:
-        raise CheckpointCorruptError(
-            f"{path}: missing: the checkpoint was not written by frontier_adapters.trl, "
-            "or the process died while the Trainer was saving it"
+        raise CheckpointFileError(
+            path,
+            "missing: the checkpoint was not written by frontier_adapters.trl, "
+            "or the process died while the Trainer was saving it",
         ) from None
     except OSError as exc:
-        raise CheckpointCorruptError(f"{path}: cannot open: {exc}") from None
+        if exc.errno == errno.ELOOP:
+            raise CheckpointFileError(path, "is a symlink; refusing to follow it") from None
+        raise CheckpointFileError(path, f"cannot be opened: {exc.strerror}") from None
     try:
-        size = os.fstat(fd).st_size
-        if size > _MAX_STATE_BYTES:
-            raise CheckpointCorruptError(f"{path}: {size} bytes, more than a state file holds")
-        raw = b""
-        while chunk := os.read(fd, 1 << 20):
-            raw += chunk
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise CheckpointFileError(path, "not a regular file (a directory, FIFO or device)")
+        if st.st_size > MAX_STATE_BYTES:
+            raise CheckpointFileError(
+                path, f"{st.st_size} bytes, more than the {MAX_STATE_BYTES} a state file holds"
+            )
+        chunks: list[bytes] = []
+        got = 0
+        while got <= MAX_STATE_BYTES:
+            chunk = os.read(fd, min(1 << 20, MAX_STATE_BYTES + 1 - got))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            got += len(chunk)
+        if got > MAX_STATE_BYTES:
+            raise CheckpointFileError(path, f"grew past {MAX_STATE_BYTES} bytes while being read")
+        return b"".join(chunks)
+    except OSError as exc:
+        raise CheckpointFileError(path, f"cannot be read: {exc.strerror}") from None
     finally:
         os.close(fd)
+
+
+def _is_count(value: object, least: int = 0) -> bool:
+    return type(value) is int and value >= least
+
+
+def read_state(folder: str | os.PathLike[str]) -> dict[str, Any]:
+    """Read and validate ``folder/STATE_FILE`` (see the module's docstring
+    for what is accepted). Raises ``CheckpointFileError`` (a
+    ``CheckpointCorruptError``: missing, not a regular file, too large,
+    unreadable, truncated, malformed, checksum, a field of the wrong type,
+    a damaged ledger record, step against the folder's name) or
+    ``CheckpointFileVersionError`` (another format or version); ``.path``
+    names the file."""
+    path = Path(folder) / STATE_FILE
+    raw = _read_state_bytes(path)
     try:
-        state = json.loads(raw)
-    except (ValueError, RecursionError) as exc:
-        raise CheckpointCorruptError(f"{path}: not JSON ({exc})") from None
-    if not isinstance(state, dict):
-        raise CheckpointCorruptError(f"{path}: not a JSON object")
-    if state.get("format") != FORMAT or state.get("version") != VERSION:
-        raise CheckpointVersionError(
-            f"{path}: format {state.get('format')!r} version {state.get('version')!r}, "
-            f"expected {FORMAT!r} version {VERSION}"
-        )
-    if set(state) != _KEYS:
-        raise CheckpointCorruptError(
-            f"{path}: missing keys {sorted(_KEYS - set(state))}, "
-            f"unknown keys {sorted(set(state) - _KEYS)}"
-        )
+        state = json.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError:
+        raise CheckpointFileError(path, "not UTF-8 text") from None
+    except RecursionError:
+        raise CheckpointFileError(path, "not JSON (nested too deeply)") from None
+    except ValueError as exc:  # JSONDecodeError, and ints past the digit limit
+        raise CheckpointFileError(path, f"not JSON ({str(exc)[:200]})") from None
+    try:
+        check_state(state, what="the frontier state", fmt=FORMAT, version=VERSION, keys=_KEYS)
+    except CheckpointVersionError as exc:
+        raise CheckpointFileVersionError(path, str(exc)) from None
+    except CheckpointCorruptError as exc:
+        raise CheckpointFileError(path, str(exc)) from None
     body = {k: v for k, v in state.items() if k != "checksum"}
     if state["checksum"] != _checksum(body):
-        raise CheckpointCorruptError(f"{path}: checksum mismatch")
+        raise CheckpointFileError(path, "checksum mismatch")
     for key in ("global_step", "log_records"):
-        if type(state[key]) is not int or state[key] < 0:
-            raise CheckpointCorruptError(f"{path}: {key} {state[key]!r:.40} is not an int >= 0")
+        if not _is_count(state[key]):
+            raise CheckpointFileError(path, f"{key} {state[key]!r:.40} is not an int >= 0")
     stream = state["stream"]
     if not isinstance(stream, dict) or set(stream) != _STREAM_KEYS:
-        raise CheckpointCorruptError(f"{path}: malformed stream {stream!r:.80}")
-    match = _CHECKPOINT_DIR.match(Path(folder).resolve().name)
+        raise CheckpointFileError(path, f"malformed stream {stream!r:.80}")
+    # The checksum is no signature: a foreign file can carry a right one,
+    # so each value is checked for what ``resume`` compares it with.
+    if not (
+        _is_count(stream["dataset_len"], 1)
+        and _is_count(stream["seed"])
+        and type(stream["shuffle"]) is bool
+        and _is_count(stream["epochs"], 1)
+    ):
+        raise CheckpointFileError(path, f"malformed stream {stream!r:.120}")
+    try:
+        Checkpoint.from_state_dict(state["ledger"])
+    except CheckpointVersionError as exc:
+        raise CheckpointFileVersionError(path, f"the ledger record: {exc}"[:300]) from None
+    except CheckpointCorruptError as exc:
+        raise CheckpointFileError(path, f"the ledger record: {exc}"[:300]) from None
+    match = _CHECKPOINT_DIR.fullmatch(Path(folder).resolve().name)
     if match is not None and int(match.group(1)) != state["global_step"]:
-        raise CheckpointCorruptError(
-            f"{path}: saved at step {state['global_step']} but the folder is {Path(folder).name}"
+        raise CheckpointFileError(
+            path, f"saved at step {state['global_step']} but the folder is {Path(folder).name}"
         )
-    return state
+    checked: dict[str, Any] = state  # a dict: check_state passed and JSON objects are dicts
+    return checked
 
 
 def checkpoint_folders(output_dir: str | os.PathLike[str]) -> list[tuple[int, Path]]:
-    """``(step, folder)`` of every ``checkpoint-N`` folder, by step."""
+    """``(step, folder)`` of every ``checkpoint-N`` folder, by step: ``N``
+    as the Trainer writes it (ASCII digits, no leading zero); symlinks and
+    other names are not checkpoint folders. An ``output_dir`` that is
+    absent or not a directory holds none; one that cannot be listed raises
+    ``CheckpointFileError`` naming it."""
     root = Path(output_dir)
-    if not root.is_dir():
-        return []
     found = []
-    for entry in root.iterdir():
-        match = _CHECKPOINT_DIR.match(entry.name)
-        if match is not None and entry.is_dir() and not entry.is_symlink():
-            found.append((int(match.group(1)), entry))
+    try:
+        with os.scandir(root) as entries:
+            for entry in entries:
+                match = _CHECKPOINT_DIR.fullmatch(entry.name)
+                if match is not None and entry.is_dir(follow_symlinks=False):
+                    found.append((int(match.group(1)), Path(entry.path)))
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+    except OSError as exc:
+        # Not "no checkpoint": an unreadable output_dir must not start afresh.
+        raise CheckpointFileError(root, f"cannot be listed: {exc.strerror}") from None
     return sorted(found)
 
 
@@ -398,11 +488,14 @@ def latest_checkpoint(output_dir: str | os.PathLike[str]) -> Path | None:
     saves (the process died while the Trainer wrote them) and are passed
     over: their weights are never loaded, so starting afresh when every
     folder is torn is consistent (``torn_checkpoints`` lists them). Raises
-    ``CheckpointCorruptError`` or ``CheckpointVersionError`` when the newest
-    state file is damaged: it was written atomically, so that is real
-    damage, not a torn save, and it is never papered over."""
+    ``CheckpointFileError`` or ``CheckpointFileVersionError`` when the
+    newest state file is damaged, or is anything but a regular file (a
+    symlink, dangling or not, a directory): it was written atomically, so
+    that is real damage, not a torn save, and it is never papered over."""
     for _step, folder in reversed(checkpoint_folders(output_dir)):
-        if (folder / STATE_FILE).exists():
+        # lexists: a dangling symlink in the state file's place is damage
+        # to report, not the absence of a state file.
+        if os.path.lexists(folder / STATE_FILE):
             read_state(folder)
             return folder
     return None
@@ -412,7 +505,9 @@ def torn_checkpoints(output_dir: str | os.PathLike[str]) -> list[Path]:
     """Checkpoint folders newer than ``latest_checkpoint`` (all of them when
     there is none): torn saves, or a dead branch."""
     latest = latest_checkpoint(output_dir)
-    floor = -1 if latest is None else int(latest.name.rpartition("-")[2])
+    floor = -1
+    if latest is not None and (match := _CHECKPOINT_DIR.fullmatch(latest.name)) is not None:
+        floor = int(match.group(1))
     return [folder for step, folder in checkpoint_folders(output_dir) if step > floor]
 
 
@@ -431,14 +526,19 @@ def remove_dead_branches(output_dir: str | os.PathLike[str], resumed_step: int) 
 
 def ordinals_of(rows: Iterable[Mapping[str, Any]]) -> list[int]:
     """``ORDINAL_COLUMN`` of each row; raises ``StreamMisalignedError`` for
-    a row without it (the dataset was not wrapped by the trainer)."""
+    a row without it (the dataset was not wrapped by the trainer) or with
+    something else than an integer in it (a float or a string is not
+    rounded or parsed into an ordinal)."""
     out = []
     for row in rows:
         try:
-            out.append(int(row[ORDINAL_COLUMN]))
-        except (KeyError, TypeError):
+            value = row[ORDINAL_COLUMN]
+            if isinstance(value, bool):
+                raise TypeError("a bool is not an ordinal")
+            out.append(operator.index(value))
+        except (KeyError, TypeError, IndexError):
             raise StreamMisalignedError(
-                f"a training row has no {ORDINAL_COLUMN!r}: the batch did not come from "
-                "FrontierGRPOTrainer's dataloader"
+                f"a training row has no integer {ORDINAL_COLUMN!r}: the batch did not come "
+                "from FrontierGRPOTrainer's dataloader"
             ) from None
     return out

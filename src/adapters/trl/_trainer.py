@@ -43,6 +43,8 @@ from typing import Any
 from transformers import TrainerCallback  # type: ignore[import-not-found]
 from trl import GRPOTrainer  # type: ignore[import-not-found]
 
+from frontier_core import CheckpointMismatchError
+
 from ._run import (
     FrontierRun,
     fsync_tree,
@@ -237,7 +239,9 @@ class FrontierGRPOMixin:
         branch) are removed, and on a fresh start the torn saves of an earlier attempt; a fresh
         start in an ``output_dir`` that holds a complete checkpoint raises
         ``ValueError``. Raises ``CheckpointError`` subclasses for a checkpoint
-        without a valid frontier state, of another dataset or order."""
+        without a valid frontier state, of another dataset or order, or
+        outside ``output_dir`` (``CheckpointMismatchError``: the training
+        log and the checkpoints a resume prunes are ``output_dir``'s)."""
         targs: Any = self.args
         path: Path | None
         if resume_from_checkpoint is True:
@@ -262,6 +266,15 @@ class FrontierGRPOMixin:
             self.frontier.start()
             step = 0
         else:
+            # The training log and the dead branches live in output_dir: a
+            # checkpoint of another directory would cut this log at another
+            # run's record count, and remove this run's newer checkpoints.
+            if path.resolve().parent != Path(targs.output_dir).resolve():
+                raise CheckpointMismatchError(
+                    f"{path} is not a checkpoint folder of output_dir {targs.output_dir}: "
+                    "a resume continues the run of its own output_dir (copy the run's "
+                    "folder to resume it elsewhere)"
+                )
             step = self.frontier.resume(read_state(path))
             for dead in remove_dead_branches(targs.output_dir, step):
                 logger.warning("removed %s: a dead branch above the resumed checkpoint", dead)

@@ -50,6 +50,38 @@ def test_sigkilled_lives_train_every_prompt_exactly_once(tmp_path: Path) -> None
     assert result["probe_agrees"], result
 
 
+#: Every point a kill can land before the first complete checkpoint (with
+#: ``save_steps=2`` that is ``checkpoint-2``): after a step, in a generation,
+#: and inside the first save, before the frontier state file is renamed.
+BEFORE_THE_FIRST_CHECKPOINT = (
+    Kill(1, "step"),
+    Kill(1, "generate"),
+    Kill(2, "save-model"),
+    Kill(2, "save-state"),
+    Kill(2, "save-frontier"),
+)
+
+
+@pytest.mark.parametrize("first", BEFORE_THE_FIRST_CHECKPOINT, ids=str)
+def test_a_fresh_start_over_a_life_killed_before_its_first_checkpoint(
+    tmp_path: Path, first: Kill
+) -> None:
+    """The first life dies having trained (and logged) a step or two but
+    with no complete checkpoint: the next life starts afresh over its log.
+    A later kill after ``checkpoint-4`` makes a resume cut the log's lineage
+    at the saved record count, which must count the fresh start's records
+    only: the audit reports exactly what was trained."""
+    config = JobConfig(rows=8, epochs=2, per_device=8, num_generations=4, save_steps=2)
+    # 16 ordinals, 2 prompts a step: 8 steps, epoch boundary after step 4.
+    plan = [LifePlan(config, kill=first), LifePlan(config, kill=Kill(5, "step")), LifePlan(config)]
+    runs = run_lives(tmp_path, "frontier", plan)
+    result = verdict(tmp_path, "frontier", config)
+    assert runs["kills"] == 2 and runs["failed_resumes"] == 0, runs
+    assert result["skipped_ordinals"] == [] and result["duplicated_ordinals"] == [], result
+    assert result["trained_once"] == 16 and result["clean"], result
+    assert result["probe_agrees"], result
+
+
 SLOW = pytest.mark.skipif(
     os.environ.get("FRONTIER_SLOW") != "1",
     reason="long torture run: FRONTIER_SLOW=1 runs it (minutes)",

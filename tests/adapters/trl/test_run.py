@@ -210,3 +210,43 @@ def test_latest_checkpoint_passes_over_torn_saves(tmp_path: Path) -> None:
     (tmp_path / "checkpoint-12" / STATE_FILE).write_text("{")
     with pytest.raises(CheckpointCorruptError):
         latest_checkpoint(tmp_path)  # a damaged state file is never passed over
+
+
+def test_a_fresh_start_over_a_life_killed_before_its_first_checkpoint_audits_clean(
+    tmp_path: Path,
+) -> None:
+    """Exhaustive over small runs: a first life trains ``dead`` steps and
+    dies before any checkpoint; a fresh start trains to a checkpoint at
+    ``saved`` and dies ``lost`` steps later; a resume finishes. The audit
+    reports every ordinal trained once, whatever the dead life left in the
+    log."""
+    n, epochs, prompts = 3, 2, 2  # 6 ordinals: 3 steps, across the epoch boundary
+    steps = n * epochs // prompts
+    for dead in range(steps + 1):
+        for saved in range(steps + 1):
+            for lost in range(steps - saved + 1):
+                work = tmp_path / f"{dead}-{saved}-{lost}"
+                work.mkdir()
+                first = make_run(work, n=n, prompts=prompts, epochs=epochs)
+                first.start()
+                train_blocks(first, dead)
+                first.close()  # killed: no checkpoint
+                fresh = make_run(work, n=n, prompts=prompts, epochs=epochs)
+                fresh.start()
+                train_blocks(fresh, saved)
+                folder = work / f"checkpoint-{saved}"
+                folder.mkdir()
+                write_state(folder, fresh.state_dict(saved))
+                train_blocks(fresh, lost, step0=saved)
+                fresh.close()  # killed after the checkpoint
+                last = make_run(work, n=n, prompts=prompts, epochs=epochs)
+                step = last.resume(read_state(folder))
+                train_blocks(last, last.planned_updates(), step0=step)
+                last.close()
+                report = audit_log(work / "log.jsonl", n * epochs)
+                assert (report.trained_once, report.skipped, report.duplicated) == (
+                    n * epochs,
+                    (),
+                    (),
+                ), (dead, saved, lost, report)
+                assert report.discarded_steps == dead + lost, (dead, saved, lost)

@@ -26,6 +26,7 @@ from frontier_adapters.trl import (  # noqa: E402
     read_state,
 )
 
+from frontier_core import CheckpointMismatchError  # noqa: E402
 from frontier_core._audit import audit_log  # noqa: E402
 
 
@@ -147,6 +148,25 @@ def test_a_fresh_start_over_a_finished_run_is_refused(
     (torn / "checkpoint-2").mkdir(parents=True)
     assert trainer(parts, torn, num_train_epochs=1).train().global_step == 4
     assert ORDINAL_COLUMN not in trainer(parts, torn).train_dataset.column_names
+
+
+def test_a_resume_from_another_output_dirs_checkpoint_is_refused_and_prunes_nothing(
+    parts: tuple[Any, Any], tmp_path: Path
+) -> None:
+    """The log a resume cuts and the folders it prunes are output_dir's: a
+    checkpoint of another run would cut this log at that run's record
+    count and remove this run's folders above its step."""
+    other = trainer(parts, tmp_path / "other", num_train_epochs=1)
+    other.add_callback(StopAt(3))
+    other.train()
+    other.frontier.close()
+    mine = tmp_path / "mine"
+    (mine / "checkpoint-6").mkdir(parents=True)
+    with pytest.raises(CheckpointMismatchError, match="not a checkpoint folder of output_dir"):
+        trainer(parts, mine, num_train_epochs=1).train(
+            resume_from_checkpoint=str(tmp_path / "other" / "checkpoint-2")
+        )
+    assert [p.name for p in mine.iterdir()] == ["checkpoint-6"]  # nothing pruned, no log
 
 
 class StopAt:
