@@ -5,7 +5,9 @@
 #   2. `frontier demo`: a real async GRPO loop (tiny torch model, CPU engine)
 #      SIGKILLed several times per mode and resumed, audited side by side,
 #      with the reward curve (about two minutes on 2 cores).
-# Exit status is non-zero if frontier_core loses or duplicates a prompt.
+# Exit status is non-zero if frontier_core loses or duplicates a prompt
+# (1), or a worker crashes or passes its deadline (2: each life has
+# FRONTIER_LIFE_DEADLINE seconds, 600 by default, then is killed whole).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh torch,dev

@@ -11,6 +11,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
 from frontier_core import CheckpointCorruptError
+from frontier_core._errors import shown
 
 from ._collector import Pull
 
@@ -50,14 +51,15 @@ class SequenceSource:
 
     def base(self, state: Mapping[str, Any], cut: int) -> int:
         if not isinstance(state, Mapping) or set(state) != {"kind", "next_ordinal", "rows"}:
-            raise CheckpointCorruptError(f"not a sequence stream state: {state!r}")
+            raise CheckpointCorruptError(f"not a sequence stream state: {shown(state)}")
         if state["kind"] != KIND_SEQUENCE or state["rows"] != len(self.rows):
             raise CheckpointCorruptError(
-                f"sequence state for {state['rows']!r} rows, this source has {len(self.rows)}"
+                f"sequence state for {shown(state['rows'])} rows, this source has {len(self.rows)}"
             )
         if state["next_ordinal"] != cut:
             raise CheckpointCorruptError(
-                f"the saved stream position {state['next_ordinal']!r} differs from the cut {cut}"
+                f"the saved stream position {shown(state['next_ordinal'])} differs from "
+                f"the cut {cut}"
             )
         return cut
 

@@ -13,11 +13,10 @@ from collections.abc import Mapping
 from typing import Any
 
 from frontier_core import CheckpointCorruptError, CheckpointVersionError
+from frontier_core._errors import shown, shown_keys
 
 KEY_FORMAT = "format"
 KEY_VERSION = "version"
-#: How many keys an error about unknown or missing keys lists at most.
-_SHOWN_KEYS = 20
 
 
 def check_state(
@@ -32,13 +31,11 @@ def check_state(
     found = (state.get(KEY_FORMAT), state.get(KEY_VERSION))
     if found != (fmt, version):
         raise CheckpointVersionError(
-            f"{what} has format {found[0]!r:.80} version {found[1]!r:.20}; "
+            f"{what} has format {shown(found[0])} version {shown(found[1], 20)}; "
             f"this library reads {fmt!r} version {version}"
         )
     if set(state) != keys:
-        shown = sorted(repr(k)[:40] for k in state)
-        more = f" and {len(shown) - _SHOWN_KEYS} more" if len(shown) > _SHOWN_KEYS else ""
         raise CheckpointCorruptError(
-            f"{what} has keys [{', '.join(shown[:_SHOWN_KEYS])}]{more}, expected {sorted(keys)}"
+            f"{what} has keys {shown_keys(state)}, expected {sorted(keys)}"
         )
     return state

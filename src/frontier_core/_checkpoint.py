@@ -27,8 +27,10 @@ from ._errors import (
     CheckpointCorruptError,
     CheckpointVersionError,
     FingerprintMismatchError,
+    shown,
+    shown_keys,
 )
-from ._ranges import Range, count, expand
+from ._ranges import LIMIT, Range, count, expand
 
 FORMAT: Final = "frontier_core.checkpoint"
 VERSION: Final = 1
@@ -61,13 +63,16 @@ _BODY_KEYS: Final = frozenset(
 
 
 def _pairs(value: Any) -> tuple[tuple[int, int], ...]:
-    """Normalise a sequence of pairs to a tuple of tuples (validation follows)."""
+    """Normalise a sequence of pairs (tuples or lists of two) to a tuple of
+    tuples; validation follows."""
     if isinstance(value, str | bytes) or not hasattr(value, "__iter__"):
         raise CheckpointCorruptError(f"expected a sequence of pairs, got {type(value).__name__}")
     out = []
     for item in value:
-        if isinstance(item, str | bytes) or not hasattr(item, "__len__") or len(item) != 2:
-            raise CheckpointCorruptError(f"expected a pair, got {item!r:.80}")
+        # Only sequences index like pairs: a dict or a set of two has a length
+        # of 2 but no item 0.
+        if not isinstance(item, tuple | list) or len(item) != 2:
+            raise CheckpointCorruptError(f"expected a pair, got {shown(item)}")
         out.append((item[0], item[1]))
     return tuple(out)
 
@@ -85,7 +90,8 @@ class Checkpoint:
     ordinals lie at or above it and are neither trained nor dropped;
     ``attempts`` lists ``(ordinal, count)`` for unresolved ordinals at or
     above the cut with ``count >= 1``, ascending; with a ``stream_len``,
-    nothing lies beyond it. A violation raises ``CheckpointCorruptError``
+    nothing lies beyond it; no ordinal reaches ``LIMIT`` (2**64) and no
+    number exceeds it. A violation raises ``CheckpointCorruptError``
     naming it. The checks cost O(ranges + attempts), never the number of
     ordinals the ranges span.
 
@@ -149,10 +155,11 @@ class Checkpoint:
         """Validate ``record`` and return its checkpoint.
 
         Raises ``CheckpointVersionError`` for another format or version,
-        ``CheckpointCorruptError`` for a missing or extra key, a bad
-        checksum, a wrong type or a broken structural invariant, and
-        ``FingerprintMismatchError`` when ``fingerprint`` is given and differs
-        from the record's.
+        ``CheckpointCorruptError`` for a missing or extra key (of any type),
+        a bad checksum, a wrong type, a number above ``LIMIT`` or a broken
+        structural invariant, and ``FingerprintMismatchError`` when
+        ``fingerprint`` is given and differs from the record's. Every
+        message quotes the record's values bounded (``shown``).
         """
         if not isinstance(record, Mapping):
             raise CheckpointCorruptError(
@@ -161,20 +168,20 @@ class Checkpoint:
         if record.get(KEY_FORMAT) != FORMAT:
             raise CheckpointVersionError(
                 f"not a frontier_core checkpoint: {KEY_FORMAT!r} is "
-                f"{record.get(KEY_FORMAT)!r}, expected {FORMAT!r}"
+                f"{shown(record.get(KEY_FORMAT))}, expected {FORMAT!r}"
             )
         version = record.get(KEY_VERSION)
         if version != VERSION or type(version) is not int:
             raise CheckpointVersionError(
-                f"checkpoint schema version {version!r} is not supported "
+                f"checkpoint schema version {shown(version, 40)} is not supported "
                 f"(this library reads version {VERSION})"
             )
         keys = set(record)
         missing = sorted((_BODY_KEYS | {KEY_CHECKSUM}) - keys)
-        extra = sorted(keys - _BODY_KEYS - {KEY_CHECKSUM})
+        extra = keys - _BODY_KEYS - {KEY_CHECKSUM}
         if missing or extra:
             raise CheckpointCorruptError(
-                f"checkpoint record has missing keys {missing} and unknown keys {extra}"
+                f"checkpoint record has missing keys {missing} and unknown keys {shown_keys(extra)}"
             )
         body = {k: record[k] for k in _BODY_KEYS}
         try:
@@ -187,7 +194,7 @@ class Checkpoint:
         if record[KEY_CHECKSUM] != expected_sum:
             raise CheckpointCorruptError(
                 "checkpoint checksum mismatch: the record was altered or "
-                f"truncated (stored {record[KEY_CHECKSUM]!r}, computed {expected_sum!r})"
+                f"truncated (stored {shown(record[KEY_CHECKSUM])}, computed {expected_sum!r})"
             )
         found = record[KEY_FINGERPRINT]
         if not isinstance(found, str):
@@ -261,7 +268,7 @@ def _validate(c: Checkpoint) -> None:
         # resolved ranges are maximal, so touching ones would have merged.
     floor = c.cut
     for o, n in c.attempts:
-        _check_int(KEY_ATTEMPTS, o)
+        _check_int(KEY_ATTEMPTS, o, top=LIMIT - 1)
         _check_int(KEY_ATTEMPTS, n)
         if o < floor or n < 1:
             raise CheckpointCorruptError(
@@ -290,9 +297,18 @@ def _validate(c: Checkpoint) -> None:
         )
 
 
-def _check_int(name: str, value: object) -> int:
+def _check_int(name: str, value: object, *, top: int = LIMIT) -> int:
+    """``value`` if it is an int (not a bool) in ``[0, top]``: the cut, a
+    range's stop, a count and the stream length are at most ``LIMIT``, an
+    ordinal below it, so that nothing built from a record is wider than a
+    u64 (the trie under the ledger grows a level per 5 bits of a key)."""
     if type(value) is not int or value < 0:
-        raise CheckpointCorruptError(f"{name!r} must be an int >= 0, got {value!r:.80}")
+        raise CheckpointCorruptError(f"{name!r} must be an int >= 0, got {shown(value)}")
+    if value > top:
+        raise CheckpointCorruptError(
+            f"{name!r} holds {shown(value)}, above {shown(top)}: no ledger holds an "
+            "ordinal at or past 2**64"
+        )
     return value
 
 
@@ -321,11 +337,11 @@ def _decode(name: str, value: object, *, floor: int, span: bool) -> tuple[tuple[
     out: list[tuple[int, int]] = []
     for item in value:
         if not (isinstance(item, list) and len(item) == 2):
-            raise CheckpointCorruptError(f"{name!r} holds {item!r}, not a [gap, n] pair")
+            raise CheckpointCorruptError(f"{name!r} holds {shown(item)}, not a [gap, n] pair")
         gap = _check_int(name, item[0])
         n = _check_int(name, item[1])
         if n < 1:
-            raise CheckpointCorruptError(f"{name!r} holds {item!r}: n must be >= 1")
+            raise CheckpointCorruptError(f"{name!r} holds {shown(item)}: n must be >= 1")
         start = floor + gap
         out.append((start, start + n) if span else (start, n))
         floor = start + (n if span else 1)

@@ -24,7 +24,9 @@ stderr naming the extra to install, and exit status 2, before it runs. A
 command whose entry point cannot be loaded is refused the same way.
 
 Exit statuses: 0 ok, 1 a coverage verdict only (``simulate``, ``audit`` and
-``demo`` when coverage is violated), 2 usage or input errors.
+``demo`` when coverage is violated), 2 usage or input errors, 3 an internal
+error (with its traceback), 141 when stdout was closed under the command
+(``frontier audit ... | head``: 128 + SIGPIPE, as a shell reports it).
 """
 
 from __future__ import annotations
@@ -100,11 +102,14 @@ def _configure_replay(parser: argparse.ArgumentParser) -> None:
 
 def _trace_lines(path: str) -> Iterator[bytes]:
     # Bytes, decoded line by line by ``replay``: a bad byte is an error
-    # naming its line, after every good line before it was replayed.
+    # naming its line, after every good line before it was replayed. A
+    # device is refused before a byte is read (``open_input``).
+    from ._trainlog import open_input
+
     if path == "-":
         yield from sys.stdin.buffer
         return
-    with open(path, "rb") as f:
+    with open_input(path) as f:
         yield from f
 
 
@@ -236,7 +241,7 @@ def _configure_simulate(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--length-sigma",
-        type=float,
+        type=_sigma,
         default=d.length_sigma,
         help="spread of the lognormal rollout lengths (heavier tail when larger)",
     )
@@ -283,6 +288,23 @@ def _configure_simulate(parser: argparse.ArgumentParser) -> None:
     )
 
 
+#: The widest spread ``--length-sigma`` takes: a lognormal length of sigma
+#: 10 already spans e**±60 tokens; past some hundreds, ``exp`` overflows.
+MAX_SIGMA = 10.0
+
+
+def _sigma(text: str) -> float:
+    # NaN made every count NaN and the run a verdict (exit 1); 1e308 made
+    # ``exp`` raise ``OverflowError`` (exit 3): both are bad input.
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not 0.0 <= value <= MAX_SIGMA:
+        raise argparse.ArgumentTypeError(f"must be in [0, {MAX_SIGMA}], got {value}")
+    return value
+
+
 def _delay(text: str) -> float:
     try:
         value = float(text)
@@ -310,10 +332,16 @@ def _progress(total: int, quiet: bool) -> Any:
 def _run_simulate(args: argparse.Namespace) -> int:
     from ._errors import FrontierError
     from ._events import FailurePolicy
+    from ._ranges import LIMIT
     from .sim import SimulationError, Workload, run_ab
     from .sim._report import format_ab
     from .sim._sweep import format_sweep, plot_coverage, sweep
 
+    if args.prompts * args.epochs > LIMIT:
+        # No ledger holds a stream past 2**64 ordinals (LedgerConfig would
+        # refuse it mid-run, exit 3).
+        print("frontier simulate: --prompts times --epochs must be at most 2**64", file=sys.stderr)
+        return 2
     try:
         base = attrs.evolve(
             Workload(),
@@ -577,8 +605,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(args_list)
     try:
         code: int = args._run(args)
+        sys.stdout.flush()
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:
+        # The reader went away: not a bug, and not a verdict. Point stdout
+        # at devnull so that the interpreter's last flush cannot fail again.
+        import os
+
+        try:
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())
+            os.close(devnull)
+        except (OSError, ValueError):  # a stdout without a descriptor
+            pass
+        return 141
     except Exception:
         # Exit 1 is a coverage verdict and nothing else; an uncaught error
         # would exit 1 too. A bug gets its own status, with its traceback.

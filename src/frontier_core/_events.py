@@ -2,7 +2,8 @@
 
 Each event names what the framework saw happen to some prompts of the stream.
 An event that could never be legal (a negative ordinal, an ordinal listed
-twice, a negative count) cannot be constructed; whether a well-formed event
+twice, a negative count, a number at or past 2**64, which no ledger holds)
+cannot be constructed; whether a well-formed event
 is legal *now* is the ledger's decision, not the event's.
 """
 
@@ -14,7 +15,8 @@ from typing import ClassVar, NamedTuple
 
 import attrs
 
-from ._errors import IllegalTransitionError
+from ._errors import IllegalTransitionError, shown
+from ._ranges import LIMIT
 
 
 class Status(enum.IntEnum):
@@ -101,7 +103,11 @@ class Stamp:
     def __attrs_post_init__(self) -> None:
         if isinstance(self.count, bool) or self.count < 0:
             raise IllegalTransitionError(
-                self.name, (), f"count must be an int >= 0, got {self.count!r}"
+                self.name, (), f"count must be an int >= 0, got {shown(self.count)}"
+            )
+        if self.count > LIMIT:
+            raise IllegalTransitionError(
+                self.name, (), f"count must be at most 2**64, got {shown(self.count)}"
             )
 
 
@@ -118,7 +124,11 @@ class _OrdinalEvent:
         for o in self.ordinals:
             if type(o) is not int or o < 0:
                 raise IllegalTransitionError(
-                    self.name, (), f"ordinals must be ints >= 0, got {o!r}"
+                    self.name, (), f"ordinals must be ints >= 0, got {shown(o)}"
+                )
+            if o >= LIMIT:
+                raise IllegalTransitionError(
+                    self.name, (), f"ordinals must be below 2**64, got {shown(o)}"
                 )
             if o in seen:
                 repeated.append(o)
@@ -177,15 +187,23 @@ class Train(_OrdinalEvent):
 
 
 def _distinct(name: str, value: Iterable[Iterable[int]], width: int) -> list[tuple[int, ...]]:
-    """``value`` as tuples of ``width`` ints >= 0, each (ordinal, sibling)
-    at most once: the checks a sample-level event makes of itself."""
+    """``value`` as tuples of ``width`` ints in ``[0, 2**64)``, each
+    (ordinal, sibling) at most once: the checks a sample-level event makes
+    of itself. Anything else (a non-iterable, an item that is not a
+    sequence) is an ``IllegalTransitionError`` too."""
+    if isinstance(value, str | bytes) or not isinstance(value, Iterable):
+        raise IllegalTransitionError(name, (), f"expected a list, got {type(value).__name__}")
     out = []
     seen: set[tuple[int, int]] = set()
     repeated: list[int] = []
     for raw in value:
-        item = tuple(raw)
+        item = tuple(raw) if isinstance(raw, tuple | list) else ()
         if len(item) != width or any(type(x) is not int or x < 0 for x in item):
-            raise IllegalTransitionError(name, (), f"expected {width} ints >= 0, got {raw!r:.80}")
+            raise IllegalTransitionError(name, (), f"expected {width} ints >= 0, got {shown(raw)}")
+        if any(x >= LIMIT for x in item):
+            raise IllegalTransitionError(
+                name, (), f"expected {width} ints below 2**64, got {shown(raw)}"
+            )
         key = (item[0], item[1])
         if key in seen:
             repeated.append(item[0])

@@ -56,7 +56,12 @@ from typing import Final
 import attrs
 
 from ._checkpoint import Checkpoint
-from ._errors import CheckpointMismatchError, FingerprintMismatchError, IllegalTransitionError
+from ._errors import (
+    CheckpointMismatchError,
+    FingerprintMismatchError,
+    IllegalTransitionError,
+    shown,
+)
 from ._events import (
     Buffer,
     Dispatch,
@@ -71,7 +76,7 @@ from ._events import (
     Status,
     Train,
 )
-from ._ranges import to_ranges
+from ._ranges import LIMIT, to_ranges
 from ._transitions import (
     FAILURE,
     LIVE,
@@ -135,12 +140,36 @@ def _pack(status: Status, attempts: int) -> int:
 
 def _positive(_inst: object, attribute: attrs.Attribute[int], value: int) -> None:
     if type(value) is not int or value < 1:
-        raise ValueError(f"{attribute.name} must be an int >= 1, got {value!r}")
+        raise ValueError(f"{attribute.name} must be an int >= 1, got {shown(value)}")
 
 
 def _stream_len(_inst: object, _attribute: attrs.Attribute[int | None], value: int | None) -> None:
     if value is not None and (type(value) is not int or value < 0):
-        raise ValueError(f"stream_len must be None or an int >= 0, got {value!r}")
+        raise ValueError(f"stream_len must be None or an int >= 0, got {shown(value)}")
+    if value is not None and value > LIMIT:
+        # A longer stream could not be checkpointed.
+        raise ValueError(f"stream_len must be at most 2**64, got {shown(value)}")
+
+
+def _evicted(value: Iterable[int]) -> frozenset[int]:
+    """``evicted_on_restore`` as a set of ordinals, each checked before any
+    set is built: an item that is not an int ordinal (a string, a bool, a
+    list) is refused by name, not by the ``TypeError`` of hashing or
+    sorting it."""
+    if isinstance(value, str | bytes) or not isinstance(value, Iterable):
+        raise IllegalTransitionError(
+            "resume",
+            (),
+            f"evicted_on_restore must be an iterable of ordinals, got {type(value).__name__}",
+        )
+    out: set[int] = set()
+    for o in value:
+        if type(o) is not int or not 0 <= o < LIMIT:
+            raise IllegalTransitionError(
+                "resume", (), f"evicted_on_restore must hold ints in [0, 2**64), got {shown(o)}"
+            )
+        out.add(o)
+    return frozenset(out)
 
 
 @attrs.frozen
@@ -265,7 +294,11 @@ class Ledger:
         another stream, ``CheckpointMismatchError`` when it refers to
         ordinals beyond ``config.stream_len``, and ``IllegalTransitionError``
         when ``evicted_on_restore`` names ordinals the checkpoint did not
-        retain (or any at all when the buffer was not restored).
+        retain (or any at all when the buffer was not restored), or for an
+        argument of the wrong type or range (a ``config`` that is not a
+        ``LedgerConfig``, a ``checkpoint`` that is not a ``Checkpoint``, a
+        ``load_replay_buffer`` that is not a bool, an ``evicted_on_restore``
+        that is not an iterable of ints in ``[0, 2**64)``).
 
         ``rewind_to`` is for sources that cannot seek to the cut exactly (a
         data loader restored from a snapshot taken before an earlier pull):
@@ -273,13 +306,21 @@ class Ledger:
         and the ordinals it re-yields below the cut are filtered as resolved.
         By default the source restarts at the cut itself.
         """
+        if not isinstance(config, LedgerConfig):
+            raise IllegalTransitionError(
+                "resume", (), f"config must be a LedgerConfig, got {type(config).__name__}"
+            )
+        if not isinstance(checkpoint, Checkpoint):
+            raise IllegalTransitionError(
+                "resume", (), f"checkpoint must be a Checkpoint, got {type(checkpoint).__name__}"
+            )
         if rewind_to is None:
             rewind_to = checkpoint.cut
         if type(rewind_to) is not int or not 0 <= rewind_to <= checkpoint.cut:
             raise IllegalTransitionError(
                 "resume",
                 (),
-                f"rewind_to must be an int in [0, cut={checkpoint.cut}], got {rewind_to!r}: "
+                f"rewind_to must be an int in [0, cut={checkpoint.cut}], got {shown(rewind_to)}: "
                 "a source restarted above the cut would skip unresolved prompts",
             )
         if checkpoint.fingerprint != config.fingerprint:
@@ -287,9 +328,12 @@ class Ledger:
                 expected=config.fingerprint, found=checkpoint.fingerprint
             )
         if type(load_replay_buffer) is not bool:
-            raise TypeError(
-                f"load_replay_buffer must be a bool, got {type(load_replay_buffer).__name__}"
+            raise IllegalTransitionError(
+                "resume",
+                (),
+                f"load_replay_buffer must be a bool, got {type(load_replay_buffer).__name__}",
             )
+        evicted = _evicted(evicted_on_restore)
         span = checkpoint.highest_ordinal() + 1 - checkpoint.cut
         if span > config.max_window:
             raise CheckpointMismatchError(
@@ -304,7 +348,6 @@ class Ledger:
                 f"checkpoint refers to ordinals up to {checkpoint.highest_ordinal()} "
                 f"(cut {checkpoint.cut}), beyond this stream's length {config.stream_len}"
             )
-        evicted = frozenset(evicted_on_restore)
         retained = frozenset(checkpoint.retained_ordinals())
         if evicted and not load_replay_buffer:
             raise IllegalTransitionError(
@@ -556,6 +599,11 @@ class Ledger:
                 (),
                 f"stamping to {stop} would span {stop - self.cut} ordinals above the cut "
                 f"{self.cut}, more than max_window={self.config.max_window}",
+            )
+        if stop > LIMIT:
+            # No record could hold these ordinals (nor the journal's u64).
+            raise IllegalTransitionError(
+                Stamp.name, (), f"stamping to {stop} would pass the last ordinal, 2**64 - 1"
             )
         stamped = range(start, stop)
         entries = self._entries

@@ -9,8 +9,16 @@ the length of the run.
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
+from typing import Final
 
 Range = tuple[int, int]
+
+#: Every ordinal lies below this (the rollout journal's u64), and so does
+#: every count: the ledger stamps no ordinal at or past it and every record
+#: reader refuses a number above it, so that no value read from a record
+#: costs more than its width (a cut of 2**5000 once made the next stamp
+#: build a trie 1000 levels deep and raise ``RecursionError``).
+LIMIT: Final = 1 << 64
 
 
 def to_ranges(ordinals: Iterable[int]) -> tuple[Range, ...]:

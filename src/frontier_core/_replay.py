@@ -35,7 +35,7 @@ import attrs
 
 from ._audit import coverage_counts
 from ._checkpoint import Checkpoint
-from ._errors import FrontierError
+from ._errors import FrontierError, shown, shown_keys
 from ._events import (
     Buffer,
     Dispatch,
@@ -52,6 +52,7 @@ from ._events import (
     Train,
 )
 from ._ledger import Ledger, LedgerConfig
+from ._ranges import LIMIT, count
 from ._samples import MAX_ATTEMPT, SampleCheckpoint, SampleLedger
 from ._trainlog import Lineage
 
@@ -61,6 +62,15 @@ MAX_STAMP: Final = 1_000_000
 #: The largest group a sample-level trace may configure: every dispatched
 #: group costs n leases, so n is bounded like a stamp's count.
 MAX_SAMPLES: Final = 1024
+#: The work a replay may do, across all its ops: ``MAX_STAMP`` units, plus
+#: this many per byte of trace read. A unit is one ordinal stamped, one
+#: attempt started, one ordinal a ``checkpoint`` line or a ``resume``
+#: expands, one ordinal or sample a ``finish`` counts. Each op is bounded on
+#: its own too, but a bound per op is not one per trace: a 28 KB
+#: sample-level trace of ``dispatch`` and ``fail`` ops, each starting
+#: 10**6 attempts, took 55 s and 830 MB; so did a trace of a thousand
+#: ``finish`` lines, each counting the whole lineage again.
+WORK_PER_BYTE: Final = 16
 
 _LIVE: Final = (Status.PENDING, Status.OUTSTANDING, Status.BUFFERED)
 
@@ -128,7 +138,8 @@ class _Saved:
 
 class Replayer:
     """Feeds trace ops to a ledger, one at a time, and returns the output
-    lines each produces. Raises ``TraceError`` on a bad op and leaves the
+    lines each produces. Raises ``TraceError`` on a bad op, or on one that
+    would pass the replay's work budget (``WORK_PER_BYTE``), and leaves the
     run as it was (``replay`` stops there, as a real run would)."""
 
     def __init__(self) -> None:
@@ -139,6 +150,9 @@ class Replayer:
         self._dropped: list[tuple[int, ...]] = []
         self._highest_yielded = -1
         self._ops = 0
+        # The work this replay may still do: MAX_STAMP, plus WORK_PER_BYTE
+        # for every byte of trace fed (``_spend``).
+        self._budget = MAX_STAMP
         self._sample_mode = False
         # Sample mode only. ``_trained_samples`` runs beside ``_trained``:
         # each step's groups with the samples trained for each.
@@ -158,7 +172,11 @@ class Replayer:
         # ``_accepted`` verdict.
         self._held: dict[Lease, bool] = {}
 
-    def feed(self, op: Mapping[str, Any], line: int) -> list[dict[str, Any]]:
+    def feed(self, op: Mapping[str, Any], line: int, *, size: int = 0) -> list[dict[str, Any]]:
+        """The output lines of ``op``, read from trace line ``line`` of
+        ``size`` bytes (each byte adds ``WORK_PER_BYTE`` to the budget; an
+        op fed without its size spends from the base budget alone)."""
+        self._budget += WORK_PER_BYTE * max(size, 0)
         try:
             return self._feed(op, line)
         except FrontierError as exc:
@@ -173,12 +191,16 @@ class Replayer:
             raise TraceError(line, "an op must be a JSON object")
         name = op.get("op")
         schema = _SAMPLE_SCHEMA if self._sample_mode else _SCHEMA
-        if name in _SAMPLE_SCHEMA and name not in schema:
+        # Any JSON value may stand where the op's name belongs: a list or an
+        # object is unhashable, so it is refused before any lookup.
+        if not isinstance(name, str) or name not in schema:
+            if isinstance(name, str) and name in _SAMPLE_SCHEMA:
+                raise TraceError(
+                    line, f"{name} is a sample-level op: the config must set 'samples' first"
+                )
             raise TraceError(
-                line, f"{name} is a sample-level op: the config must set 'samples' first"
+                line, f"unknown op {shown(name, 40)}; expected one of {sorted(schema)}"
             )
-        if name not in schema:
-            raise TraceError(line, f"unknown op {name!r}; expected one of {sorted(schema)}")
         required, optional = schema[name]
         if name == "config":
             optional = _CONFIG_KEYS
@@ -186,12 +208,12 @@ class Replayer:
         if required - keys:
             raise TraceError(line, f"{name}: missing {sorted(required - keys)}")
         if keys - required - optional:
-            raise TraceError(line, f"{name}: unknown keys {sorted(keys - required - optional)}")
+            raise TraceError(line, f"{name}: unknown keys {shown_keys(keys - required - optional)}")
 
         if name == "config":
             return self._configure(op, line)
         if name == "finish":
-            return [self._coverage()]
+            return [self._coverage(line)]
         if name == "resume":
             if self._sample_mode:
                 return [self._resume_samples(op, line)]
@@ -208,6 +230,7 @@ class Replayer:
                     line, f"'count' {count} is more than {MAX_STAMP} a stamp; split it"
                 )
             step = ledger.stamp(count)
+            self._spend(line, len(step.effect.stamped), "stamp")
             if step.effect.stamped:
                 self._highest_yielded = max(self._highest_yielded, step.effect.stamped[-1])
             self.ledger = step.ledger
@@ -232,6 +255,7 @@ class Replayer:
         if name == "checkpoint":
             save_buffer = _bool(op.get("save_buffer", True), "save_buffer", line)
             checkpoint = ledger.checkpoint(save_buffer=save_buffer)
+            self._spend(line, _listed(checkpoint), "checkpoint")
             # Commit through the wire form, as a real run would.
             record = json.loads(json.dumps(checkpoint.state_dict()))
             self._saved = _Saved(record, checkpoint.cut, len(self._trained), len(self._dropped))
@@ -260,7 +284,9 @@ class Replayer:
             stream_len = _int(stream_len, "stream_len", line)
         on_failure = op.get("on_failure", "drop")
         if on_failure not in ("drop", "retry"):
-            raise TraceError(line, f"on_failure must be 'drop' or 'retry', got {on_failure!r}")
+            raise TraceError(
+                line, f"on_failure must be 'drop' or 'retry', got {shown(on_failure, 40)}"
+            )
         max_attempts = _int(op.get("max_attempts", 3), "max_attempts", line)
         if max_attempts < 1:
             raise TraceError(line, f"max_attempts must be >= 1, got {max_attempts}")
@@ -272,7 +298,7 @@ class Replayer:
         granularity = op.get("granularity", "sibling")
         if granularity not in ("sibling", "group"):
             raise TraceError(
-                line, f"granularity must be 'sibling' or 'group', got {granularity!r:.40}"
+                line, f"granularity must be 'sibling' or 'group', got {shown(granularity, 40)}"
             )
         self.config = LedgerConfig(
             on_failure=FailurePolicy(on_failure),
@@ -299,6 +325,7 @@ class Replayer:
         checkpoint = Checkpoint.from_state_dict(
             self._saved.record, fingerprint=self.config.fingerprint
         )
+        self._spend(line, _span(checkpoint), "resume")
         resumed = Ledger.resume(
             self.config, checkpoint, load_replay_buffer=load, evicted_on_restore=evicted
         )
@@ -320,6 +347,7 @@ class Replayer:
             save_buffer = _bool(op.get("save_buffer", True), "save_buffer", line)
             save_sealed = _bool(op.get("save_sealed", True), "save_sealed", line)
             checkpoint = ledger.checkpoint(save_buffer=save_buffer, save_sealed=save_sealed)
+            self._spend(line, _listed(checkpoint.ledger) + len(checkpoint.sealed), "checkpoint")
             record = json.loads(json.dumps(checkpoint.state_dict()))
             # The framework saves the buffered groups' samples with it.
             buffered = {
@@ -341,6 +369,7 @@ class Replayer:
         if name == Restart.name:
             pairs = _sibling_list(op["siblings"], "siblings", line, n, width=2)
             result = ledger.apply(Restart(pairs))
+            self._spend(line, len(result.effect.leases), Restart.name)
             self.ledger = result.ledger
             self._start(result.effect.leases)
             return [{"event": Restart.name, "leases": _leases(result.effect.leases)}]
@@ -380,8 +409,9 @@ class Replayer:
                 f"{MAX_STAMP}; split it",
             )
         result = ledger.apply(_MOVES[name](ordinals))
-        self.ledger = result.ledger
         effect = result.effect
+        self._spend(line, len(effect.leases), name)
+        self.ledger = result.ledger
         if effect.dropped:
             self._dropped.append(effect.dropped)
         if name == "dispatch":
@@ -474,6 +504,8 @@ class Replayer:
         checkpoint = SampleCheckpoint.from_state_dict(
             self._saved.record, fingerprint=self.config.fingerprint
         )
+        buffered = sum(len(samples) for samples in self._saved.buffered.values())
+        self._spend(line, _span(checkpoint.ledger) + len(checkpoint.sealed) + buffered, "resume")
         saved = checkpoint.sealed if load_sealed else ()
         # The checkpoint's sealed siblings are the ledger's word, not the
         # replayer's, so they are checked like the journal's: a framework
@@ -516,7 +548,28 @@ class Replayer:
 
     # -- the report -------------------------------------------------------
 
-    def _coverage(self) -> dict[str, Any]:
+    def _spend(self, line: int, units: int, what: str) -> None:
+        """Take ``units`` of work from the budget, or refuse the op (before
+        it is committed or its output built) with ``TraceError``."""
+        if units > self._budget:
+            raise TraceError(
+                line,
+                f"{what} would take {units} units of work (ordinals or attempts), and the "
+                f"trace has {self._budget} left: a replay does at most {MAX_STAMP} plus "
+                f"{WORK_PER_BYTE} per byte of trace",
+            )
+        self._budget -= units
+
+    def _coverage(self, line: int) -> dict[str, Any]:
+        # What the report walks: the stream up to the source's position, the
+        # lineage, and in sample mode every trained sample.
+        ledger = self.ledger
+        position = self._saved.cut if ledger is None else ledger.next_ordinal
+        units = position + sum(map(len, self._trained)) + sum(map(len, self._dropped))
+        units += sum(len(samples) for step in self._trained_samples for _, samples in step)
+        if ledger is not None:
+            units += ledger.size()
+        self._spend(line, units, "finish")
         # Counted by the audit's one function, over the replayer's own
         # lineage (never the ledger's sets).
         lineage = Lineage(
@@ -584,6 +637,16 @@ class Replayer:
         }
 
 
+def _listed(checkpoint: Checkpoint) -> int:
+    """The ordinals ``_checkpoint_line`` lists, counted from the ranges."""
+    return checkpoint.resolved_count + count(checkpoint.retained)
+
+
+def _span(checkpoint: Checkpoint) -> int:
+    """The ordinals a resume from ``checkpoint`` visits, from its ranges."""
+    return checkpoint.highest_ordinal() + 1 - checkpoint.cut
+
+
 def _checkpoint_line(checkpoint: Checkpoint) -> dict[str, Any]:
     return {
         "event": "checkpoint",
@@ -600,19 +663,22 @@ def _leases(leases: Iterable[Lease]) -> list[list[int]]:
 
 def _int(value: object, key: str, line: int) -> int:
     if type(value) is not int or value < 0:
-        raise TraceError(line, f"{key!r} must be an int >= 0, got {value!r:.40}")
+        raise TraceError(line, f"{key!r} must be an int >= 0, got {shown(value, 40)}")
+    if value > LIMIT:
+        # No ledger holds a number past 2**64 (nor would its record).
+        raise TraceError(line, f"{key!r} must be at most 2**64, got {shown(value, 40)}")
     return value
 
 
 def _bool(value: object, key: str, line: int) -> bool:
     if type(value) is not bool:
-        raise TraceError(line, f"{key!r} must be true or false, got {value!r:.40}")
+        raise TraceError(line, f"{key!r} must be true or false, got {shown(value, 40)}")
     return value
 
 
 def _ordinal_list(value: object, key: str, line: int) -> list[int]:
     if not isinstance(value, list):
-        raise TraceError(line, f"{key!r} must be a list of ordinals, got {value!r:.40}")
+        raise TraceError(line, f"{key!r} must be a list of ordinals, got {shown(value, 40)}")
     return [_int(o, key, line) for o in value]
 
 
@@ -623,11 +689,11 @@ def _sibling_list(value: object, key: str, line: int, n: int, width: int) -> lis
     decision."""
     shape = "[ordinal, sibling]" if width == 2 else "[ordinal, sibling, attempt]"
     if not isinstance(value, list):
-        raise TraceError(line, f"{key!r} must be a list of {shape}, got {value!r:.40}")
+        raise TraceError(line, f"{key!r} must be a list of {shape}, got {shown(value, 40)}")
     out = []
     for item in value:
         if not isinstance(item, list) or len(item) != width:
-            raise TraceError(line, f"{key!r} must be a list of {shape}, holds {item!r:.40}")
+            raise TraceError(line, f"{key!r} must be a list of {shape}, holds {shown(item, 40)}")
         xs = tuple(_int(x, key, line) for x in item)
         if xs[1] >= n:
             raise TraceError(line, f"{key!r}: sibling {str(xs[1])[:40]} is not below samples={n}")
@@ -664,7 +730,7 @@ def replay(lines: Iterable[str | bytes], out: IO[str]) -> None:
             out.flush()
             raise TraceError(number, f"not JSON: {str(exc)[:200]}") from None
         try:
-            outputs = replayer.feed(op, number)
+            outputs = replayer.feed(op, number, size=len(raw))
         finally:
             out.flush()
         for obj in outputs:

@@ -67,9 +67,11 @@ from ._errors import (
     CheckpointMismatchError,
     CheckpointVersionError,
     FingerprintMismatchError,
+    shown,
+    shown_keys,
 )
 from ._ledger import LedgerConfig
-from ._ranges import Range
+from ._ranges import LIMIT, Range
 
 FORMAT: Final = "frontier_core.shard_checkpoint"
 VERSION: Final = 1
@@ -105,8 +107,11 @@ def _ceil_div(n: int, d: int) -> int:
 
 
 def _check_count(name: str, value: object, *, low: int = 0) -> int:
+    # At most LIMIT, as every number of a checkpoint record.
     if type(value) is not int or value < low:
-        raise ValueError(f"{name} must be an int >= {low}, got {value!r:.80}")
+        raise ValueError(f"{name} must be an int >= {low}, got {shown(value)}")
+    if value > LIMIT:
+        raise ValueError(f"{name} must be at most 2**64, got {shown(value)}")
     return value
 
 
@@ -186,12 +191,12 @@ class Share:
         """Read ``to_json``'s dict; ``CheckpointCorruptError`` otherwise."""
         if not isinstance(value, Mapping) or set(value) != _SHARE_KEYS:
             raise CheckpointCorruptError(
-                f"a share must be a dict with keys {sorted(_SHARE_KEYS)}, got {value!r:.120}"
+                f"a share must be a dict with keys {sorted(_SHARE_KEYS)}, got {shown(value, 120)}"
             )
         try:
             return cls(value["base"], value["world"], value["rank"])
         except ValueError as exc:
-            raise CheckpointCorruptError(f"bad share {dict(value)!r:.120}: {exc}") from None
+            raise CheckpointCorruptError(f"bad share {shown(value, 120)}: {exc}") from None
 
     def __str__(self) -> str:
         return f"rank {self.rank} of {self.world} from ordinal {self.base}"
@@ -259,20 +264,20 @@ class ShardCheckpoint:
             )
         if record.get(KEY_FORMAT) != FORMAT:
             raise CheckpointVersionError(
-                f"not a shard record: {KEY_FORMAT!r} is {record.get(KEY_FORMAT)!r:.80}, "
+                f"not a shard record: {KEY_FORMAT!r} is {shown(record.get(KEY_FORMAT))}, "
                 f"expected {FORMAT!r}"
             )
         version = record.get(KEY_VERSION)
         if type(version) is not int or version != VERSION:
             raise CheckpointVersionError(
-                f"shard record version {version!r:.40} is not supported "
+                f"shard record version {shown(version, 40)} is not supported "
                 f"(this library reads version {VERSION})"
             )
         keys = set(record)
         if keys != _BODY_KEYS | {KEY_CHECKSUM}:
             raise CheckpointCorruptError(
                 f"shard record has missing keys {sorted(_BODY_KEYS | {KEY_CHECKSUM} - keys)} "
-                f"and unknown keys {sorted(keys - _BODY_KEYS - {KEY_CHECKSUM})}"
+                f"and unknown keys {shown_keys(keys - _BODY_KEYS - {KEY_CHECKSUM})}"
             )
         body = {k: record[k] for k in _BODY_KEYS}
         try:
@@ -287,8 +292,10 @@ class ShardCheckpoint:
             )
         share = Share.from_json(record[KEY_SHARE])
         step = record[KEY_STEP]
-        if type(step) is not int or step < 0:
-            raise CheckpointCorruptError(f"shard record step must be an int >= 0, got {step!r:.40}")
+        if type(step) is not int or not 0 <= step <= LIMIT:
+            raise CheckpointCorruptError(
+                f"shard record step must be an int in [0, 2**64], got {shown(step, 40)}"
+            )
         checkpoint = Checkpoint.from_state_dict(record[KEY_LEDGER])
         shard = cls(share, step, checkpoint)
         if fingerprint is not None and shard.fingerprint != fingerprint:
@@ -525,7 +532,10 @@ def _consistent(
 
 
 def merge_shards(
-    shards: Iterable[ShardCheckpoint], *, fingerprint: str | None = None
+    shards: Iterable[ShardCheckpoint],
+    *,
+    fingerprint: str | None = None,
+    max_window: int = LedgerConfig().max_window,
 ) -> Checkpoint:
     """The global record of one multi-rank checkpoint: the records of ranks
     ``0..world-1`` of one tiling, taken at one step.
@@ -538,12 +548,22 @@ def merge_shards(
     of the record it was split from. ``fingerprint`` (the global stream's)
     is checked if given.
 
+    ``max_window`` is the ranks' ``LedgerConfig.max_window``: the set is
+    refused, before anything is merged, when it spans more than ``world *
+    max_window`` global ordinals above the merged cut, more than the ranks'
+    ledgers could have held (a forged record's huge range, or a rank's cut
+    far past the others'). A merge emits up to a range per row of the grid,
+    so this bounds its work by the records' count and the window, never by
+    a number written in a record.
+
     Raises ``ShardMismatchError`` for a set that is not one checkpoint (a
     rank missing or twice, mixed steps, mixed streams, another tiling, stream
-    lengths that do not add up), ``FingerprintMismatchError`` for another
+    lengths that do not add up), ``CheckpointMismatchError`` for a set
+    spanning more than the window, ``FingerprintMismatchError`` for another
     stream than ``fingerprint``."""
     shards = list(shards)
     base, world, _, global_fp, stream_len = _consistent(shards, fingerprint)
+    _check_count("max_window", max_window, low=1)
     by_rank = sorted(shards, key=lambda s: s.share.rank)
     resolved: list[list[Range]] = []
     dropped: list[list[Range]] = []
@@ -565,6 +585,19 @@ def merge_shards(
     if cut is None:  # every rank drained its share
         assert stream_len is not None
         cut = stream_len
+    # The highest global ordinal any record names (its cut prefix included),
+    # from the ranks' end points alone: nothing is expanded yet.
+    top = -1
+    for s in by_rank:
+        local_top = s.checkpoint.highest_ordinal()
+        if local_top >= 0:
+            top = max(top, s.share.global_ordinal(local_top))
+    if top + 1 - cut > world * max_window:
+        raise CheckpointMismatchError(
+            f"the {world} ranks' records span {top + 1 - cut} global ordinals above the merged "
+            f"cut {cut}, more than world * max_window = {world * max_window}: refused before "
+            "merging (pass the ranks' max_window if a real run had that many in flight)"
+        )
     floor = cut + 1
     all_resolved = interleave(resolved, base, world)
     all_dropped = _above(interleave(dropped, base, world), floor)
@@ -634,7 +667,11 @@ def split_checkpoint(
 
 
 def reshard(
-    shards: Iterable[ShardCheckpoint], world: int, *, fingerprint: str | None = None
+    shards: Iterable[ShardCheckpoint],
+    world: int,
+    *,
+    fingerprint: str | None = None,
+    max_window: int = LedgerConfig().max_window,
 ) -> tuple[ShardCheckpoint, ...]:
     """The resume records of ``world`` ranks from one multi-rank checkpoint
     of any world size, in rank order (rank ``r`` resumes from ``[r]``).
@@ -643,9 +680,9 @@ def reshard(
     resumes from exactly the record it wrote and its buffer stays its own;
     with another, the new shares start at the merged cut. Every rank of the
     new world computes the same plan from the same records, with no
-    communication. Raises as ``merge_shards``."""
+    communication. Raises as ``merge_shards`` (``max_window`` is its)."""
     shards = list(shards)
-    merged = merge_shards(shards, fingerprint=fingerprint)
+    merged = merge_shards(shards, fingerprint=fingerprint, max_window=max_window)
     old = shards[0].share
     base = old.base if world == old.world else merged.cut
     return split_checkpoint(merged, world, step=shards[0].step, base=base)

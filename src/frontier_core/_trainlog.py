@@ -29,15 +29,17 @@ A malformed line anywhere else is an error naming it.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
+import stat
 from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import Final
+from typing import BinaryIO, Final
 
 import attrs
 
-from ._errors import FrontierError
+from ._errors import FrontierError, shown, shown_keys
 
 KEY_STEP: Final = "step"
 KEY_ORDINALS: Final = "ordinals"
@@ -88,7 +90,7 @@ Record = StepRecord | DropRecord | ResumeRecord | TornTail
 
 def _check_count(what: str, value: object) -> int:
     if type(value) is not int or value < 0:
-        raise ValueError(f"{what} must be an int >= 0, got {value!r:.80}")
+        raise ValueError(f"{what} must be an int >= 0, got {shown(value)}")
     return value
 
 
@@ -177,15 +179,35 @@ def _truncate_torn_tail(fd: int) -> int:
     return end - pos
 
 
+def open_input(path: str | os.PathLike[str]) -> BinaryIO:
+    """``path`` opened for reading bytes, if it is a regular file or a pipe;
+    ``OSError`` (``EINVAL``) for a device, a socket or a directory, before
+    a byte is read (``/dev/zero`` never ends). The readers of the core's
+    command line inputs (the training log, a trace) open them here."""
+    # O_NONBLOCK: opening a FIFO with no writer must not wait forever; it is
+    # cleared for the reads, which end at the writer's EOF.
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    try:
+        mode = os.fstat(fd).st_mode
+        if not (stat.S_ISREG(mode) or stat.S_ISFIFO(mode)):
+            raise OSError(errno.EINVAL, "not a regular file or a pipe", str(path))
+        os.set_blocking(fd, True)
+    except BaseException:
+        os.close(fd)
+        raise
+    return open(fd, "rb")
+
+
 def read_train_log(path: str | os.PathLike[str]) -> Iterator[Record]:
     """Parse a training log, raising ``TrainLogError`` at the first bad line.
 
     Lines must be UTF-8 JSON objects (no byte-order mark). A last line
     without its newline is a torn write: it is yielded as a ``TornTail``,
-    not parsed (see the module's docstring).
+    not parsed (see the module's docstring). A device, a socket or a
+    directory is refused with ``OSError`` (``open_input``).
     """
     name = str(path)
-    with open(path, "rb") as f:
+    with open_input(path) as f:
         data = f.read()
     lines = data.split(b"\n")
     torn = lines.pop()
@@ -216,19 +238,19 @@ def parse_record(name: str, number: int, raw: bytes | str) -> Record:
     if keys == {KEY_STEP, KEY_ORDINALS}:
         step = obj[KEY_STEP]
         if type(step) is not int or step < 0:
-            raise TrainLogError(name, number, f"'step' must be an int >= 0, got {step!r}")
+            raise TrainLogError(name, number, f"'step' must be an int >= 0, got {shown(step, 40)}")
         return StepRecord(step, _ordinals(name, number, obj[KEY_ORDINALS], KEY_ORDINALS), number)
     if keys == {KEY_DROPPED}:
         return DropRecord(_ordinals(name, number, obj[KEY_DROPPED], KEY_DROPPED), number)
     if keys == {KEY_RESUME}:
         n = obj[KEY_RESUME]
         if type(n) is not int or n < 0:
-            raise TrainLogError(name, number, f"'resume' must be an int >= 0, got {n!r}")
+            raise TrainLogError(name, number, f"'resume' must be an int >= 0, got {shown(n, 40)}")
         return ResumeRecord(n, number)
     raise TrainLogError(
         name,
         number,
-        f"unknown record with keys {sorted(keys)}; expected "
+        f"unknown record with keys {shown_keys(keys)}; expected "
         "{'step','ordinals'}, {'dropped'} or {'resume'}",
     )
 
@@ -238,7 +260,9 @@ def _ordinals(name: str, number: int, value: object, key: str) -> tuple[int, ...
         raise TrainLogError(name, number, f"{key!r} must be a list of ordinals")
     for o in value:
         if type(o) is not int or o < 0:
-            raise TrainLogError(name, number, f"{key!r} holds {o!r:.40}, not an int ordinal >= 0")
+            raise TrainLogError(
+                name, number, f"{key!r} holds {shown(o, 40)}, not an int ordinal >= 0"
+            )
     return tuple(value)
 
 

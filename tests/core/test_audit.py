@@ -216,3 +216,113 @@ def test_window_work_follows_the_stream_not_a_step_number(tmp_path: Path) -> Non
     )
     assert proc.returncode == 1, proc.stderr
     assert json.loads(proc.stdout)["window_mismatch"] == [1, 1000000000000]
+
+
+# -- the log read whole, the work bounded by the log -----------------------------
+
+
+@pytest.mark.parametrize(
+    "tail",
+    [b'{"step": 1, "ordi', b'{"step": 1, "ordinals": [1]}', b"\xff", b"x" * 100_000],
+    ids=["torn", "complete-without-newline", "one-byte", "long"],
+)
+def test_a_last_line_without_its_newline_is_exit_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], tail: bytes
+) -> None:
+    """The README promises exit 2 for a truncated line: the audit discarded
+    a torn last line and exited 0, and dropped a complete last record that
+    only lacked its newline (the lineage it proved was not the log's)."""
+    path = tmp_path / "log.jsonl"
+    path.write_bytes(b'{"step": 0, "ordinals": [0]}\n' + tail)
+    assert main(["audit", str(path), "--stream-len", "1"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"frontier audit: {path}:2: truncated"), err
+    assert f"({len(tail)} bytes)" in err
+    path.write_bytes(b'{"step": 0, "ordinals": [0]}\n' + tail + b"\n")
+    assert main(["audit", str(path), "--stream-len", "1"]) in (0, 1, 2)
+    # Whole, a complete record reads: step 1 trained ordinal 1, out of range.
+    if tail.endswith(b"]}"):
+        assert main(["audit", str(path), "--stream-len", "2"]) == 0
+
+
+@pytest.mark.parametrize(
+    ("argv", "skipped", "off"),
+    [
+        (["--stream-len", "1000000000"], 999_999_998, None),
+        (["--stream-len", "1000000000", "--window", "1"], 999_999_998, 1_000_000_000),
+        (["--stream-len", "1000000000", "--window", "1000000000000"], 999_999_998, 1),
+        (["--stream-len", str(2**70)], 2**70 - 2, None),
+    ],
+    ids=["stream", "window-1", "window-huge", "stream-2^70"],
+)
+def test_the_audit_works_in_the_logs_size_not_the_streams(
+    tmp_path: Path, argv: list[str], skipped: int, off: int | None
+) -> None:
+    """``--stream-len 1000000000`` exited 3 on ``MemoryError``: the skipped
+    ordinals were a tuple of the stream's length. They are ranges now, and
+    so are the steps off their window; the JSON lists the first
+    ``MAX_LISTED`` of each and every range."""
+    import resource
+    import subprocess
+    import sys
+
+    from frontier_core._audit import MAX_LISTED
+
+    path = tmp_path / "log.jsonl"
+    path.write_text('{"step": 0, "ordinals": [0, 5]}\n')
+
+    def capped() -> None:  # the audit of a one-line log needs no 1 GiB
+        resource.setrlimit(resource.RLIMIT_AS, (1 << 30, 1 << 30))
+
+    proc = subprocess.run(
+        [sys.executable, "-m", "frontier_core._cli", "audit", str(path), *argv, "--json"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        preexec_fn=capped,
+    )
+    assert proc.returncode == 1, proc.stderr
+    report = json.loads(proc.stdout)
+    assert report["skipped"] == skipped and report["trained_once"] == 2
+    assert report["skipped_ranges"][:2] == [[1, 5], [6, int(argv[1])]]
+    assert report["skipped_ordinals"][:5] == [1, 2, 3, 4, 6]
+    assert len(report["skipped_ordinals"]) == MAX_LISTED
+    if off is not None:
+        listed = report["window_mismatch"]
+        assert sum(b - a for a, b in report["window_mismatch_ranges"]) == off
+        assert listed[0] == 0 and len(listed) == min(off, MAX_LISTED)
+
+
+@pytest.mark.parametrize("path", ["/dev/zero", "/dev/null", "."], ids=["zero", "null", "dir"])
+def test_a_device_or_a_directory_is_refused_before_a_read(
+    capsys: pytest.CaptureFixture[str], path: str
+) -> None:
+    """``/dev/zero`` as the log read forever (``MemoryError``, exit 3)."""
+    assert main(["audit", path, "--stream-len", "1"]) == 2
+    assert "not a regular file" in capsys.readouterr().err
+
+
+def test_a_closed_stdout_is_not_a_traceback(tmp_path: Path) -> None:
+    """``frontier audit --json | head`` exited 3 with a ``BrokenPipeError``
+    traceback; a closed reader is exit 141, as the shell reports SIGPIPE."""
+    import subprocess
+    import sys
+
+    path = tmp_path / "log.jsonl"
+    path.write_text('{"step": 0, "ordinals": [0]}\n')
+    argv = ["audit", str(path), "--stream-len", "3000000", "--json"]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "frontier_core._cli", *argv],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    assert proc.stdout is not None and proc.stderr is not None
+    proc.stdout.read(10)
+    proc.stdout.close()
+    try:
+        err = proc.stderr.read()
+        assert proc.wait(timeout=60) == 141
+    finally:
+        proc.kill()
+    assert b"Traceback" not in err

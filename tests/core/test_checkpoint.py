@@ -395,3 +395,91 @@ def test_a_record_that_is_not_json_is_refused_with_the_reason_cut_short() -> Non
         Checkpoint.from_state_dict({**_signed(), "fingerprint": unencodable})
     reason = f"Object of type {type(unencodable).__name__} is not JSON serializable"
     assert str(info.value) == f"checkpoint record is not JSON data: {reason[:200]}"
+
+
+# -- every number bounded, every message bounded ---------------------------------
+
+
+_HUGE = [2**64 + 1, 2**5000]
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        *({"stream_len": None, "cut": h} for h in _HUGE),
+        *({"stream_len": h} for h in _HUGE),
+        {"stream_len": None, "cut": 2**64, "trained_above_cut": [[0, 1]]},
+        {"stream_len": None, "trained_above_cut": [[2**64, 1]]},
+        {"stream_len": None, "retained": [[0, 2**64]]},
+        {"stream_len": None, "attempts": [[2**64 - 3, 1]]},
+        {"stream_len": None, "attempts": [[0, 2**64 + 1]]},
+    ],
+    ids=lambda f: ",".join(f"{k}:{len(str(v))}" for k, v in f.items()),
+)
+def test_a_record_with_a_number_past_2_64_is_refused(fields: dict[str, object]) -> None:
+    """A cut of 2**5000 was accepted, and the next stamp built a trie 1000
+    levels deep and raised ``RecursionError``: no number in a record may
+    pass 2**64 (ordinals stay below it, as in the rollout journal)."""
+    with pytest.raises(CheckpointCorruptError, match=r"2\*\*64|above|beyond"):
+        Checkpoint.from_state_dict(_signed(**fields))
+
+
+def test_the_highest_readable_record_resumes_and_stamps() -> None:
+    """The bound is exact: a cut of 2**64 - 1 with its last ordinal
+    unresolved reads back, resumes and stamps that ordinal."""
+    record = _signed(stream_len=None, cut=2**64 - 1)
+    checkpoint = Checkpoint.from_state_dict(record)
+    config = LedgerConfig(fingerprint="fp")
+    ledger = Ledger.resume(config, checkpoint, load_replay_buffer=False).ledger
+    assert tuple(ledger.stamp(1).effect.kept) == (2**64 - 1,)
+    assert Checkpoint.from_state_dict(_signed(stream_len=2**64)).stream_len == 2**64
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [{5: 1, "x": 2}, {None: 1, (1, 2): 2, "y": 3}, {b"k": 1, 2.5: 2}],
+    ids=["int-str", "none-tuple-str", "bytes-float"],
+)
+def test_extra_keys_of_mixed_types_are_named(extra: dict[object, object]) -> None:
+    """Sorting keys of mixed types for the message raised ``TypeError``."""
+    with pytest.raises(CheckpointCorruptError, match="unknown keys") as info:
+        Checkpoint.from_state_dict({**_signed(), **extra})  # type: ignore[dict-item]
+    assert all(repr(k)[:10] in str(info.value) for k in extra)
+
+
+def test_ten_thousand_unknown_keys_make_a_short_message() -> None:
+    record = {**_signed(), **{f"k{i}": i for i in range(10_000)}}
+    with pytest.raises(CheckpointCorruptError) as info:
+        Checkpoint.from_state_dict(record)
+    assert "(+9980 more)" in str(info.value) and len(str(info.value)) < 1_000
+
+
+@pytest.mark.parametrize(
+    ("fields", "error"),
+    [
+        ({"format": 2**20000}, CheckpointVersionError),
+        ({"version": -(2**20000)}, CheckpointVersionError),
+        ({"format": "f" * 10**6}, CheckpointVersionError),
+        ({"checksum": 2**20000}, CheckpointCorruptError),
+        ({"checksum": "c" * 10**6}, CheckpointCorruptError),
+        ({"trained_above_cut": [[1, 2, 2**20000]]}, CheckpointCorruptError),
+    ],
+    ids=["format-int", "version-int", "format-long", "checksum-int", "checksum-long", "item"],
+)
+def test_every_refusal_quotes_its_value_bounded(
+    fields: dict[str, object], error: type[Exception]
+) -> None:
+    """An int of 20,000 bits made the message itself raise ``ValueError``
+    (``repr`` refuses past 4300 digits); a long string, a long message."""
+    body = {**_signed(), **fields}  # no checksum: a forger's JSON cannot hold them
+    with pytest.raises(error) as info:
+        Checkpoint.from_state_dict(body)
+    assert type(info.value) is error and len(str(info.value)) < 400
+
+
+@pytest.mark.parametrize("item", [{0: 4, 1: 5}, {4, 5}, 7, None, "ab", b"ab"])
+def test_a_hand_built_pair_that_is_not_a_sequence_is_refused(item: object) -> None:
+    """A dict of two keys passed the length check and raised ``KeyError``
+    on ``item[0]``; a set, ``TypeError``."""
+    with pytest.raises(CheckpointCorruptError, match="expected a pair"):
+        Checkpoint(cut=3, attempts=[item])  # type: ignore[list-item]

@@ -92,4 +92,35 @@ def test_a_malformed_item_is_refused_with_what_it_was(event: type, width: int) -
     long = list(range(60))
     with pytest.raises(IllegalTransitionError) as info:
         event([long])
-    assert info.value.reason == f"expected {width} ints >= 0, got {long!r:.80}"
+    assert info.value.reason.startswith(f"expected {width} ints >= 0, got [0, 1, 2, ")
+    assert len(info.value.reason) <= 120
+
+
+@pytest.mark.parametrize(("event", "width"), [(Seal, 3), (FailSample, 3), (Restart, 2)])
+@pytest.mark.parametrize("bad", [5, None, [5], [None], [{0: 0, 1: 0, 2: 0}], [{0, 1, 2}]])
+def test_a_sibling_event_of_no_pairs_is_refused_by_type(
+    event: type, width: int, bad: object
+) -> None:
+    """Not a list, or items that are not sequences (an int, a dict, a set):
+    once a bare ``TypeError``."""
+    with pytest.raises(IllegalTransitionError) as info:
+        event(bad)
+    assert info.value.event == event.name
+
+
+@pytest.mark.parametrize(
+    "huge", [2**64, 2**5000, 2**20000, -(2**20000)], ids=["2^64", "2^5000", "2^20000", "-2^20000"]
+)
+def test_events_refuse_ordinals_past_2_64_with_a_bounded_message(huge: int) -> None:
+    """No ledger holds an ordinal at or past 2**64; an int of 20,000 bits
+    once raised ``ValueError`` from the message's own formatting."""
+    for build in (
+        lambda: Dispatch([huge]),
+        lambda: Stamp(huge + 1 if huge > 0 else huge),  # a count may be 2**64
+        lambda: Seal([(huge, 0, 0)]),
+        lambda: Restart([(0, huge)]),
+    ):
+        with pytest.raises(IllegalTransitionError) as info:
+            build()
+        assert len(str(info.value)) < 200
+    assert Dispatch([2**64 - 1]).ordinals == (2**64 - 1,)

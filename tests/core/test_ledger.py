@@ -5,6 +5,7 @@ exact refusals, effects and counts that pin the mutants of ``_ledger.py``
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import attrs
 import pytest
@@ -714,5 +715,73 @@ def test_a_stamp_past_max_window_is_refused_and_changes_nothing() -> None:
 def test_resume_requires_saying_whether_the_buffer_came_back() -> None:
     with pytest.raises(TypeError):
         Ledger.resume(LedgerConfig(), Checkpoint(cut=0))  # type: ignore[call-arg]
-    with pytest.raises(TypeError, match="must be a bool"):
+    with pytest.raises(IllegalTransitionError, match="must be a bool"):
         Ledger.resume(LedgerConfig(), Checkpoint(cut=0), load_replay_buffer=1)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    "evicted",
+    [["a", 5], [5, "a"], [True], [1.0], [[1]], [None], [-1], [2**64], [2**20000], 5, "ab", None],
+    ids=lambda v: type(v).__name__ + str(len(str(v)) if not isinstance(v, list) else len(v)),
+)
+def test_resume_refuses_an_evicted_on_restore_of_no_ordinals(evicted: object) -> None:
+    """Mixed types once raised ``TypeError`` from sorting them for the
+    message; a bool, a float or a list item, ``TypeError`` or worse."""
+    checkpoint = Checkpoint(cut=0, retained=((0, 6),))
+    with pytest.raises(IllegalTransitionError) as info:
+        Ledger.resume(
+            LedgerConfig(),
+            checkpoint,
+            load_replay_buffer=True,
+            evicted_on_restore=evicted,  # type: ignore[arg-type]
+        )
+    assert info.value.event == "resume" and len(str(info.value)) < 200
+    resumed = Ledger.resume(
+        LedgerConfig(), checkpoint, load_replay_buffer=True, evicted_on_restore=iter([5])
+    )
+    assert resumed.ledger.checkpoint().retained == ((0, 5),)
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        {"config": None},
+        {"config": {"max_window": 5}},
+        {"checkpoint": None},
+        {"checkpoint": Checkpoint(cut=3).state_dict()},
+        {"rewind_to": 2**20000},
+        {"rewind_to": "0"},
+    ],
+    ids=["config-None", "config-dict", "checkpoint-None", "checkpoint-record", "rewind-huge",
+         "rewind-str"],
+)  # fmt: skip
+def test_resume_refuses_arguments_of_the_wrong_type_by_name(args: dict[str, object]) -> None:
+    """Once an ``AttributeError``, or a ``ValueError`` from printing the int."""
+    kwargs: dict[str, Any] = {
+        "config": LedgerConfig(),
+        "checkpoint": Checkpoint(cut=3),
+        "load_replay_buffer": False,
+        **args,
+    }
+    with pytest.raises(IllegalTransitionError) as info:
+        Ledger.resume(**kwargs)
+    assert info.value.event == "resume" and len(str(info.value)) < 300
+
+
+def test_no_ordinal_at_or_past_2_64_is_ever_stamped() -> None:
+    """Every record reader refuses a number past 2**64, so a ledger stamps
+    no ordinal there either: its own checkpoint would be unreadable."""
+    last = 2**64 - 1
+    resumed = Ledger.resume(LedgerConfig(), Checkpoint(cut=last - 1), load_replay_buffer=False)
+    ledger = resumed.ledger
+    with pytest.raises(IllegalTransitionError, match="2\\*\\*64 - 1"):
+        ledger.stamp(3)
+    step = ledger.stamp(2)
+    assert tuple(step.effect.kept) == (last - 1, last)
+    done = step.ledger.dispatch([last - 1, last]).ledger.buffer([last - 1, last]).ledger
+    record = done.train([last - 1, last]).ledger.checkpoint().state_dict()
+    assert Checkpoint.from_state_dict(record).cut == 2**64
+    with pytest.raises(IllegalTransitionError):
+        Ledger.resume(
+            LedgerConfig(), Checkpoint.from_state_dict(record), load_replay_buffer=False
+        ).ledger.stamp(1)

@@ -253,6 +253,15 @@ def test_random_traces_never_lose_or_duplicate(ops: list[dict[str, Any]], retry:
         (b'{"op": "stamp", "count": true}', "'count' must be an int"),
         (b'{"op": "dispatch", "ordinals": [\xff]}', "not UTF-8"),
         (b'{"op": "dispatch", "ordinals": [1.5]}', "must be an int"),
+        # Any JSON value where the op's name belongs: a list once exited 3
+        # with a traceback (unhashable in the schema lookup).
+        (b'{"op": []}', "unknown op []"),
+        (b'{"op": {"a": 1}}', "unknown op {'a': 1}"),
+        (b'{"op": 5}', "unknown op 5"),
+        (b'{"op": null}', "unknown op None"),
+        (b'{"op": ["stamp"], "count": 1}', "unknown op ['stamp']"),
+        (b'{"op": "dispatch", "ordinals": [18446744073709551616]}', "below 2**64"),
+        (b'{"op": "stamp", "count": 18446744073709551617}', "at most 2**64"),
     ],
 )
 def test_a_hostile_line_is_exit_2_naming_it_after_the_good_lines(
@@ -270,6 +279,56 @@ def test_a_hostile_line_is_exit_2_naming_it_after_the_good_lines(
     err = proc.stderr.decode()
     assert f"{trace}:3:" in err and reason in err and "Traceback" not in err
     assert [json.loads(line)["ordinals"] for line in proc.stdout.splitlines()] == [[0, 1], [2]]
+
+
+@pytest.mark.parametrize(
+    "config",
+    [
+        {"stream_len": 2**64 + 1},
+        {"stream_len": 10**300},
+        {"max_attempts": 10**300},
+        {"on_failure": ["drop"] * 10**4},
+        {"granularity": {"sibling": 1}},
+    ],
+    ids=["stream-2^64", "stream-huge", "attempts-huge", "policy-list", "granularity-dict"],
+)
+def test_a_config_of_foreign_values_is_exit_2(tmp_path: Path, config: dict[str, Any]) -> None:
+    """A stream_len past 2**64 passed the trace's check and was refused by
+    ``LedgerConfig`` with a bare ``ValueError``: exit 3."""
+    code, out, err = replay(tmp_path, [{"op": "config", **config}, {"op": "stamp", "count": 1}])
+    assert code == 2 and out == [], err
+    assert ":1:" in err and "Traceback" not in err and len(err) < 400
+
+
+def test_the_work_of_a_replay_follows_the_trace_across_ops(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A bound per op is not one per trace: ``finish`` (or ``checkpoint``)
+    repeated, each walking the whole run again, is refused once the trace's
+    budget (the base plus ``WORK_PER_BYTE`` a byte) is spent. The base is
+    lowered here so that the run is small."""
+    import io
+
+    import frontier_core._replay as replay_module
+
+    monkeypatch.setattr(replay_module, "MAX_STAMP", 5_000)
+    head = [
+        {"op": "stamp", "count": 4_000},
+        {"op": "dispatch", "ordinals": list(range(1, 4_000))},
+        {"op": "buffer", "ordinals": list(range(1, 4_000))},
+        {"op": "train", "ordinals": list(range(1, 4_000))},
+    ]
+    for repeated in ({"op": "finish"}, {"op": "checkpoint"}):
+        lines = [json.dumps(op) for op in head] + [json.dumps(repeated)] * 1_000
+        budget = 5_000 + replay_module.WORK_PER_BYTE * sum(len(x) + 1 for x in lines)
+        out = io.StringIO()
+        with pytest.raises(TraceError, match="units of work") as info:
+            replay_module.replay([x + "\n" for x in lines], out)
+        # Each costs some 4,000 units: refused before the last.
+        assert len(head) < info.value.line < len(lines)
+        listed = sum(len(v) for x in out.getvalue().splitlines() for v in json.loads(x).values()
+                     if isinstance(v, list))  # fmt: skip
+        assert listed <= budget
 
 
 @pytest.mark.parametrize("encoded", ["bom", "utf-16"])

@@ -835,6 +835,39 @@ def test_huge_numbers_are_refused_at_once_exit_2_after_the_good_lines(
     assert time.monotonic() - started < 60
 
 
+def test_the_attempts_a_trace_starts_are_bounded_across_ops(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A bound per op held (1,000,000 attempts a dispatch), none across
+    ops: a 28 KB trace of ``dispatch`` and ``fail`` of a thousand groups of
+    1024 took 55 s and 830 MB. Now every attempt started comes from one
+    budget for the trace: the base (lowered here to keep the run small)
+    plus ``WORK_PER_BYTE`` a byte. Refused where the budget runs out, with
+    every line before it replayed."""
+    import io
+
+    import frontier_core._replay as replay_module
+
+    monkeypatch.setattr(replay_module, "MAX_STAMP", 50_000)
+    groups = list(range(40))  # 40 groups of 1024: 40,960 attempts a dispatch
+    lines = [
+        json.dumps(op)
+        for op in [
+            {"op": "config", "samples": MAX_SAMPLES, "on_failure": "retry", "max_attempts": 99},
+            {"op": "stamp", "count": len(groups)},
+            *[{"op": name, "ordinals": groups} for _ in range(20) for name in ("dispatch", "fail")],
+        ]
+    ]
+    out = io.StringIO()
+    with pytest.raises(TraceError, match="units of work") as info:
+        replay_module.replay([x + "\n" for x in lines], out)
+    assert info.value.line == 5  # the second dispatch
+    started = sum(len(json.loads(x).get("leases", [])) for x in out.getvalue().splitlines())
+    assert started == 40 * MAX_SAMPLES
+    budget = 50_000 + replay_module.WORK_PER_BYTE * sum(len(x) + 1 for x in lines[:5])
+    assert started + 40 * MAX_SAMPLES > budget  # the refused dispatch would pass it
+
+
 # -- the command line ----------------------------------------------------------------
 
 

@@ -11,6 +11,7 @@ The exhaustive bounds are raised outside CI with
 from __future__ import annotations
 
 import itertools
+import json
 import os
 import random
 import time
@@ -25,6 +26,7 @@ from hypothesis import strategies as st
 from frontier_core import (
     Checkpoint,
     CheckpointCorruptError,
+    CheckpointError,
     CheckpointMismatchError,
     CheckpointVersionError,
     FailurePolicy,
@@ -336,7 +338,8 @@ def test_deal_and_interleave_are_inverse(world: int, base: int, raw: list[tuple[
 
 def test_merge_and_split_cost_the_ranges_not_the_ordinals_they_span() -> None:
     """A rank far ahead, a range of 10^12 ordinals, a cut at 10^15: range
-    arithmetic, never one step per ordinal of a range."""
+    arithmetic, never one step per ordinal of a range (under a window that
+    lets the ranks hold that much)."""
     world, base = 64, 10**15
     shards = []
     for share in Share.tiling(world, base=base):
@@ -355,14 +358,101 @@ def test_merge_and_split_cost_the_ranges_not_the_ordinals_they_span() -> None:
             )
         )
     start = time.process_time()
-    merged = merge_shards(shards)
+    merged = merge_shards(shards, max_window=10**13)
     for m in (1, 7, 64, 100):
         split_checkpoint(merged, m, step=1)
-    assert reshard(shards, world) == tuple(shards)
+    assert reshard(shards, world, max_window=10**13) == tuple(shards)
     assert time.process_time() - start < 5.0
     assert merged.cut == base + 10 * world
     # The record lists what the ranks' windows hold, a few hundred ranges.
     assert len(merged.trained_above_cut) < 1_000
+
+
+def _forged_set(**rank0: object) -> list[ShardCheckpoint]:
+    """Two ranks of an unbounded stream: rank 1 honest at cut 0, rank 0's
+    record of a few hundred bytes as given."""
+    shares = Share.tiling(2)
+    return [_shard(shares[0], None, **{"cut": 0, **rank0}), _shard(shares[1], None, cut=0)]
+
+
+@pytest.mark.parametrize(
+    "rank0",
+    [
+        # Just past 2 * max_window global ordinals: the old merge took
+        # seconds here (and 49 s at 10**7), one range per row.
+        {"trained_above_cut": [(1, 1_100_000)]},  # a huge range in one column
+        {"cut": 1_100_000},  # a cut far past the other rank's
+        {"retained": [(0, 1_100_000)]},
+        {"attempts": [(10**12, 1)]},
+    ],
+    ids=["range", "cut", "retained", "attempt"],
+)
+def test_a_forged_rank_record_is_refused_before_the_merge(rank0: dict[str, object]) -> None:
+    """A range of 10**7 ordinals in one column of two made the merge emit a
+    range per row (49 s, 2.9 GB): the ranks' window (default 2**20) is
+    checked first, from the records' end points alone."""
+    shards = _forged_set(**rank0)
+    for record in shards:
+        assert len(json.dumps(record.state_dict())) < 1_000
+    start = time.process_time()
+    with pytest.raises(CheckpointMismatchError, match="max_window"):
+        merge_shards(shards)
+    with pytest.raises(CheckpointMismatchError, match="max_window"):
+        reshard(shards, 3)
+    assert time.process_time() - start < 1.0
+
+
+def test_the_merge_window_is_the_ranks_window_times_the_world() -> None:
+    """Exactly ``world * max_window`` ordinals above the merged cut pass,
+    and no more: rank 0 trained local 1..4 (global 2, 4, 6, 8), rank 1
+    keeps attempts for local 4 (global 9), so the set spans [0, 10)."""
+    shares = Share.tiling(2)
+    shards = [
+        _shard(shares[0], None, cut=0, trained_above_cut=[(1, 5)]),
+        _shard(shares[1], None, cut=0, attempts=[(4, 1)]),
+    ]
+    merged = merge_shards(shards, max_window=5)
+    assert merged.trained_above_cut == ((2, 3), (4, 5), (6, 7), (8, 9))
+    assert reshard(shards, 2, max_window=5) == tuple(shards)
+    assert merge_shards(shards) == merged
+    with pytest.raises(CheckpointMismatchError, match="span 10 global ordinals"):
+        merge_shards(shards, max_window=4)
+    with pytest.raises(CheckpointMismatchError, match="span 10 global ordinals"):
+        reshard(shards, 2, max_window=4)
+    with pytest.raises(ValueError, match="max_window"):
+        merge_shards(shards, max_window=0)
+
+
+@pytest.mark.parametrize(
+    "share",
+    [
+        {"base": 2**20000, "world": 1, "rank": 0},
+        {"base": 2**64 + 1, "world": 1, "rank": 0},
+        {"base": 0, "world": -(2**20000), "rank": 0},
+        {"base": 0, "world": 2, "rank": [0]},
+        {"base": 0, "world": 1, 5: 0},
+    ],
+    ids=["base-huge", "base-2^64", "world-huge", "rank-list", "int-key"],
+)
+def test_a_share_of_foreign_numbers_is_refused_with_a_bounded_message(
+    share: dict[object, object],
+) -> None:
+    """An int of 20,000 bits made the message raise ``ValueError``; a base
+    past 2**64 was accepted."""
+    with pytest.raises(CheckpointCorruptError) as info:
+        Share.from_json(share)
+    assert len(str(info.value)) < 400
+
+
+def test_a_shard_record_with_keys_of_mixed_types_is_refused() -> None:
+    record: dict[object, object] = {**_shard(Share(0, 1, 0), cut=0).state_dict(), 5: 1, None: 2}
+    with pytest.raises(CheckpointCorruptError, match="unknown keys"):
+        ShardCheckpoint.from_state_dict(record)  # type: ignore[arg-type]
+    for key, value in (("format", 2**20000), ("version", 2**20000), ("step", 2**20000)):
+        with pytest.raises(CheckpointError) as info:
+            record = {**_shard(Share(0, 1, 0), cut=0).state_dict(), key: value}
+            ShardCheckpoint.from_state_dict(record)
+        assert len(str(info.value)) < 400
 
 
 # -- runs of several ranks, on real ledgers --------------------------------------------------

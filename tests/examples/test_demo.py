@@ -61,7 +61,9 @@ def test_the_examples_commands_import_only_what_they_run() -> None:
         "        assert exc.code == 0\n"
         "    print(sorted({'torch', 'ray'} & {m.split('.')[0] for m in sys.modules}))\n"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120
+    )
     lines = out.stdout.splitlines()
     assert all(c in out.stdout for c in ("grpo-worker", "torch-torture", "ray-torture"))
     assert lines.count("[]") == 1 and lines[-1] == "['torch']"

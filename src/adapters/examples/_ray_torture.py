@@ -12,7 +12,6 @@ Not API: a test fixture of the example jobs.
 from __future__ import annotations
 
 import random
-import signal
 import subprocess
 import sys
 import time
@@ -24,6 +23,8 @@ import attrs
 import ray
 
 from ..ray._actors import Fleet, LedgerLostError, ledger_call
+from ._lives import Life
+from ._lives import life_deadline as _life_deadline
 from .local_ray import init_ray, loopback_env
 
 _T = TypeVar("_T")
@@ -160,44 +161,54 @@ def kill_drivers(
     pause: float,
     timeout: float,
     tolerate: Callable[[int], bool] = lambda returncode: False,
+    life_deadline: float | None = None,
 ) -> tuple[int, int]:
     """Run driver processes ``cmd`` (with ``--chaos-seed`` of the run
     appended) in ``workdir`` on the loopback environment and SIGKILL
     ``kills`` of them, each once ``log`` grew by 2 to 4 lines plus up to
     ``pause`` s (so every kill lands with work in flight); then let the
-    last one finish. Returns (kills, runs). Raises ``TimeoutError`` past
-    ``timeout`` s, ``RuntimeError`` for a driver exiting non-zero (unless
-    ``tolerate(returncode)``: a verdict the caller reads itself) or a job
-    that finished before its kills. Drivers' stderr goes to
-    ``drivers.err``."""
+    last one finish. Returns (kills, runs). Each driver runs in a process
+    group of its own with ``life_deadline`` seconds
+    (``_lives.life_deadline``) and no more than is left of ``timeout``:
+    past it the group is killed and ``LifeDeadlineError`` names the
+    driver. Raises ``TimeoutError`` past ``timeout`` s, ``RuntimeError``
+    for a driver exiting non-zero (unless ``tolerate(returncode)``: a
+    verdict the caller reads itself) or a job that finished before its
+    kills. Drivers' stderr goes to ``drivers.err``."""
+    per_life = _life_deadline(life_deadline)
     rng = random.Random(seed)
     start = time.monotonic()
     done = runs = 0
     with open(workdir / "drivers.err", "ab") as err:
         while True:
             runs += 1
-            if time.monotonic() - start > timeout:
+            left = timeout - (time.monotonic() - start)
+            if left <= 0:
                 raise TimeoutError(f"the job did not finish in {timeout} s")
-            proc = subprocess.Popen(
+            with Life(
                 [*cmd, f"--chaos-seed={seed * 1000 + runs}"],
+                name=f"driver {runs}",
+                deadline=min(per_life, left),
                 stdout=subprocess.DEVNULL,
                 stderr=err,
                 cwd=workdir,
                 env=loopback_env(),
-            )
-            if done < kills:
-                target = _lines(log) + rng.randint(2, 4)  # the resume marker counts
-                while proc.poll() is None and _lines(log) < target:
-                    time.sleep(0.02)
-                time.sleep(rng.uniform(0.0, pause))
-                if proc.poll() is None:
-                    proc.send_signal(signal.SIGKILL)
-                    proc.wait()
-                    done += 1
-                    continue
-            proc.wait(timeout=max(1.0, timeout - (time.monotonic() - start)))
-            if proc.returncode != 0 and not tolerate(proc.returncode):
-                raise RuntimeError(f"driver exited with {proc.returncode}; see {err.name}")
+            ) as driver:
+                if done < kills:
+                    target = _lines(log) + rng.randint(2, 4)  # the resume marker counts
+
+                    def grown(target: int = target) -> bool:
+                        return _lines(log) >= target
+
+                    driver.wait_until(grown, f"its log to reach {target} lines")
+                    time.sleep(min(rng.uniform(0.0, pause), driver.remaining()))
+                    if driver.poll() is None:
+                        driver.kill()
+                        done += 1
+                        continue
+                returncode = driver.wait()
+            if returncode != 0 and not tolerate(returncode):
+                raise RuntimeError(f"driver exited with {returncode}; see {err.name}")
             if done < kills:
                 raise RuntimeError(f"delivered {done} of {kills} kills: the job finished first")
             return done, runs

@@ -33,7 +33,10 @@ after them and exit, see ``kill_group``). After each life,
 killed or not, nothing of the group may be left running (``WorkerCrashed``
 otherwise); the shared-memory segments the killed processes had mapped and
 the life's private temporary directory (its ``TMPDIR``, where vLLM puts its
-unix sockets) are removed.
+unix sockets) are removed. Each life has a deadline (``_lives.Life``:
+``$FRONTIER_LIFE_DEADLINE`` seconds, 600 by default, and never more than is
+left of the mode's 900): a life that passes it is killed with its group and
+the demo exits 2 naming it, rather than waiting for it for ever.
 
 ``run_demo`` is the command's body; ``frontier demo`` (``frontier_adapters._cli``)
 parses its options. This module imports no torch: the workers do.
@@ -46,8 +49,6 @@ import math
 import os
 import random
 import shutil
-import signal
-import subprocess
 import sys
 import tempfile
 import time
@@ -60,6 +61,14 @@ import attrs
 from frontier_core._audit import AuditReport, audit_log, format_report
 
 from ._files import read_lines
+from ._lives import PIPE, Life
+from ._lives import LifeDeadlineError as LifeDeadlineError
+from ._lives import WorkerCrashed as WorkerCrashed
+from ._lives import await_group_gone as await_group_gone
+from ._lives import group_members as group_members
+from ._lives import kill_group as kill_group
+from ._lives import life_deadline as _life_deadline
+from ._lives import shared_memory_of as shared_memory_of
 
 #: One life of a mode: ``python -m frontier_adapters.examples grpo-worker ...``.
 WORKER = ("-m", "frontier_adapters.examples", "grpo-worker")
@@ -67,7 +76,10 @@ MODES = ("legacy", "frontier")
 #: Worker options of the sample-level modes: the injected failure and
 #: stall rates are per request, and a request is one sample there, so that
 #: a group of eight fails about as often as the prompt-level request does.
-JOURNAL_ARGS = ("--fail-rate", "0.0025", "--stall-rate", "0.00125")
+#: A request may take 4 s, not 1.5: a group's eight samples run at once, and
+#: on a loaded 2-core machine whole groups timed out together and were
+#: dropped, ending the stream before the planned kills.
+JOURNAL_ARGS = ("--fail-rate", "0.0025", "--stall-rate", "0.00125", "--timeout", "4")
 #: ``frontier demo --journal``: the sample-level stack with the rollout
 #: journal, resumed with coverage only (nothing of the journal reused:
 #: every unresolved sample is generated again) and with the journal's
@@ -337,106 +349,6 @@ class ModeResult:
     samples: SampleAudit | None = None
 
 
-class WorkerCrashed(RuntimeError):
-    """A worker exited by itself with an error, or left processes behind."""
-
-
-def group_members(pgid: int) -> list[int]:
-    """The live (not zombie) processes of process group ``pgid`` (Linux
-    ``/proc``; elsewhere, ``[pgid]`` while the group exists)."""
-    if not os.path.isdir("/proc/self"):
-        try:
-            os.killpg(pgid, 0)
-        except ProcessLookupError:
-            return []
-        return [pgid]
-    members = []
-    for entry in os.scandir("/proc"):
-        if not entry.name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry.name}/stat", encoding="utf-8", errors="replace") as f:
-                fields = f.read().rpartition(")")[2].split()
-        except OSError:
-            continue
-        if len(fields) > 2 and int(fields[2]) == pgid and fields[0] not in ("Z", "X"):
-            members.append(int(entry.name))
-    return sorted(members)
-
-
-def shared_memory_of(pids: Sequence[int]) -> set[str]:
-    """The ``/dev/shm`` files mapped by ``pids`` (vLLM's message queues,
-    multiprocessing's semaphores): a SIGKILLed tree never unlinks them."""
-    found: set[str] = set()
-    for pid in pids:
-        try:
-            with open(f"/proc/{pid}/maps", encoding="utf-8", errors="replace") as f:
-                for line in f:
-                    parts = line.split(maxsplit=5)
-                    if len(parts) == 6 and parts[5].startswith("/dev/shm/"):
-                        found.add(parts[5].strip().removesuffix(" (deleted)"))
-        except OSError:
-            continue
-    return found
-
-
-def await_group_gone(pgid: int, timeout: float = 20.0) -> None:
-    """Wait until process group ``pgid`` has no live process; raise
-    ``WorkerCrashed`` naming what is left after ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    while (left := group_members(pgid)) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    if left:
-        raise WorkerCrashed(f"processes left behind by worker group {pgid}: {left}")
-
-
-def _is_resource_tracker(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as f:
-            return b"multiprocessing.resource_tracker" in f.read()
-    except OSError:
-        return False
-
-
-def kill_group(pgid: int) -> None:
-    """SIGKILL every process of group ``pgid`` (the worker and everything it
-    started), wait until none is left, and unlink the shared memory they
-    had mapped.
-
-    Python's multiprocessing resource tracker, if the group has one, is
-    spared the signal: it is not the job but its janitor, and once the
-    others are dead it unlinks the semaphores and shared memory they
-    registered (nothing else would: their names are not mapped anywhere)
-    and exits by itself. It is killed too if it has not after a while."""
-    shm: set[str] = set()
-    deadline = time.monotonic() + 10.0
-    while True:
-        members = group_members(pgid)
-        targets = [p for p in members if not _is_resource_tracker(p)]
-        if not targets or time.monotonic() > deadline:
-            break
-        shm |= shared_memory_of(targets)
-        for pid in targets:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-        time.sleep(0.02)
-    try:
-        await_group_gone(pgid, timeout=10.0)
-    except WorkerCrashed:
-        try:
-            os.killpg(pgid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        await_group_gone(pgid)
-    for path in shm:
-        try:
-            os.unlink(path)
-        except OSError:
-            pass
-
-
 def run_mode(
     mode: str,
     workdir: Path,
@@ -447,8 +359,18 @@ def run_mode(
     on_step: Callable[[int], None] | None = None,
     on_kill: Callable[[int], None] | None = None,
     timeout: float = 900.0,
+    life_deadline: float | None = None,
 ) -> ModeResult:
-    """Run ``mode`` to the end of its stream, killing it per ``schedule``."""
+    """Run ``mode`` to the end of its stream, killing it per ``schedule``.
+
+    Each life has ``life_deadline`` seconds (``_lives.life_deadline``:
+    ``$FRONTIER_LIFE_DEADLINE`` or 600 by default), and no more than is
+    left of the mode's ``timeout``: past it the life is SIGKILLed with its
+    process group and ``LifeDeadlineError`` names it (a worker that hangs
+    fails the demo instead of hanging it). Raises ``WorkerCrashed`` for a
+    worker that exited by itself with an error or left processes behind,
+    ``TimeoutError`` once the mode took ``timeout`` seconds."""
+    per_life = _life_deadline(life_deadline)
     t0 = time.monotonic()
     workdir.mkdir(parents=True, exist_ok=True)
     cmd = [sys.executable, *WORKER, "--workdir", str(workdir), *MODE_ARGS[mode], *worker_args]
@@ -458,7 +380,8 @@ def run_mode(
     resumes: dict[str, int] = {}
     base_env = {**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1"}
     while True:
-        if time.monotonic() - t0 > timeout:
+        left = timeout - (time.monotonic() - t0)
+        if left <= 0:
             raise TimeoutError(f"{mode}: not done after {timeout} s ({kills} kills)")
         lives += 1
         plan = schedule[kills] if kills < len(schedule) else None
@@ -468,21 +391,21 @@ def run_mode(
         scratch = tempfile.mkdtemp(prefix="frontier-life-")
         env = {**base_env, "TMPDIR": scratch}
         try:
-            with open(workdir / "stderr.log", "ab") as errf:
-                proc = subprocess.Popen(
+            with (
+                open(workdir / "stderr.log", "ab") as errf,
+                Life(
                     life_cmd,
-                    stdout=subprocess.PIPE,
+                    name=f"{mode} worker, life {lives}",
+                    deadline=min(per_life, left),
+                    stdout=PIPE,
                     stderr=errf,
-                    text=True,
                     env=env,
-                    bufsize=1,
-                    start_new_session=True,  # its own process group: killed whole
-                )
-                assert proc.stdout is not None
+                ) as life,
+            ):
                 seen = in_flight = 0
                 done = hit = False
                 where = ""
-                for line in proc.stdout:
+                for line in life.lines("the worker's next line (ready, step, done)"):
                     if line.startswith("step "):
                         seen += 1
                         in_flight = _field(line, "in_flight")
@@ -506,30 +429,27 @@ def run_mode(
                     if (plan.at == "resume" and line.startswith("ready")) or (
                         plan.at == "random" and seen >= plan.steps and seen
                     ):
-                        time.sleep(plan.delay)
+                        time.sleep(min(plan.delay, life.remaining()))
                         where = plan.at
                         hit = True
                         break
-                if hit and proc.poll() is None:
-                    kill_group(proc.pid)
-                    proc.wait()
-                    proc.stdout.close()
+                if hit and life.poll() is None:
+                    life.kill()
                     kills += 1
                     in_flight_at_kills.append(in_flight)
                     kills_at.append(where)
                     if on_kill is not None:
                         on_kill(kills)
                     continue
-                rest = proc.stdout.read()
-                proc.wait()
-                proc.stdout.close()
-                await_group_gone(proc.pid)
+                rest = life.read()
+                returncode = life.wait()
+                await_group_gone(life.pid)
         finally:
             shutil.rmtree(scratch, ignore_errors=True)
         done = done or "done" in rest
-        if proc.returncode != 0 or not done:
+        if returncode != 0 or not done:
             tail = (workdir / "stderr.log").read_text()[-3000:]
-            raise WorkerCrashed(f"{mode} worker exited with {proc.returncode}:\n{tail}")
+            raise WorkerCrashed(f"{mode} worker exited with {returncode}:\n{tail}")
         break
     summary = json.loads((workdir / SUMMARY_NAME).read_text())
     report = audit_log(workdir / LOG_NAME, stream_len)
@@ -782,15 +702,27 @@ def run_demo(
     modes: Sequence[str] | None = None,
     engine: str = "cpu",
     journal: bool = False,
+    life_deadline: float | None = None,
 ) -> int:
     """Run the A/B (or the given ``modes``), print the audits (one JSON
     object with ``as_json``) and return the exit status: 0 when
     frontier_core lost and duplicated nothing, 1 when it did, 2 when a worker
-    crashed by itself. ``journal`` runs the sample-level A/B instead
-    (``JOURNAL_MODES``, the kills of ``journal_kill_schedule``, the
-    per-sample audit, which must be clean too). Raises ``ValueError`` for
-    ``kills < 0``, ``prompts < 1``, an unknown engine or mode, or the
-    journal on vLLM."""
+    crashed by itself or a life passed its deadline (``life_deadline``
+    seconds, default ``$FRONTIER_LIFE_DEADLINE`` or 600: the life is killed
+    with its process group and the message names it), or
+    ``$FRONTIER_LIFE_DEADLINE`` is not a positive number. ``journal`` runs
+    the sample-level A/B instead (``JOURNAL_MODES``, the kills of
+    ``journal_kill_schedule``, the per-sample audit, which must be clean
+    too). Raises ``ValueError`` for ``kills < 0``, ``prompts < 1``, an
+    unknown engine or mode, the journal on vLLM, or a ``life_deadline``
+    that is not a positive finite number."""
+    try:
+        per_life = _life_deadline(life_deadline)
+    except ValueError as exc:
+        if life_deadline is not None:
+            raise
+        print(f"frontier demo: {exc}", file=sys.stderr)
+        return 2
     if kills < 0 or prompts < 1:
         raise ValueError(f"kills must be >= 0 and prompts >= 1, got {kills} and {prompts}")
     if engine not in ENGINES:
@@ -841,10 +773,13 @@ def run_demo(
                     prompts,
                     on_step=on_step,
                     on_kill=on_kill,
+                    life_deadline=per_life,
                 )
             finally:
                 bar.close()
-    except WorkerCrashed as exc:
+    except (WorkerCrashed, TimeoutError) as exc:
+        # A crash, a life past its deadline (LifeDeadlineError) or a mode
+        # past its timeout: no verdict on coverage, so not exit 1.
         print(f"frontier demo: {exc}", file=sys.stderr)
         return 2
     finally:

@@ -30,9 +30,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import random
-import signal
 import subprocess
 import sys
 import time
@@ -54,6 +52,9 @@ from ._files import (
     read_lines,
     write_atomic,
 )
+from ._lives import PIPE, Life
+from ._lives import life_deadline as _life_deadline
+from ._lives import run as run_bounded
 
 FINGERPRINT = "durable-demo"
 
@@ -388,27 +389,37 @@ def _life_command(args: DurableArgs) -> list[str]:
     return cmd
 
 
-def torture(args: DurableArgs, *, kills: int, seed: int = 0, max_delay: float = 1.5) -> Audit:
+def torture(
+    args: DurableArgs,
+    *,
+    kills: int,
+    seed: int = 0,
+    max_delay: float = 1.5,
+    life_deadline: float | None = None,
+) -> Audit:
     """SIGKILL ``kills`` lives of ``durable-run`` at random moments (each
     life in its own process group, killed whole), run a last life to the
-    end, and audit. A life that ends by itself before its kill is fine."""
+    end, and audit. A life that ends by itself before its kill is fine.
+    Each life has ``life_deadline`` seconds (``_lives.life_deadline``):
+    past it the life is killed with its group and ``LifeDeadlineError``
+    names it; a life that fails raises ``RuntimeError``."""
+    per_life = _life_deadline(life_deadline)
     rng = random.Random(seed)
     cmd = _life_command(args)
-    for _ in range(kills):
-        child = subprocess.Popen(cmd, start_new_session=True, stderr=subprocess.PIPE)
-        try:
-            child.wait(timeout=rng.uniform(0.05, max_delay))
-        except subprocess.TimeoutExpired:
-            os.killpg(child.pid, signal.SIGKILL)
-            child.wait()
-        else:
-            if child.returncode != 0:
-                err = child.stderr.read().decode() if child.stderr else ""
-                raise RuntimeError(f"durable-run failed ({child.returncode}): {err[-2000:]}")
-        finally:
-            if child.stderr:
-                child.stderr.close()
-    done = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    for k in range(kills):
+        with Life(
+            cmd, name=f"durable-run life {k + 1}", deadline=per_life, stdout=None, stderr=PIPE
+        ) as life:
+            try:
+                life.proc.wait(timeout=min(rng.uniform(0.05, max_delay), life.remaining()))
+            except subprocess.TimeoutExpired:
+                life.kill()  # its moment: SIGKILL the whole group
+                continue
+            if life.returncode != 0:
+                assert life.proc.stderr is not None
+                err = life.proc.stderr.read().decode(errors="replace")
+                raise RuntimeError(f"durable-run failed ({life.returncode}): {err[-2000:]}")
+    done = run_bounded(cmd, name=f"durable-run life {kills + 1} (the last)", deadline=per_life)
     if done.returncode != 0:
         raise RuntimeError(f"durable-run failed ({done.returncode}): {done.stderr[-2000:]}")
     return audit(args)

@@ -48,7 +48,6 @@ import signal
 import socket
 import subprocess
 import sys
-import threading
 import time
 import warnings
 from collections.abc import Sequence
@@ -68,6 +67,7 @@ from ..torch._distributed import (
     owned_groups,
     read_distributed_checkpoint,
 )
+from ._lives import Life as LifeProcess
 from .torch_job import FEATURES, make_dataset, run_audit
 
 LOG_NAME = "train_log.jsonl"
@@ -486,7 +486,11 @@ def torture(
 ) -> ElasticTortureResult:
     """Run lives of the job under torchrun, world sizes cycling through
     ``worlds``, SIGKILLing one rank per life ``kills`` times, then one life
-    to the end; audit the log with ``frontier audit``."""
+    to the end; audit the log with ``frontier audit``. Each life has
+    ``life_timeout`` seconds (and no more than is left of ``timeout``):
+    past it torchrun and every rank are killed and ``LifeDeadlineError``
+    names the life; a torchrun that takes 120 s to tear down after its
+    victim's death is killed whole and the torture goes on."""
     t0 = time.monotonic()
     workdir = Path(workdir)
     workdir.mkdir(parents=True, exist_ok=True)
@@ -543,10 +547,16 @@ def torture(
         ]
         start = time.monotonic()
         errf = open(workdir / "stderr.log", "ab")
-        proc = subprocess.Popen(
-            cmd, stdout=subprocess.PIPE, stderr=errf, text=True, env=env, start_new_session=True
+        life_number = len(lives) + 1
+        proc = LifeProcess(
+            cmd,
+            name=f"elastic life {life_number} (world {world})",
+            # Never more than is left of the torture's timeout.
+            deadline=min(life_timeout, max(0.001, timeout - (start - t0))),
+            stderr=errf,
+            env=env,
+            kill_tree=_kill_and_reap,
         )
-        assert proc.stdout is not None
         victim = None if finishing else rng.randrange(world)
         moment = "finish" if finishing else rng.choice(["step", "step", "part", "commit", "boot"])
         # The line that triggers the kill: the victim's own, or rank 0's commit.
@@ -554,14 +564,12 @@ def torture(
         watching = 0 if moment == "commit" else victim
         target = 1 if moment == "boot" else rng.randint(1, 3)
         tree: set[Process] = set()
-        watchdog = threading.Timer(life_timeout, _kill_tree, (proc.pid,))
-        watchdog.start()
         pids: dict[int, int] = {}
         ready: set[int] = set()
         hits = 0
         done = hit = False
         killed_at: float | None = None
-        for line in proc.stdout:
+        for line in proc.lines("the ranks' next line"):
             m = _LINE.match(line.strip())
             if m is None:
                 continue
@@ -590,15 +598,16 @@ def torture(
                         killed_at = time.monotonic()
                 break
         try:
-            proc.wait(timeout=120)
+            # torchrun tears the life down after the victim's death; one that
+            # takes 120 s is killed whole (its leftovers are counted below).
+            proc.proc.wait(timeout=min(120.0, proc.remaining()))
         except subprocess.TimeoutExpired:
-            _kill_tree(proc.pid)
-            proc.wait()
-        watchdog.cancel()
+            proc.kill()
         teardown = 0.0 if killed_at is None else time.monotonic() - killed_at
-        for line in proc.stdout:
+        for line in proc.lines("the end of the ranks' output"):
             done = done or bool(re.match(r"^r\d+ done", line))
-        proc.stdout.close()
+        returncode = proc.wait()
+        proc.close()
         errf.close()
         left = _reap({p for p in tree if p[0] != proc.pid}, grace)
         leftovers += left
@@ -606,7 +615,7 @@ def torture(
             world=world,
             killed_rank=victim if hit else None,
             moment=moment if hit or finishing else f"{moment} (not reached)",
-            exit_code=proc.returncode,
+            exit_code=returncode,
             leftovers=left,
             seconds=round(time.monotonic() - start, 1),
             teardown=round(teardown, 1),
@@ -615,9 +624,9 @@ def torture(
         if verbose:
             print(f"life {len(lives)}: {life}", flush=True)
         if done:
-            if proc.returncode != 0:
+            if returncode != 0:
                 tail = (workdir / "stderr.log").read_text()[-4000:]
-                raise RuntimeError(f"the last life exited with {proc.returncode}:\n{tail}")
+                raise RuntimeError(f"the last life exited with {returncode}:\n{tail}")
             break
         if not hit:
             tail = (workdir / "stderr.log").read_text()[-4000:]
@@ -646,6 +655,19 @@ def torture(
 def _kill_tree(pid: int) -> None:
     for process in sorted(process_tree(pid), reverse=True):
         _signal(process)
+
+
+def _kill_and_reap(pid: int) -> None:
+    """A life's ``kill_tree``: SIGKILL torchrun and every rank (the ranks
+    may sit in process groups of their own, so the group alone is not the
+    life) and wait up to 10 s for them to go."""
+    tree = process_tree(pid)
+    _kill_tree(pid)
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    _reap({p for p in tree if p[0] != pid}, 10.0)
 
 
 def _reap(processes: set[Process], grace: float) -> int:

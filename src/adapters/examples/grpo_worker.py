@@ -552,10 +552,18 @@ class _Life:
         """Train until the rollout is idle and the buffer empty: evict the
         stale groups (``evicted`` first hears of them), else train the
         oldest (``trained`` hears of them before the step advances), push
-        the weights, and ``checkpoint()`` every step."""
+        the weights, and ``checkpoint()`` every step. Raises
+        ``RolloutStalledError`` if the rollout neither fills a step nor goes
+        idle for 20 request timeouts (at least 60 s)."""
         args, buffer, counters = self.args, self.buffer, self.counters
+        # Every request ends within its timeout, so a wait that passes many
+        # of them is a stuck loop: fail the life (RolloutStalledError) and
+        # let the demo report it, rather than idle until its deadline.
+        stalled = max(60.0, 20 * args.timeout)
         while True:
-            await rollout.until(lambda: len(buffer) >= args.groups_per_step or rollout.idle)
+            await rollout.until(
+                lambda: len(buffer) >= args.groups_per_step or rollout.idle, timeout=stalled
+            )
             stale = buffer.stale(self.step)
             if stale:
                 buffer.evict(stale)

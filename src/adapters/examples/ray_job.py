@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import os
 import random
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -50,6 +49,8 @@ from .._sources import SequenceSource
 from ..ray._fleet import LedgerActor, RolloutFleet, ledger_call, rollout_actor
 from ..torch._files import read_checkpoint, write_checkpoint
 from . import _ray_torture
+from ._lives import AUDIT_DEADLINE
+from ._lives import run as run_bounded
 from ._ray_torture import KillPlan, drive_fleet, driver_command, kill_drivers, on_cluster, respawner
 from .ray_workers import CpuEngineRollout, StandInRollout
 
@@ -344,10 +345,10 @@ def torture(
         pause=0.4,
         timeout=timeout,
     )
-    audit_exit = subprocess.run(
+    audit_exit = run_bounded(
         [*AUDIT, str(workdir / LOG_NAME), f"--stream-len={cfg.stream_len}"],
-        stdout=subprocess.DEVNULL,
-        check=False,
+        name="frontier audit",
+        deadline=AUDIT_DEADLINE,
     ).returncode
     return TortureResult(
         kills=done_kills,

@@ -28,6 +28,7 @@ from ray.exceptions import RayActorError
 from frontier_core.journal import TokenPayload, continue_sample
 
 from ..ray import Assignment, PromptLease, SampleTask
+from ..ray._actors import LEDGER_TIMEOUT
 from .durable_job import full_sample
 
 
@@ -81,11 +82,11 @@ class StandInRollout:
             else:
                 landed.append((o, _trajectory(o, row, self.tokens)))
             if len(landed) + len(failed) >= self.report_every:
-                ray.get(ledger.report.remote(lease.id, landed, failed))
+                ray.get(ledger.report.remote(lease.id, landed, failed), timeout=LEDGER_TIMEOUT)
                 done += len(landed)
                 landed, failed = [], []
         if landed or failed:
-            ray.get(ledger.report.remote(lease.id, landed, failed))
+            ray.get(ledger.report.remote(lease.id, landed, failed), timeout=LEDGER_TIMEOUT)
             done += len(landed)
         return done
 
@@ -120,7 +121,7 @@ class CpuEngineRollout:
             return list(await asyncio.gather(*(one(o, row) for o, row in lease.items)))
 
         landed = asyncio.run(run())
-        ray.get(ledger.report.remote(lease.id, landed, []))
+        ray.get(ledger.report.remote(lease.id, landed, []), timeout=LEDGER_TIMEOUT)
         return len(landed)
 
     def pid(self) -> int:
@@ -234,12 +235,12 @@ class StandInSampleRollout:
     def _report(self, **report: Any) -> Any:
         generation, ledger = self._generation, self._ledger
         try:
-            return ray.get(ledger.report.remote(**report))
+            return ray.get(ledger.report.remote(**report), timeout=LEDGER_TIMEOUT)
         except RayActorError:
             deadline = time.monotonic() + self.rebind_wait
             while time.monotonic() < deadline:
                 if self._generation != generation:
-                    return ray.get(self._ledger.report.remote(**report))
+                    return ray.get(self._ledger.report.remote(**report), timeout=LEDGER_TIMEOUT)
                 time.sleep(0.02)
             raise
 

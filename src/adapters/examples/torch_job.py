@@ -36,8 +36,6 @@ from __future__ import annotations
 import json
 import os
 import random
-import signal
-import subprocess
 import sys
 import time
 import warnings
@@ -70,6 +68,9 @@ from ._files import (
     read_lines,
 )
 from ._killpoints import KillPoint, KillPointJournal
+from ._lives import AUDIT_DEADLINE, Life
+from ._lives import life_deadline as _life_deadline
+from ._lives import run as run_life
 from .durable_job import Audit, _payload, audit_log, digest, full_sample
 
 FEATURES = 4
@@ -649,14 +650,20 @@ def torture(
     progress_every: int = 4,
     tick: float = 0.002,
     reuse: str = "everything",
+    life_deadline: float | None = None,
 ) -> TortureResult:
     """SIGKILL ``run`` ``kills`` times, then let it finish; audit the log
     with ``frontier audit`` (raises ``RuntimeError`` if the audit cannot
     read it), and with ``journal`` every sample too (``durable_job.audit_log``).
 
+    Each life has ``life_deadline`` seconds (``_lives.life_deadline``), and
+    no more than is left of ``timeout``: past it the life is killed with
+    its process group and ``LifeDeadlineError`` names it.
+
     With ``journal`` the lives run ``run_journal`` and the kills go through
     ``JOURNAL_KILLS``; a ``resumed`` kill planned for a life that starts
     afresh becomes a ``time`` kill, and ``resumed`` stays due."""
+    per_life = _life_deadline(life_deadline)
     t0 = time.monotonic()
     workdir = Path(workdir)
     workdir.mkdir(parents=True, exist_ok=True)
@@ -691,7 +698,8 @@ def torture(
     kills_at: list[str] = []
     due: list[str] = []  # the journal kinds still to come, in order
     while True:
-        if time.monotonic() - t0 > timeout:
+        left = timeout - (time.monotonic() - t0)
+        if left <= 0:
             raise TimeoutError(f"torture did not finish in {timeout} s ({killed} kills)")
         lives += 1
         life_cmd = list(cmd)
@@ -708,64 +716,63 @@ def torture(
             if mode in COUNTS:
                 after = 0 if mode == "resumed" else rng.randint(0, 1)
                 life_cmd += ["--kill-at", f"{mode}:{after}:{rng.randint(1, COUNTS[mode])}"]
-        errf = open(workdir / "stderr.log", "ab")
-        proc = subprocess.Popen(
-            life_cmd, stdout=subprocess.PIPE, stderr=errf, text=True, start_new_session=True
-        )
-        assert proc.stdout is not None
-        hit = ""
-        done = False  # the life printed "done" (a line a loop below may consume)
-        if mode == "boot":
-            time.sleep(rng.uniform(0.0, 1.5))  # often still importing torch
-            hit = mode
-        elif mode == "time":
-            torn_tails += torn(proc.stdout.readline())  # "ready ..."
-            time.sleep(rng.uniform(0.0, 0.25))
-            hit = mode
-        elif mode == "write":
-            target = rng.randint(1, 8)
-            seen = 0
-            for line in proc.stdout:
-                torn_tails += torn(line)
-                done = done or line.startswith("done")
-                if line.startswith("ckpt-part"):
-                    seen += 1
-                    if seen >= target:
-                        hit = mode
+        with (
+            open(workdir / "stderr.log", "ab") as errf,
+            Life(
+                life_cmd,
+                name=f"torch-run life {lives} ({mode})",
+                deadline=min(per_life, left),
+                stderr=errf,
+            ) as life,
+        ):
+            hit = ""
+            done = False  # the life printed "done" (a line a loop below may consume)
+            if mode == "boot":
+                time.sleep(rng.uniform(0.0, 1.5))  # often still importing torch
+                hit = mode
+            elif mode == "time":
+                torn_tails += torn(life.readline("its ready line"))
+                time.sleep(rng.uniform(0.0, 0.25))
+                hit = mode
+            elif mode == "write":
+                target = rng.randint(1, 8)
+                seen = 0
+                for line in life.lines():
+                    torn_tails += torn(line)
+                    done = done or line.startswith("done")
+                    if line.startswith("ckpt-part"):
+                        seen += 1
+                        if seen >= target:
+                            hit = mode
+                            break
+            elif mode != "finish":
+                for line in life.lines():
+                    torn_tails += torn(line)
+                    done = done or line.startswith("done")
+                    if line.startswith("ready") and mode == "resumed" and " resumed=0" in line:
+                        # A fresh start has no resume to die after: die at a
+                        # random moment instead, and kill the next resume.
+                        due.insert(0, mode)
+                        time.sleep(rng.uniform(0.0, 0.25))
+                        hit = "time"
                         break
-        elif mode != "finish":
-            for line in proc.stdout:
-                torn_tails += torn(line)
-                done = done or line.startswith("done")
-                if line.startswith("ready") and mode == "resumed" and " resumed=0" in line:
-                    # A fresh start has no resume to die after: die at a
-                    # random moment instead, and kill the next resume.
-                    due.insert(0, mode)
-                    time.sleep(rng.uniform(0.0, 0.25))
-                    hit = "time"
-                    break
-                if line.startswith("kill-point "):
-                    hit = line.split()[1]
-                    break
-        if hit and proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-            proc.stdout.close()
-            errf.close()
-            killed += 1
-            in_write += hit == "write"
-            kills_at.append(hit)
-            if verbose:
-                print(f"kill {killed} ({hit})", flush=True)
-            continue
-        out = proc.stdout.read()
-        torn_tails += sum(map(torn, out.splitlines()))
-        proc.wait()
-        proc.stdout.close()
-        errf.close()
-        if proc.returncode != 0:
+                    if line.startswith("kill-point "):
+                        hit = line.split()[1]
+                        break
+            if hit and life.poll() is None:
+                life.kill()
+                killed += 1
+                in_write += hit == "write"
+                kills_at.append(hit)
+                if verbose:
+                    print(f"kill {killed} ({hit})", flush=True)
+                continue
+            out = life.read()
+            torn_tails += sum(map(torn, out.splitlines()))
+            returncode = life.wait()
+        if returncode != 0:
             tail = (workdir / "stderr.log").read_text()[-3000:]
-            raise RuntimeError(f"run exited with {proc.returncode}:\n{tail}")
+            raise RuntimeError(f"run exited with {returncode}:\n{tail}")
         if done or "done" in out:
             break
     stream_len = rows * epochs
@@ -810,12 +817,12 @@ def run_audit(log: str | os.PathLike[str], stream_len: int) -> tuple[int, dict[s
     """Run ``frontier audit --json`` on ``log``: its exit status and report.
 
     Raises ``RuntimeError`` when it printed no report (exit 2: the log is
-    unreadable or truncated)."""
-    proc = subprocess.run(
+    unreadable or truncated), ``LifeDeadlineError`` when it took more than
+    ``AUDIT_DEADLINE`` seconds."""
+    proc = run_life(
         [*AUDIT, str(log), "--stream-len", str(stream_len), "--json"],
-        capture_output=True,
-        text=True,
-        check=False,
+        name="frontier audit",
+        deadline=AUDIT_DEADLINE,
     )
     if proc.returncode not in (0, 1):
         raise RuntimeError(f"frontier audit exited with {proc.returncode}: {proc.stderr.strip()}")

@@ -35,7 +35,6 @@ import os
 import random
 import re
 import signal
-import subprocess
 import sys
 import time
 from collections import Counter
@@ -48,6 +47,8 @@ import attrs
 from frontier_core import TrainLogWriter, fold_lineage, read_train_log
 from frontier_core._audit import audit_lineage, audit_log
 
+from ._lives import Life
+from ._lives import life_deadline as _life_deadline
 from .tiny_llm import OFFLINE_ENV
 
 MODES: Final = ("frontier", "trl")
@@ -397,11 +398,16 @@ def run_lives(
     *,
     verbose: bool = False,
     max_extra_lives: int = 6,
+    life_deadline: float | None = None,
 ) -> dict[str, Any]:
     """Run the lives of ``plans`` in subprocesses; after the last plan,
     resume until a life finishes. A life that fails (not killed) is
     counted as a failed resume; in mode ``trl`` the harness then does what
-    a user would do, deleting the newest checkpoint folder, and retries."""
+    a user would do, deleting the newest checkpoint folder, and retries.
+    Each life runs in a process group of its own with ``life_deadline``
+    seconds (``_lives.life_deadline``): past it the group is killed and
+    ``LifeDeadlineError`` names the life."""
+    per_life = _life_deadline(life_deadline)
     work = Path(workdir)
     work.mkdir(parents=True, exist_ok=True)
     kills = failed = 0
@@ -428,24 +434,36 @@ def run_lives(
             cmd += ["--kill", str(plan.kill)]
         marker = work / "started"
         marker.unlink(missing_ok=True)
-        with open(work / "life.err", "ab") as err:
-            proc = subprocess.Popen(cmd, env=_env(), stdout=err, stderr=err)
+        with (
+            open(work / "life.err", "ab") as err,
+            Life(
+                cmd,
+                name=f"trl-life {mode} {i}",
+                deadline=per_life,
+                stdout=err,
+                stderr=err,
+                env=_env(),
+            ) as life,
+        ):
             if plan.random_after is not None:
                 # From outside, a random moment after this life's first new
                 # training step (the probe logs one line per step), so the
                 # kill lands in training and the life cannot run away.
                 probe = work / PROBE_LOG
                 size = probe.stat().st_size if probe.exists() else 0
-                while proc.poll() is None and not (
-                    probe.exists() and probe.stat().st_size > size + 16 and marker.exists()
-                ):
-                    time.sleep(0.01)
-                deadline = time.monotonic() + plan.random_after
-                while proc.poll() is None and time.monotonic() < deadline:
-                    time.sleep(0.005)
-                if proc.poll() is None:
-                    proc.send_signal(signal.SIGKILL)
-            code = proc.wait()
+
+                def stepped(p: Path = probe, n: int = size, m: Path = marker) -> bool:
+                    return p.exists() and p.stat().st_size > n + 16 and m.exists()
+
+                if life.wait_until(stepped, "its first new training step", interval=0.01):
+                    # The moment is counted from the step just seen.
+                    def due(t: float = time.monotonic() + plan.random_after) -> bool:
+                        return time.monotonic() >= t
+
+                    life.wait_until(due, "its moment to die", interval=0.005)
+                if life.poll() is None:
+                    life.kill()
+            code = life.wait()
         if verbose:
             print(f"[{mode}] life {i}: exit {code} ({plan.kill or plan.random_after})", flush=True)
         if code == -signal.SIGKILL:

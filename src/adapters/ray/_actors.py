@@ -21,7 +21,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, Generic, TypeVar
 
 import ray
-from ray.exceptions import RayActorError, RayTaskError
+from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError
 
 _H = TypeVar("_H")
 
@@ -29,6 +29,19 @@ _H = TypeVar("_H")
 class LedgerLostError(RuntimeError):
     """The ledger actor died (or its node did): rebuild it from the last
     checkpoint."""
+
+
+class LedgerTimeoutError(TimeoutError):
+    """A ledger actor call did not answer within its timeout. The actor may
+    still be alive (and own the journal), so this is not ``LedgerLostError``:
+    a driver that rebuilt it from the checkpoint could run two writers. Stop
+    and look instead."""
+
+
+#: Seconds a ledger actor call may take (``ledger_call``, the fleet's
+#: calls, a worker's pid): its calls do no waiting of their own, so past
+#: this the actor, its node or the cluster is stuck.
+LEDGER_TIMEOUT = 300.0
 
 
 def unreserved_actor(cls: type) -> Any:
@@ -40,16 +53,23 @@ def unreserved_actor(cls: type) -> Any:
     return ray.remote(num_cpus=0, max_restarts=0)(cls)
 
 
-def ledger_call(ref: Any, timeout: float | None = None) -> Any:
-    """``ray.get`` a ledger actor call; its death becomes ``LedgerLostError``.
-    An exception raised inside the call (a bug, an illegal transition) is
-    re-raised as Ray's ``RayTaskError``."""
+def ledger_call(ref: Any, timeout: float | None = LEDGER_TIMEOUT) -> Any:
+    """``ray.get`` a ledger actor call; its death becomes ``LedgerLostError``,
+    no answer within ``timeout`` seconds (default ``LEDGER_TIMEOUT``; ``None``
+    waits for ever) ``LedgerTimeoutError``. An exception raised inside the
+    call (a bug, an illegal transition) is re-raised as Ray's
+    ``RayTaskError``."""
     try:
         return ray.get(ref, timeout=timeout)
     except RayTaskError:
         raise
     except RayActorError as exc:
         raise LedgerLostError(str(exc).splitlines()[0]) from exc
+    except GetTimeoutError:
+        raise LedgerTimeoutError(
+            f"the ledger actor call did not answer within {timeout} s: the actor, its node "
+            "or the cluster is stuck"
+        ) from None
 
 
 class Ended(enum.Enum):

@@ -43,7 +43,7 @@ import ray
 from frontier_core import Lease
 
 from .._sample_service import Assignment, SampleLedgerService
-from ._actors import Ended, Fleet, unreserved_actor
+from ._actors import LEDGER_TIMEOUT, Ended, Fleet, unreserved_actor
 
 #: ``SampleLedgerService`` as a Ray actor (no CPU reservation, no restart).
 SampleLedgerActor: Any = unreserved_actor(SampleLedgerService)
@@ -139,7 +139,7 @@ class SampleFleet(Fleet[Lease]):
     def pid(self, slot: int) -> int:
         """The process id of the worker in ``slot``."""
         if slot not in self._pids:
-            self._pids[slot] = int(ray.get(self.workers[slot].pid.remote()))
+            self._pids[slot] = int(ray.get(self.workers[slot].pid.remote(), timeout=LEDGER_TIMEOUT))
         return self._pids[slot]
 
     def sigkill(self, slot: int) -> None:

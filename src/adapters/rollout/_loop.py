@@ -100,6 +100,12 @@ class RolloutError(Exception):
     failure; never raised out of the loop)."""
 
 
+class RolloutStalledError(TimeoutError):
+    """``RolloutLoop.until`` waited its ``timeout`` and the predicate never
+    held: nothing the loop did in that time (no landing, failure, timeout
+    or exit) made it true. The loop itself is left running."""
+
+
 class Collector(Protocol):
     """What the loop needs of the stamping collector (``StreamCollector``)."""
 
@@ -280,8 +286,12 @@ class RolloutLoop:
     flight.
 
     Use it as ``async with RolloutLoop(...) as rollout:``; the trainer waits
-    with ``await rollout.until(predicate)`` and calls ``rollout.wake()``
-    after it frees room (a training step) or requeues work (an eviction).
+    with ``await rollout.until(predicate)`` (``timeout=`` bounds the wait:
+    ``RolloutStalledError``) and calls ``rollout.wake()`` after it frees
+    room (a training step) or requeues work (an eviction). Once every
+    request has ended and nothing is left to take, the loop is ``idle``,
+    whatever failed at once (a worker cancelled before it ran is retired
+    too).
     """
 
     def __init__(
@@ -411,10 +421,26 @@ class RolloutLoop:
         """Re-run the feeder: room was freed or ordinals were requeued."""
         self._notify()
 
-    async def until(self, predicate: Callable[[], bool]) -> None:
+    async def until(self, predicate: Callable[[], bool], timeout: float | None = None) -> None:
         """Wait until ``predicate()`` holds, re-checking after every event
         of the loop. Raises the feeder's exception if it died (a misaligned
-        loader, say) and ``RuntimeError`` once the loop is closed."""
+        loader, say), ``RuntimeError`` once the loop is closed, and
+        ``RolloutStalledError`` if ``timeout`` seconds pass first (``None``:
+        no bound; the loop's events are bounded by the per-request
+        ``timeout`` anyway, so a trainer's wait that passes a generous bound
+        means a stuck loop, not a slow one)."""
+        if timeout is None:
+            await self._until(predicate)
+            return
+        try:
+            await asyncio.wait_for(self._until(predicate), timeout)
+        except TimeoutError:
+            raise RolloutStalledError(
+                f"the rollout loop waited {timeout:g} s and the condition never held "
+                f"({len(self._tasks)} requests in flight, outstanding {list(self.outstanding[:8])})"
+            ) from None
+
+    async def _until(self, predicate: Callable[[], bool]) -> None:
         loop = asyncio.get_running_loop()
         self._check_feeder()
         while not predicate():
@@ -474,9 +500,41 @@ class RolloutLoop:
             self._stranded.discard(ordinal)  # taken again (the collector resumed)
             req = _Request(ordinal, row, attempt, self.request_id(ordinal, attempt), version)
             self._emit("dispatch", ordinal, req.request_id)
-            self._requests[ordinal] = req
-            self._tasks[ordinal] = asyncio.create_task(self._work(req), name=req.request_id)
+            self._spawn(req)
         return len(items)
+
+    def _spawn(self, req: _Request) -> None:
+        """File ``req`` and start its worker task.
+
+        A task cancelled before its first step never runs its coroutine,
+        not even ``_work``'s ``finally``: a sibling restarted and cancelled
+        in the same turn of the event loop (its group failed whole under a
+        burst of simultaneous timeouts) would stay filed for ever, so the
+        loop would never be ``idle`` and a trainer waiting for that would
+        wait for ever. The done callback retires such a task; for one that
+        ran, ``_work`` has retired it already and the callback does
+        nothing."""
+        self._requests[req.key] = req
+        task = asyncio.create_task(self._work(req), name=req.request_id)
+        self._tasks[req.key] = task
+        task.add_done_callback(lambda t: self._retire(req, t, "cancelled"))
+
+    def _retire(self, req: _Request, task: asyncio.Task[None] | None, detail: str) -> None:
+        """The worker of ``req`` (``task``) has exited: unfile it (unless a
+        newer request of the same key replaced it), strand its ordinal if
+        it was neither landed nor failed, and wake the feeder and the
+        waiters. Idempotent."""
+        if task is None or self._tasks.get(req.key) is not task:
+            return
+        del self._tasks[req.key]
+        if self._requests.get(req.key) is req:
+            del self._requests[req.key]
+        if not req.released:
+            # Cancelled, or the loop stopped: the ledger still holds the
+            # ordinal outstanding, and ``aclose`` must return it.
+            self._stranded.add(req.ordinal)
+        self._emit("exit", req.ordinal, req.request_id, detail)
+        self._notify()
 
     async def _feed(self) -> None:
         while not self._closing and self._error is None:
@@ -546,15 +604,11 @@ class RolloutLoop:
                     except Exception:  # the engine may be gone; nothing to release
                         pass
             finally:
-                # Even if ``aclose`` cancels the abort above.
-                self._tasks.pop(req.key, None)
-                self._requests.pop(req.key, None)
-                if not req.released:
-                    # Cancelled, or the loop stopped: the ledger still holds
-                    # the ordinal outstanding, and ``aclose`` must return it.
-                    self._stranded.add(o)
-                self._emit("exit", o, rid, detail)
-                self._notify()
+                # Even if ``aclose`` cancels the abort above. Only this
+                # request's own entry: while the abort above was awaited,
+                # the feeder may have filed a new request under the same
+                # key (the ordinal, requeued), which must stay filed.
+                self._retire(req, asyncio.current_task(), detail)
 
     def _request_args(self, req: _Request) -> tuple[Any, Any]:
         """The engine prompt and sampling parameters of ``req``."""

@@ -34,7 +34,6 @@ write both; compact after the checkpoint is durable.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -223,8 +222,7 @@ class SampleRolloutLoop(RolloutLoop):
         prefix = self._prefixes.get((lease.ordinal, lease.sibling))
         req = _SampleRequest(lease, self._rows[lease.ordinal], self.version(), prefix)
         self._emit("dispatch", lease.ordinal, req.request_id)
-        self._requests[lease] = req
-        self._tasks[lease] = asyncio.create_task(self._work(req), name=req.request_id)
+        self._spawn(req)
 
     def _request_args(self, req: _Request) -> tuple[Any, Any]:
         assert isinstance(req, _SampleRequest)

@@ -20,6 +20,7 @@ pytest.importorskip("ray")
 pytest.importorskip("torch")
 
 import ray
+from frontier_adapters.examples._lives import Life
 from frontier_adapters.examples.local_ray import is_loopback, loopback_env
 from frontier_adapters.examples.ray_job import Chaos, JobConfig, audit, run_job, torture
 from frontier_adapters.examples.ray_workers import StandInRollout
@@ -31,6 +32,7 @@ from frontier_adapters.ray import (
     ledger_call,
     rollout_actor,
 )
+from frontier_adapters.ray._actors import LedgerTimeoutError
 
 from frontier_core import FailurePolicy, LedgerConfig
 
@@ -40,7 +42,9 @@ def test_the_ray_binding_imports_no_torch() -> None:
         "import sys, frontier_adapters.ray\n"
         "print('torch' in {m.split('.')[0] for m in sys.modules})"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120
+    )
     assert out.stdout.strip() == "False"
 
 
@@ -100,7 +104,9 @@ def test_an_error_in_a_live_worker_fails_the_rest_of_its_lease(cluster: str) -> 
         per_call=8,
     )
     fleet.fill()
+    deadline = time.monotonic() + 60
     while fleet.in_flight:
+        assert time.monotonic() < deadline, "the worker's call never ended"
         fleet.poll(timeout=1)
     status = ledger_call(ledger.status.remote())
     assert fleet.deaths == 0 and len(fleet.errors) == 1
@@ -109,6 +115,29 @@ def test_an_error_in_a_live_worker_fails_the_rest_of_its_lease(cluster: str) -> 
     assert status["leased"] == 0 and status["pending"] == status["released"]
     ray.kill(ledger)
     ray.kill(fleet.workers[0])
+
+
+@ray.remote(num_cpus=0)
+class _Stuck:
+    """An actor whose call never answers in time (a stuck ledger actor)."""
+
+    def stuck(self) -> int:
+        time.sleep(60)
+        return 0
+
+
+def test_a_ledger_call_that_never_answers_raises_a_typed_timeout(cluster: str) -> None:
+    """A stuck ledger actor (alive, so not ``LedgerLostError``) ends the
+    driver's wait with ``LedgerTimeoutError`` after the call's timeout,
+    not for ever."""
+    stuck = _Stuck.remote()  # type: ignore[attr-defined]
+    try:
+        t0 = time.monotonic()
+        with pytest.raises(LedgerTimeoutError, match=r"did not answer within 0\.5 s"):
+            ledger_call(stuck.stuck.remote(), timeout=0.5)
+        assert time.monotonic() - t0 < 30
+    finally:
+        ray.kill(stuck)
 
 
 def test_a_lost_ledger_actor_is_reported_and_rebuilt_from_its_state(cluster: str) -> None:
@@ -250,7 +279,7 @@ def test_ray_listens_on_loopback_only(cluster: str) -> None:
     assert is_loopback(cluster.rpartition(":")[0]), cluster
     assert is_loopback(ray.util.get_node_ip_address())
     # Start a worker, so that worker processes listen too.
-    assert ray.get(ray.remote(lambda: 1).remote()) == 1
+    assert ray.get(ray.remote(lambda: 1).remote(), timeout=120) == 1
     listeners = _listening(_descendants(os.getpid()))
     ports = {port for _, _, port in listeners}
     assert int(cluster.rpartition(":")[2]) in ports, listeners  # the GCS is seen
@@ -265,20 +294,18 @@ def test_ray_listens_on_loopback_only(cluster: str) -> None:
         "print('joined', flush=True)\n"
         "sys.stdin.read()\n"
     )
-    joined = subprocess.Popen(
+    with Life(
         [sys.executable, "-c", code],
+        name="the joining driver",
+        deadline=120,
         stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
         env=loopback_env(),
-    )
-    try:
-        assert joined.stdout is not None and joined.stdout.readline() == "joined\n"
+    ) as joined:
+        assert joined.readline("its joined line") == "joined\n"
         theirs = _listening(_descendants(joined.pid))
         assert theirs, "the joining driver listens on nothing"
         outward = [entry for entry in theirs if not is_loopback(entry[1])]
         assert outward == [], f"a joining driver listens beyond loopback: {outward}"
-    finally:
-        assert joined.stdin is not None
-        joined.stdin.close()
-        joined.wait(timeout=60)
+        assert joined.proc.stdin is not None
+        joined.proc.stdin.close()
+        assert joined.wait() == 0

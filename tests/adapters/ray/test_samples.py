@@ -85,7 +85,7 @@ def test_a_sigkilled_ledger_actors_surviving_worker_is_refused_by_its_successor(
     b = _ledger(tmp_path, state=snap.state)
     status = ledger_call(b.status.remote())
     assert status["journal_floor"] == 0 and status["floor"] > max(x.attempt for x in got.leases)
-    ray.get(worker.set_ledger.remote(b))
+    ray.get(worker.set_ledger.remote(b), timeout=60)
     # Each task's first progress report reaches B, is refused, and the
     # worker abandons the task.
     assert ray.get(call, timeout=60) == 0

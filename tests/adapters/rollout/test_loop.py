@@ -18,6 +18,8 @@ from frontier_adapters.rollout._loop import Group, RolloutEvent, RolloutLoop
 
 from frontier_core import FailurePolicy, LedgerConfig, Status
 
+from ._deadline import run_within
+
 N_GEN = 3
 
 
@@ -373,7 +375,7 @@ def test_vllm_engine_passes_the_asyncllm_calls_through() -> None:
         engine.shutdown()
         return sink
 
-    sink = asyncio.run(main())
+    sink = run_within(main())
     assert sorted(sink.groups) == [0, 1]
     assert ("generate", ("r0", "SP", "o0-a0")) in calls
     assert calls[-2:] == [("abort", "x"), ("shutdown", None)]

@@ -24,6 +24,7 @@ from frontier_adapters.rollout._engine import Completion, RequestOutput
 from frontier_core import FailurePolicy, Lease, LedgerConfig, Status
 from frontier_core.journal import Reuse
 
+from ._deadline import run_within
 from ._sample_support import Sink
 
 N = 3
@@ -115,7 +116,7 @@ def test_every_group_lands_with_each_sibling_from_its_own_request() -> None:
             assert c.ledger.status(o) is Status.BUFFERED
         assert len(engine.submitted) == 4 * N  # one request per sibling, none twice
 
-    asyncio.run(main())
+    run_within(main())
 
 
 def test_a_failed_sibling_alone_is_generated_again() -> None:
@@ -131,7 +132,7 @@ def test_a_failed_sibling_alone_is_generated_again() -> None:
         assert c.ledger.attempts(0) == 1  # the failed sample counts one attempt of its group
         assert sink.groups[0].completions[1] == tuple(full(0, 1))
 
-    asyncio.run(main())
+    run_within(main())
 
 
 def test_a_refusing_sink_leaves_the_group_unresolved() -> None:
@@ -142,7 +143,7 @@ def test_a_refusing_sink_leaves_the_group_unresolved() -> None:
                 await rollout.until(lambda: len(sink) == 1)
         assert c.ledger.status(0) is Status.OUTSTANDING
 
-    asyncio.run(main())
+    run_within(main())
 
 
 async def crash_mid_group(journal_path: Path, *, version: int = 0) -> tuple[dict[str, Any], int]:
@@ -175,7 +176,7 @@ def test_a_resume_reuses_sealed_siblings_and_continues_the_durable_prefix(tmp_pa
     """Life 2 after ``crash_mid_group`` reuses sibling 0 without a request,
     generates sibling 1 from token 2 and sibling 2 from nothing."""
     journal_path = tmp_path / "journal"
-    state, position = asyncio.run(crash_mid_group(journal_path))
+    state, position = run_within(crash_mid_group(journal_path))
 
     async def life2() -> tuple[StreamEngine, Sink]:
         c = collector(1)
@@ -196,7 +197,7 @@ def test_a_resume_reuses_sealed_siblings_and_continues_the_durable_prefix(tmp_pa
         journal.close()
         return engine, sink
 
-    engine, sink = asyncio.run(life2())
+    engine, sink = run_within(life2())
     prefixes = {rid.split("-a")[0]: prefix for rid, prefix in engine.submitted}
     assert set(prefixes) == {"o0-s1", "o0-s2"}  # sibling 0 is reused, not requested
     assert prefixes["o0-s1"] == tuple(full(0, 1)[:2])  # continued from its durable prefix
@@ -233,7 +234,7 @@ def test_a_running_sample_is_journaled_once_a_snapshot_then_extends(tmp_path: Pa
             assert [r.start for r in mine if isinstance(r, Extend)] == list(range(1, len(want) - 1))
             assert list(mine[-1].payload.tokens()) == want
 
-    asyncio.run(main())
+    run_within(main())
 
 
 async def resume_after_crash(
@@ -274,8 +275,8 @@ def test_a_journaled_token_of_the_dead_branch_dates_its_group_through_the_fork(
     from frontier_adapters.rollout import ReplayBuffer
 
     path = tmp_path / "journal"
-    saved = asyncio.run(crash_mid_group(path, version=5))
-    group = asyncio.run(resume_after_crash(path, saved, reuse=Reuse.everything(), fork=2, step=3))
+    saved = run_within(crash_mid_group(path, version=5))
+    group = run_within(resume_after_crash(path, saved, reuse=Reuse.everything(), fork=2, step=3))
     assert list(group.samples[0].versions()) == [5] * len(full(0, 0))  # reused whole
     assert list(group.samples[1].versions())[:2] == [5, 5]  # the continued prefix
     assert group.version == -1
@@ -293,7 +294,7 @@ def test_tokens_generated_in_this_life_keep_their_own_version(tmp_path: Path) ->
     life's: generated at version 7 (> the fork), the group is dated 7, not
     reflected through the fork as a dead branch's token would be."""
     path = tmp_path / "journal"
-    saved = asyncio.run(crash_mid_group(path, version=5))
-    group = asyncio.run(resume_after_crash(path, saved, reuse=Reuse.nothing(), fork=2, step=7))
+    saved = run_within(crash_mid_group(path, version=5))
+    group = run_within(resume_after_crash(path, saved, reuse=Reuse.nothing(), fork=2, step=7))
     assert all(set(x.versions()) == {7} for x in group.samples)
     assert group.version == 7

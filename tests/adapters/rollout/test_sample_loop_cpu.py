@@ -8,7 +8,6 @@ across the resume stops the loop. The same on real vLLM: test_vllm_samples.py.""
 
 from __future__ import annotations
 
-import asyncio
 import math
 import shutil
 from collections.abc import Callable
@@ -39,6 +38,7 @@ from frontier_adapters.rollout import (  # noqa: E402
 from frontier_core import Lease, LedgerConfig, SampleCheckpoint, Status  # noqa: E402
 from frontier_core.journal import Reuse, TokenPayload, replay  # noqa: E402
 
+from ._deadline import run_within  # noqa: E402
 from ._sample_support import Crash, Sink, prompt_of  # noqa: E402
 
 FP = "sample-loop-cpu"
@@ -149,7 +149,7 @@ def test_groups_land_with_n_siblings_each_from_its_own_request_with_its_logprobs
         ) as rollout:  # fmt: skip
             await rollout.until(lambda: len(sink) == 4)
 
-    asyncio.run(main())
+    run_within(main())
     state = replay(journal.writer.read().records)
     journal.close()
     assert sorted(sink.groups) == [0, 1, 2, 3]
@@ -226,7 +226,7 @@ def life1(tmp_path: Path) -> dict[str, Any]:
             async with rollout:
                 await rollout.until(lambda: False)
 
-    asyncio.run(main())
+    run_within(main())
     journal.close()
     return {"state": state, "position": position, "journal": crashed, "sink": sink,
             "partial": seen, "model": m}  # fmt: skip
@@ -259,7 +259,7 @@ def resume(
             await rollout.until(lambda: len(sink) == 2)
 
     try:
-        asyncio.run(main())
+        run_within(main())
     finally:
         journal.close()
     return c, engine, sink, got
@@ -300,7 +300,7 @@ def test_a_resume_continues_a_sibling_from_its_durable_prefix_on_the_cpu_engine(
         assert list(sample.versions()) == [0] * 6 + [1] * 6
         # The new tokens are what the engine generates for that request (the
         # CPU engine is deterministic: ask a fresh one the same again).
-        out = asyncio.run(generate_once(CpuEngine(m, seed=1), prompt, p, rid)).outputs[0]
+        out = run_within(generate_once(CpuEngine(m, seed=1), prompt, p, rid)).outputs[0]
         assert list(out.token_ids) == tokens[6:]
         assert list(sample.logprobs())[6:] == pytest.approx(list(out.logprobs), abs=1e-6)
         # And every log-prob is the model's given everything before the token:

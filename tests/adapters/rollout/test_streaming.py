@@ -28,6 +28,8 @@ from frontier_adapters.rollout._loop import is_delta
 
 from frontier_core import FailurePolicy, LedgerConfig, Status
 
+from ._deadline import run_within
+
 N = 3
 #: Sample i produces TOKENS[i], one token per step, starting at step i
 #: (staggered, as vLLM's samples are), so the final output holds only the
@@ -312,7 +314,7 @@ def test_check_event_loop_passes_an_unbound_or_unknown_engine() -> None:
         VllmEngine(llm).check_event_loop()
         assert VllmEngine(llm).bound_loop is asyncio.get_running_loop()
 
-    asyncio.run(main())
+    run_within(main())
 
 
 def test_a_bare_asyncllm_stops_on_vllms_engine_dead_error(
