@@ -183,7 +183,7 @@ def run_rank(args: RankArgs) -> int:
         retained = share.global_ordinals(record.checkpoint.retained_ordinals())
         evicted: list[int] = []
         if restore:
-            groups = owned_groups(loaded.parts, "buffer", share)
+            groups = owned_groups(loaded.parts, "buffer", record)
             mine = random.Random(f"{args.seed}:evict:{step}:{life}:{rank}")
             evicted = [o for o in retained if mine.random() < 0.2]
             buffer = {o: groups[o] for o in retained if o not in evicted}

@@ -31,29 +31,35 @@ renamed, then the directory fsynced; the ranks gather their
 which checks that every rank of the world wrote exactly its part at this
 step and only then replaces ``COMMIT`` atomically (temporary file, fsync,
 ``os.replace``, fsync of the root). ``COMMIT`` lists the new checkpoint
-then the committed ones of lower step it continues, up to ``keep``, each
-with every part's size and SHA-256; rank 0 then removes every other step
-directory (torn ones, older ones, dead branches) and tells every rank the
-outcome, so ``save`` returns on all ranks once the checkpoint exists, and
-raises on all ranks if any rank failed to write. A kill at any moment
-leaves ``COMMIT`` naming the previous lineage intact: a torn checkpoint
-(parts without a commit) is never read, and the reader picks the newest
-committed one.
+then its ancestry, up to ``keep``, each entry with every part's size and
+SHA-256 and naming its parent: the checkpoint the run continues, chosen as
+for a checkpoint root's ``LATEST`` (``torch._files``: ``resumed_from``, or
+what this process last read or committed in this root, or the newest
+committed one; the newest of lower step on its ancestry). Rank 0 then
+removes every other step directory (torn ones, ancestors beyond ``keep``,
+abandoned branches) and tells every rank the outcome, so ``save`` returns
+on all ranks once the checkpoint exists, and raises on all ranks if any
+rank failed to write. A kill at any moment leaves ``COMMIT`` naming the
+previous lineage intact: a torn checkpoint (parts without a commit) is
+never read, and the reader picks the newest committed one.
 
 Reading validates before it trusts: ``COMMIT``'s checksum, every entry's
 structure (one JSON part per rank of its world, names matching the rank),
 and each part's size and SHA-256 as committed; files are opened relative to
 the root's descriptor without following symlinks (``torch._files``'s
 readers). Tensor parts load with ``torch.load(weights_only=True)``.
-``COMMIT`` is read, published and pruned by the code that does so for a
-checkpoint root's ``LATEST`` (``torch._files``'s ``_LineageFile``): only
-its names, bounds and entries are its own (``_COMMITTED``).
+``COMMIT`` is read, continued, published and pruned by the code that does
+so for a checkpoint root's ``LATEST`` (``torch._files``'s ``_LineageFile``):
+only its names, bounds and entries are its own (``_COMMITTED``). A
+``COMMIT`` of version 1 (step order, no parents) is still read, as the
+chain it lists.
 
 One job writes a root at a time.
 """
 
 from __future__ import annotations
 
+import bisect
 import hashlib
 import io
 import json
@@ -91,13 +97,17 @@ from .._errors import CheckpointFileError
 from .._state import KEY_FORMAT, KEY_VERSION
 from ._files import (
     _TMP_PREFIX,
+    _ancestry,
     _check_fingerprint,
     _decode_part,
     _fsync_fd,
     _is_int,
     _lineage_dirs,
     _LineageFile,
+    _note_resumed,
+    _on_lineage,
     _open_dir,
+    _parent_dir,
     _publish_lineage,
     _publish_next,
     _read_lineage,
@@ -303,7 +313,9 @@ class TorchCollectives:
 # -- the multi-rank checkpoint ------------------------------------------------------------
 
 ROOT_FORMAT: Final = "frontier_adapters.distributed_checkpoint"
-ROOT_VERSION: Final = 1
+ROOT_VERSION: Final = 2
+#: Older versions of ``COMMIT`` still read (version 1: step order, no parents).
+ROOT_VERSIONS_READ: Final = (1,)
 COMMIT: Final = "COMMIT"
 MAX_COMMIT_BYTES: Final = 64 << 20
 MAX_KEEP: Final = 64
@@ -448,11 +460,15 @@ _COMMITTED: Final = _LineageFile(
     name=COMMIT,
     format=ROOT_FORMAT,
     version=ROOT_VERSION,
+    also_reads=ROOT_VERSIONS_READ,
     max_bytes=MAX_COMMIT_BYTES,
     max_entries=MAX_KEEP,
     dirs=_STEP_DIR,
     dirs_are="step directories",
     lineage_is="committed",
+    # No bound: torn checkpoints (parts without a commit, one per life that
+    # died before committing, or per failed save) stay until a commit.
+    unlisted_when_empty=None,
     leftovers=(_TMP_PREFIX,),
     parse_entry=_parse_entry,
     step_of=lambda e: int(e["step"]),
@@ -462,7 +478,8 @@ _COMMITTED: Final = _LineageFile(
 
 
 def committed_checkpoints(root: str | os.PathLike[str]) -> list[Path]:
-    """The committed lineage under ``root``, newest first (``[]`` if none)."""
+    """The committed lineage under ``root``, newest first: the newest
+    checkpoint, then its parent, ... (``[]`` if none)."""
     return _lineage_dirs(root, _COMMITTED)
 
 
@@ -474,14 +491,16 @@ def read_distributed_checkpoint(
     tensors: bool = True,
 ) -> LoadedDistributedCheckpoint | None:
     """Read and verify the newest committed checkpoint under ``root`` (or
-    the one ``previous`` back along the committed lineage: the fallback
-    when the newest is damaged). ``None`` only for a root with no committed
-    checkpoint and no step directory. ``tensors=False`` skips loading the
-    tensor parts (their sizes and SHA-256s are still checked). Raises
-    ``CheckpointFileError`` (a missing, garbled or forged ``COMMIT``, a
-    missing, truncated or corrupted part), ``CheckpointFileVersionError``
-    and ``DatasetChangedError`` (another ``fingerprint``), naming the
-    file."""
+    its ``previous``-th ancestor along the committed lineage: the fallback
+    when the newest is damaged). The checkpoint returned is what this
+    process's run now continues: the next commit in this root (of any
+    ``DistributedCheckpointer`` of this process) continues it. ``None``
+    only for a root with no committed checkpoint and no step directory.
+    ``tensors=False`` skips loading the tensor parts (their sizes and
+    SHA-256s are still checked). Raises ``CheckpointFileError`` (a missing,
+    garbled or forged ``COMMIT``, a missing, truncated or corrupted part),
+    ``CheckpointFileVersionError`` and ``DatasetChangedError`` (another
+    ``fingerprint``), naming the file."""
 
     def read(root: Path, root_fd: int, entry: dict[str, Any]) -> LoadedDistributedCheckpoint:
         path = root / entry["dir"]
@@ -523,6 +542,16 @@ class DistributedCheckpointer:
     creates an empty ``COMMIT`` in a fresh root, so that a root with step
     directories and no ``COMMIT`` is never mistaken for a fresh start.
 
+    ``resumed_from`` (a ``LoadedDistributedCheckpoint`` of this root, or
+    its directory) is the committed checkpoint this life resumed from: the
+    first commit continues it. Without it, a commit continues what this
+    process last read (``read_distributed_checkpoint``) or committed in
+    this root, or else the newest committed checkpoint; a commit's step
+    not above that one's continues the newest of lower step on its
+    ancestry. Only rank 0's ``resumed_from`` is used; when it is not on the
+    committed lineage (``CheckpointFileError``) or not in ``root``
+    (``ValueError``), every rank raises ``CheckpointFileError``.
+
     ``save`` is collective too. ``hook(phase)`` is called with ``"part"``
     once this rank's part is durable, and on rank 0 with ``"commit"`` just
     before ``COMMIT`` is replaced (for crash tests). ``comm=None`` is for a
@@ -539,6 +568,7 @@ class DistributedCheckpointer:
         comm: Collectives | None,
         keep: int = 2,
         hook: Callable[[str], None] | None = None,
+        resumed_from: LoadedDistributedCheckpoint | str | os.PathLike[str] | None = None,
     ) -> None:
         if not _is_int(world) or not 1 <= world <= MAX_WORLD:
             raise ValueError(f"world must be an int in [1, {MAX_WORLD}], got {world!r}")
@@ -559,7 +589,12 @@ class DistributedCheckpointer:
         token = secrets.token_hex(8)
         if rank == 0:
             try:
-                self._prepare_root()
+                # Only rank 0 commits: the other ranks' resumed_from is unused.
+                self._prepare_root(
+                    None
+                    if resumed_from is None
+                    else _parent_dir(self.root, resumed_from, "resumed_from")
+                )
             except Exception as exc:
                 error = f"{type(exc).__name__}: {exc}"
         if comm is not None:
@@ -568,12 +603,21 @@ class DistributedCheckpointer:
             raise _bad(self.root / COMMIT, f"rank 0 could not prepare the root: {error}")
         self.session: str = token
 
-    def _prepare_root(self) -> None:
+    def _prepare_root(self, resumed: str | None) -> None:
+        """Create the root and an empty ``COMMIT`` if there is none; note
+        ``resumed`` (a directory of the committed lineage) as what this
+        process's run continues."""
         self.root.mkdir(parents=True, exist_ok=True)
         fd = _root_fd(self.root)
         assert fd is not None
         try:
-            if _read_lineage(self.root, fd, _COMMITTED) is None:
+            lineage = _read_lineage(self.root, fd, _COMMITTED)
+            if resumed is not None:
+                old = lineage or []
+                _note_resumed(
+                    _COMMITTED, fd, old[_on_lineage(self.root, _COMMITTED, old, resumed)].entry
+                )
+            if lineage is None:
                 _publish_lineage(self.root, fd, _COMMITTED, [])
         finally:
             os.close(fd)
@@ -637,8 +681,9 @@ class DistributedCheckpointer:
     def commit(self, step: int, parts: Sequence[WrittenPart]) -> Path:
         """Commit checkpoint ``step`` from every rank's ``WrittenPart``
         (rank 0, after gathering them): check that the world's every rank
-        wrote exactly its part of this step, replace ``COMMIT``, remove every
-        step directory that is not in the new lineage."""
+        wrote exactly its part of this step, replace ``COMMIT`` with the new
+        checkpoint and the ancestry it continues (see the class), remove
+        every step directory that is not in the new lineage."""
         name = step_dir_name(step, self.session)
         ranks = sorted(p.rank for p in parts)
         if ranks != list(range(self.world)):
@@ -665,6 +710,7 @@ class DistributedCheckpointer:
                     if st.st_size != f.size:
                         raise _bad(self.root / name / f.name, "changed size before the commit")
             old = _read_lineage(self.root, root_fd, _COMMITTED) or []
+            ancestry = _ancestry(self.root, root_fd, _COMMITTED, old, step, None)
             entry = {
                 "dir": name,
                 "step": step,
@@ -678,7 +724,7 @@ class DistributedCheckpointer:
             }
             if self.hook is not None:
                 self.hook("commit")
-            _publish_next(self.root, root_fd, _COMMITTED, entry, old, self.keep)
+            _publish_next(self.root, root_fd, _COMMITTED, entry, ancestry, self.keep)
         finally:
             os.close(root_fd)
         return self.root / name
@@ -713,23 +759,76 @@ class DistributedCheckpointer:
         return self.root / step_dir_name(step, self.session)
 
 
-def owned_groups(parts: Iterable[RankPart], key: str, share: Share) -> dict[int, Any]:
-    """The saved buffered groups of ``share``, gathered from every rank's
-    part: ``json_part[key]`` maps a global ordinal (a JSON key) to its group.
-    After a reshard, a rank restores the groups its new share owns, whoever
-    generated them."""
+_ORDINAL_KEY: Final = re.compile(r"^(0|[1-9][0-9]{0,18})$")
+
+
+def owned_groups(
+    parts: Iterable[RankPart], key: str, owner: ShardCheckpoint | Share
+) -> dict[int, Any]:
+    """The saved buffered groups of one rank of the new world, gathered
+    from every rank's part: ``json_part[key]`` maps a global ordinal (a
+    JSON key, in decimal) to its group. After a reshard, a rank restores
+    the groups its new share owns, whoever generated them.
+
+    ``owner`` is the rank's record of the resume plan (``reshard``'s): the
+    groups returned are then exactly those of the ordinals the record
+    retains, and a retained ordinal with no saved group, or a saved group
+    of the share that the record does not retain, raises
+    ``CheckpointCorruptError`` (restoring such a buffer would wait for ever
+    for a group it lacks, or train one the ledger does not hold). A bare
+    ``Share`` returns the groups it owns, unchecked. Also raises
+    ``CheckpointCorruptError`` for a part whose ``key`` is not a dict, a
+    key that is not an ordinal, and an ordinal saved twice."""
+    share = owner.share if isinstance(owner, ShardCheckpoint) else owner
     out: dict[int, Any] = {}
     for part in parts:
         groups = part.json_part.get(key, {}) if isinstance(part.json_part, Mapping) else {}
         if not isinstance(groups, Mapping):
             raise CheckpointCorruptError(f"rank {part.rank}'s {key!r} is not a dict")
         for o, group in groups.items():
-            try:
-                ordinal = int(o)
-            except ValueError:
+            if not isinstance(o, str) or not _ORDINAL_KEY.match(o):
                 raise CheckpointCorruptError(
-                    f"rank {part.rank}'s {key!r} has key {o!r:.40}, not an ordinal"
-                ) from None
-            if share.owns(ordinal):
-                out[ordinal] = group
+                    f"rank {part.rank}'s {key!r} has key {str(o)[:40]!r}, not an ordinal"
+                )
+            ordinal = int(o)
+            if not share.owns(ordinal):
+                continue
+            if ordinal in out:
+                raise CheckpointCorruptError(
+                    f"rank {part.rank}'s {key!r} holds ordinal {ordinal}, saved by another part too"
+                )
+            out[ordinal] = group
+    if isinstance(owner, ShardCheckpoint):
+        _check_retained(out, key, owner)
     return out
+
+
+def _check_retained(groups: Mapping[int, Any], key: str, record: ShardCheckpoint) -> None:
+    """Raise ``CheckpointCorruptError`` unless ``groups`` (global ordinals
+    of ``record``'s share) are exactly the ordinals ``record`` retains.
+    The retained ordinals are ranges: the check costs O((G + R) log R) for
+    G groups and R ranges, never the number of ordinals a range spans."""
+    share, ranges = record.share, record.checkpoint.retained
+    starts = [a for a, _ in ranges]
+    local = {share.local_ordinal(o) for o in groups}
+
+    def retained(o: int) -> bool:
+        i = bisect.bisect_right(starts, o) - 1
+        return i >= 0 and o < ranges[i][1]
+
+    extra = sorted(share.global_ordinal(o) for o in local if not retained(o))
+    held = len(local) - len(extra)
+    lacking = sum(b - a for a, b in ranges) - held
+    shown: list[int] = []
+    for a, b in ranges:  # each step past a held ordinal uses up one group
+        o = a
+        while o < b and len(shown) < 5 and len(shown) < lacking:
+            if o not in local:
+                shown.append(share.global_ordinal(o))
+            o += 1
+    if lacking or extra:
+        raise CheckpointCorruptError(
+            f"the saved {key!r} groups of {share} do not match its record's retained "
+            f"ordinals: {lacking} retained without a saved group {shown}, "
+            f"{len(extra)} saved but not retained {extra[:5]}"
+        )

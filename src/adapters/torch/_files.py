@@ -1,5 +1,5 @@
-"""Checkpoint directories: atomic writes, a published lineage, reads that
-never trust what they read.
+"""Checkpoint directories: atomic writes, a published lineage that follows
+ancestry, reads that never trust what they read.
 
 Layout under a root directory::
 
@@ -8,32 +8,47 @@ Layout under a root directory::
     root/ckpt-000012/state.json     JSON parts (the collector state, ...)
     root/ckpt-000012/model.pt       tensor parts (torch.save)
 
-Writing: the parts go into a fresh temporary directory in the root (created
-with a random name, files opened with ``O_EXCL | O_NOFOLLOW``, so nothing
-planted at a predictable name can redirect a write); every file and the
-directory are fsynced, the directory is renamed to a name no other
-directory has (``ckpt-000012``, or ``ckpt-000012-1`` when a dead branch
-already holds that step), and only then is ``LATEST`` replaced (a temporary
-file, fsync, ``os.replace``, fsync of the root). ``LATEST`` lists the
-published lineage: the new checkpoint, then the published ones of lower
-step that it continues from, up to ``keep``, each with its manifest's
-SHA-256. Every other checkpoint directory is removed after publishing: the
-older ones beyond ``keep`` and dead branches (renamed but never published, a
-kill between the rename and ``LATEST``; or published on a lineage that a
-resume from an older checkpoint abandoned). A crash at any moment leaves
-``LATEST`` naming the previous lineage intact.
+The lineage is ancestry, not step order: ``LATEST`` lists the newest
+checkpoint, then the checkpoint it continues (its *parent*, which each
+entry names), then that one's parent, and so on, up to ``keep``, each with
+its manifest's SHA-256; steps strictly decrease along it. A write's parent
+is the checkpoint the run continues: ``parent=`` when given, otherwise the
+one this process last resumed from (``read_checkpoint``) or wrote in this
+root, otherwise (a process that has done neither) the newest published
+one; when that checkpoint's step is not below the new step, the newest of
+lower step on its ancestry (a step written again replaces it). So after a
+resume from ``previous=k`` the next write abandons the ``k`` newer ones,
+damaged or not, and the fall-back of any later resume walks only the
+ancestry of what it resumes.
+
+Writing: dead directories (renamed but never published: a kill between
+the rename and ``LATEST``) are removed first, so that a root holds at most
+one checkpoint directory outside its published lineage while that lineage
+is empty. The parts go into a fresh temporary directory in the root
+(created with a random name, files opened with ``O_EXCL | O_NOFOLLOW``, so
+nothing planted at a predictable name can redirect a write); every file and
+the directory are fsynced, the directory is renamed to a name no other
+directory has (``ckpt-000012``, or ``ckpt-000012-1`` when a published
+checkpoint already holds that step), and only then is ``LATEST`` replaced
+(a temporary file, fsync, ``os.replace``, fsync of the root). Every other
+checkpoint directory is removed after publishing: the ancestors beyond
+``keep`` and the abandoned ones. A crash at any moment leaves ``LATEST``
+naming the previous lineage intact.
 
 Reading validates before it parses and never follows a symlink: the
 checkpoint directory and every file are opened relative to the root's
 directory descriptor with ``O_NOFOLLOW`` (a FIFO or a device is refused
 without blocking, a symlinked part or directory is refused), sizes are
 checked against the bound or the saved size before a byte is read, and
-``LATEST``'s checksum, the manifest's checksum (the whole manifest), the
-manifest's SHA-256 as ``LATEST`` saved it, the step against the directory
-name, and each part's size and SHA-256 are verified. Tensor parts are read
-with ``torch.load(weights_only=True)``. Each failure raises a
-``CheckpointError`` subclass naming the offending file; ``read_checkpoint``
-returns ``None`` only for a root that holds no checkpoint at all.
+``LATEST``'s checksum and chain of parents, the manifest's checksum (the
+whole manifest), the manifest's SHA-256 as ``LATEST`` saved it, the step
+against the directory name, and each part's size and SHA-256 are verified.
+Tensor parts are read with ``torch.load(weights_only=True)``. Each failure
+raises a ``CheckpointError`` subclass naming the offending file;
+``read_checkpoint`` returns ``None`` only for a root that holds no
+checkpoint at all. ``LATEST`` files of version 1 (step order, no parents)
+are still read, as the chain they list; the next write replaces them with
+version 2.
 
 One writer per root: two processes writing the same root concurrently are
 not supported (the second would prune the first's directory).
@@ -50,6 +65,7 @@ import re
 import shutil
 import stat
 import tempfile
+import threading
 from collections.abc import Callable, Collection, Iterable, Mapping
 from pathlib import Path
 from typing import Any, Final, Generic, TypeVar
@@ -62,7 +78,10 @@ from .._errors import CheckpointFileError, CheckpointFileVersionError, DatasetCh
 FORMAT: Final = "frontier_adapters.checkpoint_dir"
 VERSION: Final = 2
 ROOT_FORMAT: Final = "frontier_adapters.checkpoint_root"
-ROOT_VERSION: Final = 1
+ROOT_VERSION: Final = 2
+#: Older versions of ``LATEST`` this library still reads: version 1 listed
+#: the lineage in step order without parents (read as the chain it lists).
+ROOT_VERSIONS_READ: Final = (1,)
 MANIFEST: Final = "manifest.json"
 LATEST: Final = "LATEST"
 #: Bounds on what is read before it is trusted.
@@ -315,43 +334,72 @@ class _LineageFile(Generic[_E]):
     """One kind of root's lineage file: ``LATEST`` of a checkpoint root
     (``_PUBLISHED``), ``COMMIT`` of a distributed one
     (``_distributed._COMMITTED``). Both are a bounded JSON document sealed
-    by its SHA-256 whose ``lineage`` lists the checkpoints newest first, with
-    strictly decreasing steps; one code reads them (``_read_lineage``,
-    ``_lineage_dirs``, ``_read_previous``) and publishes them
-    (``_publish_lineage``, ``_publish_next``), and what differs is named
+    by its SHA-256 whose ``lineage`` lists a chain of ancestry, newest
+    first: each entry names its parent (the directory of the checkpoint it
+    continues, ``null`` for a fresh start), which is the next entry's
+    directory, and steps strictly decrease. One code reads them
+    (``_read_lineage``, ``_lineage_dirs``, ``_read_previous``), chooses what
+    a new checkpoint continues (``_ancestry``) and publishes them
+    (``_publish_lineage``, ``_publish_next``); what differs is named
     here."""
 
     #: The file's name in the root, and the format and version it must hold.
     name: str
     format: str
     version: int
+    #: Older versions still read: their lineage, listed in step order
+    #: without parents, is read as the chain it lists.
+    also_reads: tuple[int, ...]
     max_bytes: int
     max_entries: int
-    #: The names of the root's checkpoint directories, and what errors call them.
+    #: The names of the root's checkpoint directories (group 1: the step),
+    #: and what errors call them.
     dirs: re.Pattern[str]
     dirs_are: str
     #: What errors call the lineage: ``"published"``, ``"committed"``.
     lineage_is: str
+    #: The most checkpoint directories a kill can leave beside an empty
+    #: lineage (more is damage, refused rather than read as a fresh start),
+    #: or ``None`` when there is no such bound.
+    unlisted_when_empty: int | None
     #: What killed writes leave in the root: names with these prefixes.
     leftovers: tuple[str, ...]
-    #: ``parse_entry(shown, raw)``: the validated entry, or a
-    #: ``CheckpointFileError`` naming ``shown``.
+    #: ``parse_entry(shown, raw)``: the validated entry (``raw`` without its
+    #: ``parent``), or a ``CheckpointFileError`` naming ``shown``.
     parse_entry: Callable[[Path, object], _E]
     step_of: Callable[[_E], int]
     dir_of: Callable[[_E], str]
     to_json: Callable[[_E], dict[str, Any]]
 
 
+@attrs.frozen
+class _Link(Generic[_E]):
+    """An entry of a lineage file and its parent: the directory of the
+    checkpoint it continues (``None``: a fresh start, or not recorded by a
+    version-1 file)."""
+
+    entry: _E
+    parent: str | None
+
+
 def _check_sealed(
-    shown: Path, doc: dict[str, Any], fmt: str, version: int, keys: frozenset[str]
+    shown: Path,
+    doc: dict[str, Any],
+    fmt: str,
+    version: int,
+    keys: frozenset[str],
+    also: tuple[int, ...] = (),
 ) -> None:
-    """Check a sealed document's format and version, then its keys (another
-    version may have others), then its SHA-256 (``_digest``)."""
-    if doc.get("format") != fmt or not _is_int(doc.get("version")) or doc["version"] != version:
+    """Check a sealed document's format and version (``version``, or one of
+    ``also``), then its keys (another version may have others), then its
+    SHA-256 (``_digest``)."""
+    found = doc.get("version")
+    if doc.get("format") != fmt or not _is_int(found) or found not in (version, *also):
+        older = f" (and versions {list(also)})" if also else ""
         raise CheckpointFileVersionError(
             shown,
-            f"format {str(doc.get('format'))[:80]!r} version {str(doc.get('version'))[:20]!r}; "
-            f"this library reads {fmt!r} version {version}",
+            f"format {str(doc.get('format'))[:80]!r} version {str(found)[:20]!r}; "
+            f"this library reads {fmt!r} version {version}{older}",
         )
     if set(doc) != keys:
         raise CheckpointFileError(shown, f"has keys {sorted(doc)[:20]}, expected {sorted(keys)}")
@@ -359,12 +407,21 @@ def _check_sealed(
         raise CheckpointFileError(shown, "corrupted: its SHA-256 does not match its content")
 
 
-def _read_lineage(root: Path, root_fd: int, kind: _LineageFile[_E]) -> list[_E] | None:
+def _dir_step(kind: _LineageFile[_E], name: object) -> int | None:
+    """The step in a checkpoint directory's name, ``None`` if not one."""
+    m = kind.dirs.match(name) if isinstance(name, str) else None
+    return int(m.group(1)) if m else None
+
+
+def _read_lineage(root: Path, root_fd: int, kind: _LineageFile[_E]) -> list[_Link[_E]] | None:
     """The lineage ``kind`` lists, newest first; ``None`` when its file is
     absent from a root that holds no checkpoint directory (nothing was ever
     published). Raises ``CheckpointFileError`` for a missing file next to
-    checkpoint directories, and for an empty, garbled or forged one
-    (``CheckpointFileVersionError`` for another format or version)."""
+    checkpoint directories, an empty lineage beside more of them than a
+    kill leaves (``kind.unlisted_when_empty``), and for an empty, garbled or
+    forged file, entries that do not form a chain of parents or whose steps
+    do not strictly decrease (``CheckpointFileVersionError`` for another
+    format or version)."""
     shown = root / kind.name
     try:
         data = _read_file(kind.name, dir_fd=root_fd, shown=shown, limit=kind.max_bytes)
@@ -382,15 +439,53 @@ def _read_lineage(root: Path, root_fd: int, kind: _LineageFile[_E]) -> list[_E] 
     doc = _parse_json(data, shown, "garbled")
     if not isinstance(doc, dict):
         raise CheckpointFileError(shown, "garbled: not a JSON object")
-    _check_sealed(shown, doc, kind.format, kind.version, _LINEAGE_KEYS)
+    _check_sealed(shown, doc, kind.format, kind.version, _LINEAGE_KEYS, kind.also_reads)
     lineage = doc["lineage"]
     if not isinstance(lineage, list) or len(lineage) > kind.max_entries:
         raise CheckpointFileError(shown, f"'lineage' must be a list of at most {kind.max_entries}")
-    entries = [kind.parse_entry(shown, raw) for raw in lineage]
-    steps = [kind.step_of(e) for e in entries]
+    links: list[_Link[_E]] = []
+    if doc["version"] == kind.version:
+        for raw in lineage:
+            if not isinstance(raw, dict) or "parent" not in raw:
+                raise CheckpointFileError(shown, f"bad lineage entry {str(raw)[:200]}")
+            parent = raw["parent"]
+            entry = kind.parse_entry(shown, {k: v for k, v in raw.items() if k != "parent"})
+            if parent is not None and _dir_step(kind, parent) is None:
+                raise CheckpointFileError(
+                    shown, f"entry {kind.dir_of(entry)}: bad parent {str(parent)[:80]!r}"
+                )
+            links.append(_Link(entry, parent))
+    else:  # an older version: the chain it lists, its last parent unrecorded
+        entries = [kind.parse_entry(shown, raw) for raw in lineage]
+        links = [
+            _Link(e, kind.dir_of(entries[i + 1]) if i + 1 < len(entries) else None)
+            for i, e in enumerate(entries)
+        ]
+    steps = [kind.step_of(link.entry) for link in links]
     if steps != sorted(set(steps), reverse=True):
         raise CheckpointFileError(shown, "lineage steps must strictly decrease")
-    return entries
+    for i, link in enumerate(links):
+        name = kind.dir_of(link.entry)
+        after = links[i + 1] if i + 1 < len(links) else None
+        if after is not None and link.parent != kind.dir_of(after.entry):
+            raise CheckpointFileError(
+                shown,
+                f"entry {name} names the parent {str(link.parent)[:80]}, but the next entry "
+                f"is {kind.dir_of(after.entry)}: the lineage must be a chain of ancestry",
+            )
+        step = _dir_step(kind, link.parent)
+        if step is not None and step >= kind.step_of(link.entry):
+            raise CheckpointFileError(shown, f"entry {name}: its parent is not of a lower step")
+    if not links and kind.unlisted_when_empty is not None:
+        dirs = sorted(n for n in _listing(root_fd, root) if kind.dirs.match(n))
+        if len(dirs) > kind.unlisted_when_empty:
+            raise CheckpointFileError(
+                shown,
+                f"lists no checkpoint, but the root holds {len(dirs)} {kind.dirs_are} "
+                f"({', '.join(dirs[:3])}{', ...' if len(dirs) > 3 else ''}); a killed write "
+                f"leaves at most {kind.unlisted_when_empty}: refusing to treat it as a fresh start",
+            )
+    return links
 
 
 def _lineage_dirs(root: str | os.PathLike[str], kind: _LineageFile[_E]) -> list[Path]:
@@ -401,9 +496,77 @@ def _lineage_dirs(root: str | os.PathLike[str], kind: _LineageFile[_E]) -> list[
     if fd is None:
         return []
     try:
-        return [root / kind.dir_of(e) for e in _read_lineage(root, fd, kind) or []]
+        return [root / kind.dir_of(link.entry) for link in _read_lineage(root, fd, kind) or []]
     finally:
         os.close(fd)
+
+
+# What each root was last resumed from or written in this process, so that
+# a write continues the checkpoint its run continues without being told:
+# (lineage file, st_dev, st_ino of the root) -> that checkpoint's entry.
+_RESUMED: dict[tuple[str, int, int], Any] = {}
+_RESUMED_LOCK: Final = threading.Lock()
+
+
+def _root_key(kind: _LineageFile[_E], root_fd: int) -> tuple[str, int, int]:
+    st = os.fstat(root_fd)
+    return (kind.name, st.st_dev, st.st_ino)
+
+
+def _note_resumed(kind: _LineageFile[_E], root_fd: int, entry: _E) -> None:
+    """Record ``entry`` as what this process's run in this root continues."""
+    key = _root_key(kind, root_fd)
+    with _RESUMED_LOCK:
+        _RESUMED[key] = entry
+
+
+def _noted_resumed(kind: _LineageFile[_E], root_fd: int) -> object:
+    key = _root_key(kind, root_fd)
+    with _RESUMED_LOCK:
+        return _RESUMED.get(key)
+
+
+def _on_lineage(root: Path, kind: _LineageFile[_E], lineage: list[_Link[_E]], name: str) -> int:
+    """The index of directory ``name`` on ``lineage``; ``CheckpointFileError``
+    naming the lineage file when it is not there."""
+    names = [kind.dir_of(link.entry) for link in lineage]
+    if name not in names:
+        raise CheckpointFileError(
+            root / kind.name,
+            f"{name[:80]} is not on the {kind.lineage_is} lineage "
+            f"({', '.join(names[:3])}{', ...' if len(names) > 3 else ''}): "
+            "a new checkpoint continues one of its checkpoints",
+        )
+    return names.index(name)
+
+
+def _ancestry(
+    root: Path,
+    root_fd: int,
+    kind: _LineageFile[_E],
+    old: list[_Link[_E]],
+    step: int,
+    parent: str | None,
+) -> list[_Link[_E]]:
+    """The part of the ``old`` lineage that a new checkpoint at ``step``
+    continues: from the checkpoint the run continues, the newest on its
+    ancestry (itself included) with a step below ``step``. That checkpoint
+    is the directory ``parent`` when given; otherwise the one this process
+    last resumed from or wrote in this root, if it is still on ``old``;
+    otherwise the newest of ``old``. Raises ``CheckpointFileError`` naming
+    the lineage file when ``parent`` is not on ``old``."""
+    start = 0
+    if parent is not None:
+        start = _on_lineage(root, kind, old, parent)
+    else:
+        noted = _noted_resumed(kind, root_fd)
+        # Compared by value, not name: a stale note (a root removed and
+        # made again, reusing the inode) names nothing on the new lineage.
+        start = next((i for i, link in enumerate(old) if link.entry == noted), 0)
+    for i in range(start, len(old)):
+        if kind.step_of(old[i].entry) < step:
+            return old[i:]
+    return []
 
 
 def _read_previous(
@@ -413,10 +576,12 @@ def _read_previous(
     read: Callable[[Path, int, _E], _T],
 ) -> _T | None:
     """``read(root, root_fd, entry)`` of the entry ``previous`` back along
-    the lineage ``kind`` lists (0: the newest); ``None`` for a root that
-    holds no checkpoint. Raises ``ValueError`` for a bad ``previous``,
-    ``CheckpointFileError`` when the lineage is shorter, and what
-    ``_read_lineage`` and ``read`` raise."""
+    the lineage ``kind`` lists (0: the newest; ``k``: its ``k``-th
+    ancestor); ``None`` for a root that holds no checkpoint. What it
+    returns is noted as what this process's run continues (``_ancestry``).
+    Raises ``ValueError`` for a bad ``previous``, ``CheckpointFileError``
+    when the lineage is shorter, and what ``_read_lineage`` and ``read``
+    raise."""
     if not _is_int(previous) or previous < 0:
         raise ValueError(f"previous must be an int >= 0, got {previous!r}")
     root = Path(root)
@@ -433,9 +598,32 @@ def _read_previous(
                 f"the {kind.lineage_is} lineage holds {len(lineage)} checkpoint(s); "
                 f"there is no checkpoint {previous} back",
             )
-        return read(root, fd, lineage[previous])
+        entry = lineage[previous].entry
+        loaded = read(root, fd, entry)
+        _note_resumed(kind, fd, entry)
+        return loaded
     finally:
         os.close(fd)
+
+
+def _parent_dir(root: Path, parent: object, what: str) -> str:
+    """The directory name of ``parent`` (a loaded checkpoint's ``path``, a
+    path or a bare name), which must be in ``root``; ``ValueError``
+    otherwise, ``TypeError`` for another type."""
+    path = getattr(parent, "path", parent)
+    if not isinstance(path, str | os.PathLike):
+        raise TypeError(
+            f"{what} must be a loaded checkpoint or a path, got {type(parent).__name__}"
+        )
+    path = Path(path)
+    if path.parent != Path("."):
+        try:
+            same = os.path.samefile(path.parent, root)
+        except OSError:
+            same = False
+        if not same:
+            raise ValueError(f"{what} {str(path)[:200]} is not a checkpoint of {root}")
+    return path.name
 
 
 def _check_fingerprint(shown: Path, expected: str | None, saved: str) -> None:
@@ -491,11 +679,15 @@ _PUBLISHED: Final = _LineageFile(
     name=LATEST,
     format=ROOT_FORMAT,
     version=ROOT_VERSION,
+    also_reads=ROOT_VERSIONS_READ,
     max_bytes=MAX_LATEST_BYTES,
     max_entries=MAX_KEEP,
     dirs=_NAME,
     dirs_are="checkpoint directories",
     lineage_is="published",
+    # A write removes the dead directories before it renames its own, so a
+    # kill leaves at most that one beside the empty lineage of a first write.
+    unlisted_when_empty=1,
     leftovers=_LEFTOVER_PREFIXES,
     parse_entry=_parse_entry,
     step_of=lambda e: e.step,
@@ -506,10 +698,11 @@ _PUBLISHED: Final = _LineageFile(
 
 def published_checkpoints(root: str | os.PathLike[str]) -> list[Path]:
     """The published lineage under ``root``, newest first: the latest
-    checkpoint, then the ones it continues from (as many as ``keep`` kept).
-    ``[]`` for a root with no checkpoint. Raises ``CheckpointFileError`` for
-    a missing, empty, garbled or forged ``LATEST`` next to checkpoint
-    directories."""
+    checkpoint, then its parent, that one's parent, ... (as many as ``keep``
+    kept). ``[]`` for a root with no checkpoint. Raises
+    ``CheckpointFileError`` for a missing, empty, garbled or forged
+    ``LATEST`` next to checkpoint directories (an empty lineage beside more
+    than one of them included)."""
     return _lineage_dirs(root, _PUBLISHED)
 
 
@@ -533,11 +726,14 @@ def read_checkpoint(
     empty, or only leftovers of a first write that never published).
     ``fingerprint`` is the current dataset's (``None`` skips that check);
     ``require`` names parts that must be present (``"collector"`` for
-    ``collector.json``). ``previous=k`` reads the checkpoint ``k`` back along
-    the published lineage instead: the fallback when the latest one is
-    damaged. Raises ``CheckpointFileError`` (missing, truncated, corrupted
-    or malformed file, a missing required part, a missing or garbled
-    ``LATEST`` next to checkpoint directories, no ``k``-th previous one),
+    ``collector.json``). ``previous=k`` reads the latest one's ``k``-th
+    ancestor along the published lineage instead: the fallback when the
+    latest one is damaged. The checkpoint returned is what this process's
+    run now continues: the next ``write_checkpoint`` into this root without
+    ``parent=`` continues it, abandoning the newer ones. Raises
+    ``CheckpointFileError`` (missing, truncated, corrupted or malformed
+    file, a missing required part, a missing or garbled ``LATEST`` next to
+    checkpoint directories, no ``k``-th previous one),
     ``CheckpointFileVersionError`` and ``DatasetChangedError``, each naming
     the file."""
 
@@ -551,8 +747,8 @@ def read_checkpoint_dir(
     path: str | os.PathLike[str], *, fingerprint: str | None, require: Collection[str] = ()
 ) -> LoadedCheckpoint:
     """Read and validate one checkpoint directory on its own (its manifest's
-    checksum and parts; not whether it was published); see
-    ``read_checkpoint``."""
+    checksum and parts; not whether it was published; what a write
+    continues is not changed); see ``read_checkpoint``."""
     path = Path(path)
     fd = _root_fd(path.parent)
     if fd is None:
@@ -682,31 +878,52 @@ def _replace_json(root: Path, root_fd: int, name: str, doc: dict[str, Any]) -> N
     _fsync_fd(root_fd)
 
 
-def _publish_lineage(root: Path, root_fd: int, kind: _LineageFile[_E], lineage: list[_E]) -> None:
+def _publish_lineage(
+    root: Path, root_fd: int, kind: _LineageFile[_E], lineage: list[_Link[_E]]
+) -> None:
     """Replace the lineage file ``kind`` names with one that lists ``lineage``."""
     doc: dict[str, Any] = {
         "format": kind.format,
         "version": kind.version,
-        "lineage": [kind.to_json(e) for e in lineage],
+        "lineage": [{**kind.to_json(link.entry), "parent": link.parent} for link in lineage],
     }
     _replace_json(root, root_fd, kind.name, doc)
 
 
 def _publish_next(
-    root: Path, root_fd: int, kind: _LineageFile[_E], new: _E, old: list[_E], keep: int
+    root: Path,
+    root_fd: int,
+    kind: _LineageFile[_E],
+    new: _E,
+    ancestry: list[_Link[_E]],
+    keep: int,
 ) -> None:
-    """Publish ``new`` as the newest checkpoint: it continues the entries of
-    the ``old`` lineage of lower step (a resume from an older checkpoint
-    abandons the newer ones), ``keep`` entries in all. Then remove every
-    other checkpoint directory of the root (older ones, dead branches) and
-    every leftover of a killed write."""
-    step = kind.step_of(new)
-    lineage = [new, *[e for e in old if kind.step_of(e) < step][: keep - 1]]
+    """Publish ``new`` as the newest checkpoint, continuing ``ancestry``
+    (``_ancestry``'s: its parent first), ``keep`` entries in all, and note
+    it as what this process's run continues. Then remove every other
+    checkpoint directory of the root (ancestors beyond ``keep``, abandoned
+    and dead branches) and every leftover of a killed write."""
+    parent = kind.dir_of(ancestry[0].entry) if ancestry else None
+    lineage = [_Link(new, parent), *ancestry[: keep - 1]]
     _publish_lineage(root, root_fd, kind, lineage)
-    kept = {kind.dir_of(e) for e in lineage}
+    _note_resumed(kind, root_fd, new)
+    kept = {kind.dir_of(link.entry) for link in lineage}
     for name in _listing(root_fd, root):
         if (kind.dirs.match(name) and name not in kept) or name.startswith(kind.leftovers):
             _remove(root, name)
+
+
+def _remove_dead(root: Path, root_fd: int, kind: _LineageFile[_E], listed: set[str]) -> None:
+    """Remove every checkpoint directory of the root that the lineage does
+    not list (``listed``): dead branches, renamed but never published.
+    Raises ``CheckpointFileError`` naming one that cannot be removed."""
+    for name in _listing(root_fd, root):
+        if kind.dirs.match(name) and name not in listed:
+            _remove(root, name)
+            if os.path.lexists(root / name):
+                raise CheckpointFileError(
+                    root / name, "a dead branch (never published) that cannot be removed"
+                )
 
 
 def _remove(root: Path, name: str) -> None:
@@ -730,25 +947,41 @@ def write_checkpoint(
     tensor_parts: Mapping[str, Any] | None = None,
     keep: int = 2,
     between_parts: Callable[[str], None] | None = None,
+    parent: LoadedCheckpoint | str | os.PathLike[str] | None = None,
 ) -> Path:
     """Write checkpoint ``step`` atomically and publish it as the latest.
 
     ``json_parts`` maps a name to JSON data (``name.json``), ``tensor_parts``
     a name to what ``torch.save`` stores and ``torch.load(weights_only=True)``
     reads back (``name.pt``: state dicts of tensors and plain values).
-    The new checkpoint continues the published checkpoints of lower step
-    (a resume from an older checkpoint abandons the newer ones); ``keep``
-    of that lineage are kept, every other checkpoint directory is removed.
+
+    The new checkpoint continues the checkpoint the run continues: ``parent``
+    (a ``LoadedCheckpoint`` of this root, or a published checkpoint
+    directory of it, such as the path a previous write returned) when
+    given; otherwise the one this process last read with
+    ``read_checkpoint`` or wrote in this root; otherwise the latest
+    published one. When that one's step is not below ``step``, the newest
+    checkpoint of lower step on its ancestry is the parent instead. The
+    published lineage becomes the new checkpoint and that ancestry, ``keep``
+    entries in all; every other checkpoint directory is removed (the newer
+    checkpoints a resume from an older one abandoned, damaged or not).
     ``between_parts(name)`` is called after each part is written and with
-    ``"LATEST"`` just before publishing (a hook for crash tests). Refuses
-    (``CheckpointFileError``) to write into a root whose ``LATEST`` is
-    missing next to checkpoint directories, or garbled."""
+    ``"LATEST"`` just before publishing (a hook for crash tests).
+
+    Refuses (``CheckpointFileError``, nothing written) a root whose
+    ``LATEST`` is missing next to checkpoint directories, or garbled, and a
+    ``parent`` that is not on the published lineage, and a dead directory
+    that cannot be removed; raises ``ValueError`` for a ``parent`` outside
+    ``root`` and ``TypeError`` for one that is neither a loaded checkpoint
+    nor a path."""
     if not _is_int(step) or step < 0:
         raise ValueError(f"step must be an int >= 0, got {step!r}")
     if not _is_int(keep) or not 1 <= keep <= MAX_KEEP:
         raise ValueError(f"keep must be an int in [1, {MAX_KEEP}], got {keep!r}")
     if not isinstance(fingerprint, str):
         raise TypeError(f"fingerprint must be a str, got {type(fingerprint).__name__}")
+    root = Path(root)
+    parent_dir = None if parent is None else _parent_dir(root, parent, "parent")
     blobs: list[tuple[str, bytes]] = []
     for key, value in json_parts.items():
         blobs.append((f"{key}.json", json.dumps(value, sort_keys=True, allow_nan=False).encode()))
@@ -763,18 +996,20 @@ def write_checkpoint(
     if len(set(names)) != len(names) or len(names) > MAX_PARTS:
         raise ValueError(f"part names must be unique and at most {MAX_PARTS}: {names}")
 
-    root = Path(root)
     root.mkdir(parents=True, exist_ok=True)
     root_fd = _root_fd(root)
     assert root_fd is not None
     try:
         old = _read_lineage(root, root_fd, _PUBLISHED)
+        ancestry = _ancestry(root, root_fd, _PUBLISHED, old or [], step, parent_dir)
         if old is None:
             # The first write publishes an empty lineage before anything
             # else, so that a checkpoint directory is never found next to a
             # missing LATEST unless something removed it.
             old = []
             _publish_lineage(root, root_fd, _PUBLISHED, old)
+        published = {link.entry.name for link in old}
+        _remove_dead(root, root_fd, _PUBLISHED, published)
         tmp = Path(tempfile.mkdtemp(prefix=f"{_TMP_PREFIX}ckpt-", dir=root))
         tmp_fd = _open_dir(tmp.name, dir_fd=root_fd, shown=tmp)
         try:
@@ -805,23 +1040,18 @@ def write_checkpoint(
         finally:
             os.close(tmp_fd)
         # The step's own name, unless a published checkpoint holds it (a
-        # resume from an older checkpoint rewrites a step the lineage
-        # already has): a dead branch there is removed, a published one is
-        # kept until the new lineage is durable.
-        present = set(_listing(root_fd, root))
-        published = {e.name for e in old}
+        # step written again): that one is kept until the new lineage is
+        # durable. The dead directories are gone already.
         branch = 0
-        while (candidate := checkpoint_name(step, branch)) in present:
-            if candidate not in published:
-                _remove(root, candidate)
-                break
+        while checkpoint_name(step, branch) in published:
             branch += 1
         name = checkpoint_name(step, branch)
         os.rename(tmp, root / name)
         _fsync_fd(root_fd)
         if between_parts is not None:
             between_parts(LATEST)
-        _publish_next(root, root_fd, _PUBLISHED, _Entry(name, step, manifest["sha256"]), old, keep)
+        new = _Entry(name, step, manifest["sha256"])
+        _publish_next(root, root_fd, _PUBLISHED, new, ancestry, keep)
         return root / name
     finally:
         os.close(root_fd)

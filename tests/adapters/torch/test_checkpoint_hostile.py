@@ -117,7 +117,7 @@ def test_a_forged_latest_is_refused(tmp_path: Path) -> None:
     doc["lineage"].reverse()
     (tmp_path / "LATEST").write_text(json.dumps(doc))
     refused(tmp_path, tmp_path / "LATEST", "SHA-256 does not match")
-    for bad in ({"version": True}, {"version": 2}, {"extra": 1}):
+    for bad in ({"version": True}, {"version": 3}, {"extra": 1}):
         doc = json.loads(json.dumps({**doc, **bad}))
         (tmp_path / "LATEST").write_text(json.dumps(doc))
         with pytest.raises(CheckpointError, match="LATEST"):

@@ -252,9 +252,10 @@ def test_a_torn_checkpoint_is_never_read_and_the_newest_complete_one_is(tmp_path
     assert previous is not None and previous.step == 1
     with pytest.raises(CheckpointFileError, match="no checkpoint 2 back"):
         read_distributed_checkpoint(tmp_path, fingerprint=FP, previous=2)
-    # The next commit (from step 2's lineage) removes the torn directories
-    # and keeps two.
-    ck5, parts5 = _write(tmp_path, 5, 2)
+    # The next commit (resumed from step 2, which the read of previous=1
+    # would otherwise have replaced as what this process continues) removes
+    # the torn directories and keeps two.
+    ck5, parts5 = _write(tmp_path, 5, 2, resumed_from=loaded)
     ck5.commit(5, parts5)
     dirs = sorted(n for n in os.listdir(tmp_path) if n.startswith("step-"))
     assert dirs == sorted([parts5[0].dir, parts2[0].dir])
@@ -364,10 +365,9 @@ def test_an_elastic_run_in_one_process_trains_every_ordinal_once(tmp_path: Path)
             for r, record in enumerate(plan):
                 c = _collector(rows, record.share, epochs=epochs, batch=1 + r)
                 if restore:
-                    groups = owned_groups(loaded.parts, "buffer", record.share)
-                    retained = record.share.global_ordinals(record.checkpoint.retained_ordinals())
-                    buffers[r] = {o: groups[o] for o in retained}
-                    routed += len(retained)
+                    # Exactly the groups the record retains, checked.
+                    buffers[r] = owned_groups(loaded.parts, "buffer", record)
+                    routed += len(buffers[r])
                 c.resume(record, load_replay_buffer=restore)
                 collectors.append(c)
         ck = DistributedCheckpointer(root, rank=0, world=world, fingerprint=FP, comm=None)
