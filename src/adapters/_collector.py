@@ -242,23 +242,35 @@ class StreamCollector:
         """Up to ``n`` pending ``(ordinal, row)`` items, retried ordinals
         first, pulling batches as needed; the rest of a batch stays pending.
         The items are reported dispatched. Fewer than ``n`` only at the end."""
-        chosen = self._choose(n)
+        chosen, retried = self._choose(n)
         if chosen:
-            self._ledger = self._ledger.dispatch(chosen).ledger
+            try:
+                self._ledger = self._ledger.dispatch(chosen).ledger
+            except BaseException:
+                self._unchoose(chosen, retried)
+                raise
         return [(o, self._rows[o]) for o in chosen]
 
-    def _choose(self, n: int) -> list[int]:
+    def _choose(self, n: int) -> tuple[list[int], int]:
         """Up to ``n`` pending ordinals, retried ones first, pulling batches
-        as needed (not yet dispatched)."""
+        as needed (not yet dispatched); and how many of them were retried."""
         chosen: list[int] = []
+        retried = 0
         while len(chosen) < n:
             if self._retry:
                 chosen.append(self._retry.popleft())
+                retried += 1
             elif self._pending:
                 chosen.append(self._pending.popleft())
             elif not self.pull():
                 break
-        return chosen
+        return chosen, retried
+
+    def _unchoose(self, chosen: list[int], retried: int) -> None:
+        """Put back what ``_choose`` took, where it was (a refused dispatch
+        leaves the queues as they were)."""
+        self._pending.extendleft(reversed(chosen[retried:]))
+        self._retry.extendleft(reversed(chosen[:retried]))
 
     # -- what happened to the ordinals ---------------------------------------
 

@@ -7,10 +7,12 @@ import os
 from frontier_core import (
     CheckpointCorruptError,
     CheckpointError,
+    CheckpointMismatchError,
     CheckpointVersionError,
     FingerprintMismatchError,
     FrontierError,
 )
+from frontier_core.journal import JournalError
 
 
 class StreamMisalignedError(FrontierError, RuntimeError):
@@ -62,4 +64,16 @@ class DatasetChangedError(FingerprintMismatchError):
 
     def __init__(self, path: str | os.PathLike[str], expected: str, found: str) -> None:
         super().__init__(expected, found)
+        self.path = _name_file(self, path)
+
+
+class JournalWithoutCheckpointError(JournalError, CheckpointMismatchError):
+    """A rollout journal holds samples (or was compacted after a
+    checkpoint), but the resume has no checkpoint: a missing checkpoint is
+    not a fresh start, so the journal is refused rather than read as
+    another start's. ``path`` names the journal. A ``ValueError``, as every
+    ``CheckpointError``."""
+
+    def __init__(self, path: str | os.PathLike[str], reason: str) -> None:
+        super().__init__(reason)
         self.path = _name_file(self, path)

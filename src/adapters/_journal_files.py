@@ -118,6 +118,11 @@ _CREATE_FLAGS: Final = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | _C
 #: more than it hides (a commit per record in a tight loop: 0.97x of raw
 #: write + fsync inline, 0.72 to 0.85x through the thread).
 _OVERLAP_MIN: Final = 200e-6
+#: How long a writer waits for one fsync (seconds) before it gives up with
+#: ``JournalWriterError``: an fsync on a healthy disk takes milliseconds, one
+#: on a loaded network file system seconds; one that has not returned after
+#: this is a hung mount, and the writer says so instead of waiting for ever.
+FSYNC_TIMEOUT: Final = 600.0
 #: errno values of ``os.link`` on a file system without hard links.
 _NO_LINKS: Final = {errno.EPERM, errno.EOPNOTSUPP, errno.ENOTSUP, errno.EXDEV}
 
@@ -291,7 +296,8 @@ class _Syncer:
     an unclosed writer is collected, and a finalizer ends the thread.
     """
 
-    def __init__(self, durable: int) -> None:
+    def __init__(self, durable: int, timeout: float = FSYNC_TIMEOUT) -> None:
+        self.timeout = timeout
         #: The last durable sequence number: set by the thread after each
         #: fsync, and by the writer only while the thread is idle.
         self.durable = durable
@@ -314,8 +320,10 @@ class _Syncer:
         ``last`` durable; waits for the previous fsync first, and until the
         thread is inside this one. With ``inline``, fsync here instead, in
         the caller's thread. A failure of this fsync (inline) or of the
-        previous one is left in ``failure`` for the writer to raise."""
-        self._idle.acquire()
+        previous one is left in ``failure`` for the writer to raise.
+        ``JournalWriterError`` if the previous fsync, or the thread's start
+        of this one, takes more than ``timeout`` seconds."""
+        self._acquire(self._idle, "the previous group's fsync")
         if self.failure is not None:
             self._idle.release()
             return
@@ -344,7 +352,14 @@ class _Syncer:
             self._thread = thread
         self._request = (fd, last)
         self._work.release()
-        self._inside.acquire()
+        self._acquire(self._inside, "the commit thread to take the group")
+
+    def _acquire(self, lock: threading.Lock, what: str) -> None:
+        if not lock.acquire(timeout=self.timeout):
+            raise JournalWriterError(
+                f"gave up waiting for {what} after {self.timeout:g} s: the journal's file "
+                "system does not answer (a hung mount?); the writer is unusable"
+            )
 
     def check_process(self) -> None:
         """Refuse a forked child: the thread and the locks' holders stayed in
@@ -356,10 +371,11 @@ class _Syncer:
             )
 
     def wait(self) -> None:
-        """Until no fsync is requested or running."""
+        """Until no fsync is requested or running (``JournalWriterError``
+        after ``timeout`` seconds)."""
         self.check_process()
-        with self._idle:
-            pass
+        self._acquire(self._idle, "the fsync in flight")
+        self._idle.release()
 
     def stop(self) -> None:
         """Wait for the fsync in progress, if any, and end the thread (in a
@@ -369,7 +385,7 @@ class _Syncer:
         thread, self._thread = self._thread, None
         if thread is not None:
             self.abandon()
-            thread.join()
+            thread.join(self.timeout)  # idle after ``wait``: it ends at once
 
     def abandon(self) -> None:
         """End the thread without waiting (the finalizer of a writer that
@@ -406,6 +422,8 @@ class JournalWriter:
     journal is created with it, an existing one must carry the same
     fingerprint and lineage (its base is its own). ``policy`` is the group
     commit policy; ``clock`` (monotonic seconds) is injectable for tests.
+    ``fsync_timeout`` bounds every wait for an fsync: past it the call
+    raises ``JournalWriterError`` and the writer is unusable.
     ``recovered`` is what the journal held when it was opened (its records
     and the torn tail that was truncated, if any), for the resume to replay.
 
@@ -425,6 +443,7 @@ class JournalWriter:
         max_frame: int = DEFAULT_MAX_FRAME,
         max_bytes: int = DEFAULT_MAX_BYTES,
         clock: Callable[[], float] = time.monotonic,
+        fsync_timeout: float = FSYNC_TIMEOUT,
     ) -> None:
         if not isinstance(header, JournalHeader):
             raise TypeError(f"header must be a JournalHeader, got {type(header).__name__}")
@@ -440,7 +459,11 @@ class JournalWriter:
         # A failure of this writer's own calls (a write, a compaction), or
         # the commit thread's once it was raised.
         self._failed: BaseException | None = None
-        self._syncer = _Syncer(0)
+        if not isinstance(fsync_timeout, int | float) or not 0 < fsync_timeout < math.inf:
+            raise ValueError(
+                f"fsync_timeout must be a number of seconds > 0, got {fsync_timeout!r}"
+            )
+        self._syncer = _Syncer(0, float(fsync_timeout))
         # The open group: its frames, in parts, and their size. It holds the
         # records from ``_written + 1`` to ``_next - 1``; the written group,
         # if any, those from ``durable + 1`` to ``_written``.
@@ -564,7 +587,11 @@ class JournalWriter:
         self._usable()
         if self._pending:
             self._commit()
-        self._syncer.wait()
+        try:
+            self._syncer.wait()
+        except JournalWriterError as exc:
+            self._failed = exc  # the fsync's fate is unknown
+            raise
         self._usable()
         return self._syncer.durable
 

@@ -59,11 +59,12 @@ every attempt it names, which misses attempts the dead writer handed out
 whose workers had not yet reported anything durable; a new incarnation
 would deal those numbers again, and a surviving worker's answer would pass
 as current. So attempts are reserved before they leave the service (a
-``Reserve`` record in the journal, synced, once per ``reserve`` attempts),
-and a resumed incarnation starts at or above the last reservation (the
-journal's ``attempt_floor`` includes it): every lease of a previous
-incarnation is below this incarnation's first attempt (``floor``) and stale
-for good.
+``Reserve`` record in the journal, synced, once per ``reserve`` attempts:
+``RolloutJournal.recover`` reserves the first block, the collector, bound
+to the journal, the next ones before each dispatch or restart), and a
+resumed incarnation starts at or above the last reservation (the journal's
+``attempt_floor`` includes it): every lease of a previous incarnation is
+below this incarnation's first attempt (``floor``) and stale for good.
 
 Rules of the house: every coverage and fencing decision is the ledger's; the
 service pre-checks currency only so that an unknown or foreign attempt is
@@ -88,8 +89,10 @@ from frontier_core import (
     Lease,
     LedgerConfig,
     SampleCheckpoint,
+    SampleLedger,
     Status,
 )
+from frontier_core._errors import shown
 from frontier_core.journal import (
     BytesPayload,
     JournalState,
@@ -236,15 +239,15 @@ def payload_from_json(value: Any) -> Payload:
             return BytesPayload(base64.b64decode(value["bytes"], validate=True))
     except (TypeError, ValueError) as exc:
         raise CheckpointCorruptError(f"a saved sample is damaged: {str(exc)[:200]}") from None
-    raise CheckpointCorruptError(f"a saved sample is not a payload: {value!r:.80}")
+    raise CheckpointCorruptError(f"a saved sample is not a payload: {shown(value)}")
 
 
 def _lease(value: Any) -> Lease:
     """``value`` as a ``Lease`` of ints >= 0 (a worker's report, checked)."""
     if not isinstance(value, tuple | list) or len(value) != 3:
-        raise TypeError(f"not a lease (ordinal, sibling, attempt): {value!r:.80}")
+        raise TypeError(f"not a lease (ordinal, sibling, attempt): {shown(value)}")
     if any(type(x) is not int or x < 0 for x in value):
-        raise ValueError(f"a lease holds ints >= 0, got {value!r:.80}")
+        raise ValueError(f"a lease holds ints >= 0, got {shown(value)}")
     return Lease(*value)
 
 
@@ -266,6 +269,8 @@ class RecoveredJournal(Protocol):
     def sealed(self) -> tuple[Lease, ...]: ...
     @property
     def attempt_floor(self) -> int: ...
+    @property
+    def attempt_limit(self) -> int: ...
     def sample(self, lease: Lease) -> Payload: ...
     def prefix(self, ordinal: int, sibling: int) -> SiblingState | None: ...
 
@@ -275,12 +280,15 @@ class ServiceJournal(Protocol):
 
     progress_every: int
     writer: JournalWriter
+    attempt_floor: int | None
+    reserved: int
 
     def sealed(self, lease: Lease, payload: Payload) -> int: ...
     def progress(self, lease: Lease, payload: Payload) -> int: ...
     def poll(self) -> float | None: ...
     def mark(self, checkpoint: int) -> int: ...
     def reserve(self, below: int) -> int: ...
+    def cover(self, ledger: SampleLedger, count: int, *, reserve: int = ...) -> SampleLedger: ...
     def compact(self, window: Container[int]) -> int: ...
     def recover(
         self,
@@ -291,6 +299,8 @@ class ServiceJournal(Protocol):
         reuse: Reuse,
         fork: int,
         step: int,
+        saved: Mapping[Lease, Payload] | None = None,
+        reserve: int = ...,
     ) -> RecoveredJournal: ...
     def close(self) -> None: ...
 
@@ -327,8 +337,11 @@ class SampleLedgerService:
 
     Raises the core's ``CheckpointError``s for a bad state,
     the journal's errors (``JournalMismatchError``, ``JournalBehindError``)
-    for a journal that is not the checkpoint's, and ``ValueError`` for a
-    journal with samples or reserved attempts but no checkpoint.
+    for a journal that is not the checkpoint's, and
+    ``JournalWithoutCheckpointError`` (a ``ValueError``) for a journal with
+    samples but no checkpoint. A journal that holds only reservations (a
+    start that died before its first checkpoint) is a fresh start, above
+    them.
     """
 
     def __init__(
@@ -349,7 +362,6 @@ class SampleLedgerService:
             built = source()
         self.config = config
         self._n = config.samples
-        self._collector = SampleCollector(built, config)
         self._incarnation = os.urandom(4).hex()
         self._journal = _open_journal(journal, lock_timeout)
         try:
@@ -362,8 +374,8 @@ class SampleLedgerService:
             if type(reserve) is not int or reserve < 1:
                 raise ValueError(f"reserve must be an int >= 1, got {reserve!r}")
             self._block = reserve
-            #: Attempts below this are reserved in the journal.
-            self._reserved = 0
+            # Bound to the journal: attempts are reserved before they are dealt.
+            self._collector = SampleCollector(built, config, journal=self._journal, reserve=reserve)
             #: Sealed samples of open groups: (ordinal, sibling) -> (lease, sample).
             self._held: dict[tuple[int, int], tuple[Lease, Payload]] = {}
             #: The latest prefix a new attempt of a sibling continues.
@@ -398,7 +410,6 @@ class SampleLedgerService:
                     "evicted",
                     "recovered_sealed",
                     "recovered_prefixes",
-                    "reservations",
                 ),
                 0,
             )
@@ -407,7 +418,7 @@ class SampleLedgerService:
             else:
                 self._restore(state, load_replay_buffer, reuse or Reuse.everything())
             #: This incarnation's first attempt: every lease below it is foreign.
-            self.floor = self._collector.samples.next_attempt
+            self.floor = max(self._collector.samples.next_attempt, self._journal.attempt_floor or 0)
         except BaseException:
             self._journal.close()
             raise
@@ -438,7 +449,6 @@ class SampleLedgerService:
             ):
                 throttled = True
                 break
-            self._cover(self._n)
             taken = self._collector.take_samples(1)
             if not taken:
                 break
@@ -642,7 +652,7 @@ class SampleLedgerService:
             "floor": self.floor,
             "journal_floor": self.journal_floor,
             "next_attempt": ledger.next_attempt,
-            "reserved": self._reserved,
+            "reserved": self._journal.reserved,
             "cut": ledger.cut,
             "next_ordinal": ledger.next_ordinal,
             "open": len(self._open),
@@ -678,14 +688,6 @@ class SampleLedgerService:
         self.stats["stale"] += len(stale)
         self.stats["foreign"] += foreign
         return foreign
-
-    def _cover(self, count: int) -> None:
-        """Reserve the next ``count`` attempts before the ledger deals them."""
-        top = self._collector.samples.next_attempt + count
-        if top > self._reserved:
-            self._journal.reserve(top + self._block)
-            self._reserved = top + self._block
-            self.stats["reservations"] += 1
 
     def _start_group(self, taken: Taken) -> None:
         o = taken.ordinal
@@ -736,7 +738,6 @@ class SampleLedgerService:
         again = [(o, s) for o, s in effect.restart if o not in whole]
         restarted: tuple[Lease, ...] = ()
         if again:
-            self._cover(len(again))
             restarted = self._collector.restart(again)
             self._queue.extendleft(reversed([self._task(lease) for lease in restarted]))
         return SampleReported(
@@ -752,7 +753,13 @@ class SampleLedgerService:
 
     def _start(self) -> None:
         self.recovered = self._journal.recover(
-            None, position=None, checkpoint_id=None, reuse=Reuse.nothing(), fork=0, step=0
+            None,
+            position=None,
+            checkpoint_id=None,
+            reuse=Reuse.nothing(),
+            fork=0,
+            step=0,
+            reserve=self._block,
         )
 
     def _restore(self, state: Mapping[str, Any], load_replay_buffer: bool, reuse: Reuse) -> None:
@@ -765,9 +772,9 @@ class SampleLedgerService:
             and set(mark) == {"position", "id"}
             and all(type(v) is int and v >= 0 for v in mark.values())
         ):
-            raise CheckpointCorruptError(f"'journal' must be {{position, id}}, got {mark!r:.80}")
+            raise CheckpointCorruptError(f"'journal' must be {{position, id}}, got {shown(mark)}")
         if type(step) is not int or step < 0:
-            raise CheckpointCorruptError(f"'step' must be an int >= 0, got {step!r:.40}")
+            raise CheckpointCorruptError(f"'step' must be an int >= 0, got {shown(step, 40)}")
         groups = self._read_buffer(buffer)
         collector = state[KEY_COLLECTOR]
         if not isinstance(collector, Mapping) or "ledger" not in collector:
@@ -782,12 +789,14 @@ class SampleLedgerService:
             reuse=reuse,
             fork=step,
             step=step,
+            reserve=self._block,
         )
         resumed = self._collector.resume(
             collector,
             load_replay_buffer=load_replay_buffer,
             sealed=recovered.sealed,
             attempt_floor=recovered.attempt_floor,  # the journal's reservations included
+            attempt_limit=recovered.attempt_limit,
         )
         if load_replay_buffer:
             retained = set(resumed.ledger.ledger.ordinals(Status.BUFFERED))
@@ -798,7 +807,6 @@ class SampleLedgerService:
                 )
             self._buffer = groups
         self.recovered = recovered
-        self._reserved = recovered.state.reserved
         # What the journal's samples alone would have started attempts at.
         self.journal_floor = max(
             [checkpoint.next_attempt] + [st.attempt + 1 for _, _, st in recovered.state.siblings()]
@@ -819,7 +827,7 @@ class SampleLedgerService:
         groups: dict[int, SampleGroup] = {}
         for entry in buffer:
             if not (isinstance(entry, list) and len(entry) == 2 and type(entry[0]) is int):
-                raise CheckpointCorruptError(f"a buffered group is {entry!r:.80}")
+                raise CheckpointCorruptError(f"a buffered group is {shown(entry)}")
             o, samples = entry
             if not isinstance(samples, list) or len(samples) != self._n:
                 raise CheckpointCorruptError(f"buffered group {o} does not hold {self._n} samples")

@@ -15,7 +15,12 @@ what the ledger says of them reaches the caller:
   was fenced, which groups landed, and which siblings to generate again.
 * ``checkpoint_state(save_buffer=, save_sealed=)`` holds a
   ``SampleCheckpoint`` record; ``resume`` takes the sealed siblings the
-  caller still holds (``sealed``) and the journal's ``attempt_floor``.
+  caller still holds (``sealed``) and the journal's ``attempt_floor`` and
+  ``attempt_limit`` (``Recovered``'s).
+* Bound to a rollout journal (``journal=``, a ``RolloutJournal`` that was
+  recovered), it reserves attempts in the journal before it deals them
+  (``RolloutJournal.cover``, before every dispatch and restart), so no
+  attempt leaves it that a later life does not start above.
 
 Rules of the house: as ``StreamCollector``'s; every decision is the
 ledger's, and this class only forwards and keeps rows.
@@ -24,7 +29,7 @@ ledger's, and this class only forwards and keeps rows.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import Any, Protocol
 
 import attrs
 
@@ -60,12 +65,33 @@ class Taken:
     complete: bool
 
 
+class AttemptReserver(Protocol):
+    """What reserves attempts for a ledger before it deals them: a rollout
+    journal (``frontier_adapters.rollout.RolloutJournal.cover``)."""
+
+    def cover(self, ledger: SampleLedger, count: int, *, reserve: int = ...) -> SampleLedger: ...
+
+
 class SampleCollector(StreamCollector):
     """A stamping collector whose prompts are groups of ``config.samples``
-    siblings (see the module doc). Not thread-safe, as ``StreamCollector``."""
+    siblings (see the module doc). ``journal`` (optional) is the run's
+    rollout journal, already recovered (``recover``, with ``None`` on a
+    fresh start): attempts are then reserved in it, ``reserve`` at a time,
+    before they are dealt. Not thread-safe, as ``StreamCollector``."""
 
-    def __init__(self, source: StreamSource, config: LedgerConfig | None = None) -> None:
+    def __init__(
+        self,
+        source: StreamSource,
+        config: LedgerConfig | None = None,
+        *,
+        journal: AttemptReserver | None = None,
+        reserve: int = 1024,
+    ) -> None:
         super().__init__(source, config)
+        if type(reserve) is not int or reserve < 1:
+            raise ValueError(f"reserve must be an int >= 1, got {reserve!r:.40}")
+        self.journal = journal
+        self.reserve = reserve
 
     def _fresh(self, config: LedgerConfig) -> Ledger | SampleLedger:
         return SampleLedger.start(config)
@@ -81,18 +107,28 @@ class SampleCollector(StreamCollector):
 
     @_exclusive
     def take_samples(self, n: int) -> list[Taken]:
-        """Up to ``n`` pending groups (see ``Taken``), retried ones first."""
-        chosen = self._choose(n)
+        """Up to ``n`` pending groups (see ``Taken``), retried ones first.
+        Raises ``IllegalTransitionError`` when the attempts they need would
+        pass the ledger's ``attempt_limit`` (a collector bound to a journal
+        reserves them first), and what the journal raises."""
+        chosen, retried = self._choose(n)
+        try:
+            return self._take(chosen)
+        except BaseException:
+            self._unchoose(chosen, retried)  # nothing dispatched: the queues as they were
+            raise
+
+    def _take(self, chosen: list[int]) -> list[Taken]:
         ledger = self.samples
         k = self.config.samples
         held = {o: [ledger.sibling(o, s) for s in range(k)] for o in chosen}
-        complete = [
-            o for o in chosen if all(d is not None and d[0] is Sibling.SEALED for d in held[o])
-        ]
+        sealed = {o: sum(d is not None and d[0] is Sibling.SEALED for d in held[o]) for o in chosen}
+        complete = [o for o in chosen if sealed[o] == k]
         rest = [o for o in chosen if o not in set(complete)]
         leases: dict[int, list[Lease]] = {o: [] for o in chosen}
         reused: dict[int, list[Lease]] = {o: [] for o in chosen}
         if rest:
+            ledger = self._cover(sum(k - sealed[o] for o in rest))
             applied = ledger.dispatch(rest)
             self._ledger = applied.ledger
             for lease in applied.effect.leases:
@@ -145,10 +181,19 @@ class SampleCollector(StreamCollector):
 
     @_exclusive
     def restart(self, siblings: Iterable[Iterable[int]]) -> tuple[Lease, ...]:
-        """Start these unstarted siblings again; returns their new leases."""
-        applied = self.samples.restart(siblings)
+        """Start these unstarted siblings again; returns their new leases
+        (reserved first, as in ``take_samples``)."""
+        siblings = list(siblings)
+        applied = self._cover(len(siblings)).restart(siblings)
         self._ledger = applied.ledger
         return applied.effect.leases
+
+    def _cover(self, count: int) -> SampleLedger:
+        """The ledger, with ``count`` more attempts reserved in the bound
+        journal (kept: the reservation is durable whatever follows)."""
+        if self.journal is not None:
+            self._ledger = self.journal.cover(self.samples, count, reserve=self.reserve)
+        return self.samples
 
     def current(self, lease: Lease) -> bool:
         """Whether ``lease`` is its sibling's current attempt: a seal of it
@@ -198,17 +243,20 @@ class SampleCollector(StreamCollector):
         sealed: Iterable[Iterable[int]],
         evicted_on_restore: Iterable[int] = (),
         attempt_floor: int = 0,
+        attempt_limit: int | None = None,
     ) -> SampleResumed:
         """Restart from ``state`` (``StreamCollector.resume``), keeping the
-        ``sealed`` siblings the caller holds (required: ``()`` for none) and
-        starting attempts at or above ``attempt_floor``
-        (``SampleLedger.resume``)."""
+        ``sealed`` siblings the caller holds (required: ``()`` for none),
+        starting attempts at or above ``attempt_floor`` and dealing them
+        below ``attempt_limit`` (``SampleLedger.resume``; pass
+        ``Recovered``'s)."""
         resumed = self._resume(
             state,
             load_replay_buffer=load_replay_buffer,
             evicted_on_restore=evicted_on_restore,
             sealed=tuple(tuple(x) for x in sealed),
             attempt_floor=attempt_floor,
+            attempt_limit=attempt_limit,
         )
         assert isinstance(resumed, SampleResumed)
         return resumed

@@ -44,6 +44,7 @@ from ._ledger import Applied as Applied
 from ._ledger import Ledger as Ledger
 from ._ledger import LedgerConfig as LedgerConfig
 from ._ledger import Resumed as Resumed
+from ._samples import MAX_ATTEMPT as MAX_ATTEMPT
 from ._samples import SampleApplied as SampleApplied
 from ._samples import SampleCheckpoint as SampleCheckpoint
 from ._samples import SampleLedger as SampleLedger
@@ -63,6 +64,7 @@ from ._trainlog import read_train_log as read_train_log
 __version__ = "0.1.0"
 
 __all__ = [
+    "MAX_ATTEMPT",
     "TRANSITIONS",
     "Buffer",
     "Checkpoint",

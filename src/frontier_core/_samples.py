@@ -12,7 +12,10 @@ worker or a failed sample costs only the samples that were not yet done:
 * ``dispatch`` moves a group to outstanding and starts every sibling that is
   not sealed already under a new attempt (``effect.leases``): one counter
   numbers the attempts of the whole run, upwards across resumes, so an
-  attempt names one try of one sibling for good.
+  attempt names one try of one sibling for good. A ledger with an
+  ``attempt_limit`` (the attempts a rollout journal reserved) refuses to
+  deal one at or past it, so no attempt leaves it that a later life's
+  floor does not cover.
 * ``seal`` accepts a sample from its sibling's current attempt and ignores
   (*fences*) any other: a worker declared dead, a request that timed out and
   answered late, an attempt of before a crash. When a group's last sibling
@@ -66,6 +69,7 @@ from ._errors import (
     CheckpointMismatchError,
     CheckpointVersionError,
     IllegalTransitionError,
+    shown,
 )
 from ._events import (
     Buffer,
@@ -104,6 +108,8 @@ _UNSTARTED: Final = int(Sibling.UNSTARTED)
 _ABSENT: Final = 3
 #: The attempt counter's bound: an attempt is a u32 in the journal.
 MAX_ATTEMPT: Final = (1 << 32) - 1
+#: An ordinal is a u64 in the journal.
+_MAX_ORDINAL: Final = (1 << 64) - 1
 
 
 @functools.lru_cache(maxsize=64)
@@ -155,15 +161,22 @@ class SampleLedger:
     """The immutable coverage state of one stream, sample by sample.
 
     ``ledger`` is the prompt-level state of the groups; ``next_attempt`` the
-    number the next attempt gets. Build one with ``SampleLedger.start`` or
-    ``SampleLedger.resume``. Two compare equal when they hold the same
-    state (the prompt-level state, the counter and every sibling's detail).
+    number the next attempt gets; ``attempt_limit`` (``None``: none) the
+    number no attempt reaches: attempts below it are the ones reserved
+    durably (a rollout journal's ``Reserve``), and a ``dispatch`` or
+    ``restart`` that would deal one at or above it is refused
+    (``IllegalTransitionError``), so a run with a journal cannot deal an
+    attempt a later life does not know of. Build one with
+    ``SampleLedger.start`` or ``SampleLedger.resume``. Two compare equal
+    when they hold the same state (the prompt-level state, the counter, the
+    limit and every sibling's detail).
     """
 
     ledger: Ledger
     next_attempt: int
     #: ordinal -> its siblings' statuses and attempts, packed (``_with``).
     _siblings: IntMap = attrs.field(repr=False, alias="siblings")
+    attempt_limit: int | None = attrs.field(default=None, kw_only=True)
     _identity: tuple[object, ...] | None = attrs.field(
         default=None, init=False, repr=False, eq=False
     )
@@ -171,9 +184,27 @@ class SampleLedger:
     # -- construction -----------------------------------------------------
 
     @classmethod
-    def start(cls, config: LedgerConfig | None = None) -> SampleLedger:
-        """A ledger for a fresh run: nothing stamped, no attempt yet."""
-        return cls(ledger=Ledger.start(config), next_attempt=0, siblings=IntMap())
+    def start(
+        cls,
+        config: LedgerConfig | None = None,
+        *,
+        attempt_floor: int = 0,
+        attempt_limit: int | None = None,
+    ) -> SampleLedger:
+        """A ledger for a fresh run: nothing stamped, attempts numbered from
+        ``attempt_floor`` and below ``attempt_limit`` (a rollout journal's
+        ``recover(None, ...)`` gives both; see ``resume``)."""
+        _check_attempts(attempt_floor, attempt_limit, "start")
+        if attempt_limit is not None and attempt_floor > attempt_limit:
+            raise IllegalTransitionError(
+                "start", (), f"attempt_limit {attempt_limit} is below attempt_floor {attempt_floor}"
+            )
+        return cls(
+            ledger=Ledger.start(config),
+            next_attempt=attempt_floor,
+            siblings=IntMap(),
+            attempt_limit=attempt_limit,
+        )
 
     @classmethod
     def resume(
@@ -186,6 +217,7 @@ class SampleLedger:
         evicted_on_restore: Iterable[int] = (),
         rewind_to: int | None = None,
         attempt_floor: int = 0,
+        attempt_limit: int | None = None,
     ) -> SampleResumed:
         """The ledger after a restart from ``checkpoint``.
 
@@ -199,21 +231,34 @@ class SampleLedger:
         others. ``attempt_floor`` is a number no attempt of the crashed run
         reached (the journal's ``next_attempt``), so that no result of before
         the crash can pass for a new attempt; the counter starts at or above
-        it, the checkpoint's counter and every held attempt.
+        it, the checkpoint's counter and every held attempt. ``attempt_limit``
+        bounds the attempts this life deals (``SampleLedger``): the journal's
+        reservation (``Recovered.attempt_limit``), raised with
+        ``with_attempt_limit`` after a new one.
 
         Raises what ``Ledger.resume`` raises, ``CheckpointMismatchError``
         when the checkpoint's group size is not ``config.samples``, and
         ``IllegalTransitionError`` for a sealed sibling outside the groups
         (a sibling index >= n, an ordinal beyond the window or the stream)
-        or listed twice.
+        or listed twice, or for an ``attempt_limit`` below the counter the
+        resume starts at.
         """
+        if not isinstance(config, LedgerConfig):
+            raise IllegalTransitionError(
+                "resume", (), f"config must be a LedgerConfig, got {type(config).__name__}"
+            )
+        if not isinstance(checkpoint, SampleCheckpoint):
+            raise IllegalTransitionError(
+                "resume",
+                (),
+                f"checkpoint must be a SampleCheckpoint, got {type(checkpoint).__name__}",
+            )
         n = config.samples
         if checkpoint.samples != n:
             raise CheckpointMismatchError(
                 f"checkpoint has groups of {checkpoint.samples} samples, this run {n}"
             )
-        if type(attempt_floor) is not int or attempt_floor < 0:
-            raise TypeError(f"attempt_floor must be an int >= 0, got {attempt_floor!r}")
+        _check_attempts(attempt_floor, attempt_limit, "resume")
         resumed = Ledger.resume(
             config,
             checkpoint.ledger,
@@ -252,8 +297,18 @@ class SampleLedger:
             groups[o] = _with(groups.get(o, absent), s, _SEALED, a)
         changes: list[tuple[int, int | None]] = list(groups.items())
         floor = max([checkpoint.next_attempt, attempt_floor] + [a + 1 for _, _, a in held])
+        if attempt_limit is not None and floor > attempt_limit:
+            raise IllegalTransitionError(
+                "resume",
+                (),
+                f"attempt_limit {attempt_limit} is below the counter the resume starts at "
+                f"({floor}): reserve attempts above it first",
+            )
+        siblings = IntMap().updated(changes)
         return SampleResumed(
-            ledger=cls(ledger=ledger, next_attempt=floor, siblings=IntMap().updated(changes)),
+            ledger=cls(
+                ledger=ledger, next_attempt=floor, siblings=siblings, attempt_limit=attempt_limit
+            ),
             rewind_to=resumed.rewind_to,
             covered=resumed.covered,
             reused=tuple(reused),
@@ -336,9 +391,31 @@ class SampleLedger:
             if _field(value, s)[0] != _ABSENT
         )
 
+    def with_attempt_limit(self, limit: int | None, *, floor: int = 0) -> SampleLedger:
+        """This ledger dealing attempts below ``limit`` only (``None``: no
+        limit), its counter raised to ``floor`` if it is below: call it
+        after reserving attempts below ``limit`` durably (a rollout journal's
+        ``cover`` does both). Raising the counter skips numbers, never
+        reuses one. Raises ``IllegalTransitionError`` for a limit below the
+        counter."""
+        _check_attempts(floor, limit, "reserve")
+        attempt = max(self.next_attempt, floor)
+        if limit is not None and attempt > limit:
+            raise IllegalTransitionError(
+                "reserve", (), f"attempt_limit {limit} is below the counter {attempt}"
+            )
+        return SampleLedger(
+            ledger=self.ledger, next_attempt=attempt, siblings=self._siblings, attempt_limit=limit
+        )
+
     def _key(self) -> tuple[object, ...]:
         if self._identity is None:
-            key = (self.ledger, self.next_attempt, tuple(self._siblings.items()))
+            key = (
+                self.ledger,
+                self.next_attempt,
+                self.attempt_limit,
+                tuple(self._siblings.items()),
+            )
             object.__setattr__(self, "_identity", key)
             return key
         return self._identity
@@ -438,7 +515,23 @@ class SampleLedger:
     # -- internals --------------------------------------------------------
 
     def _replace(self, ledger: Ledger, next_attempt: int, siblings: IntMap) -> SampleLedger:
-        return SampleLedger(ledger=ledger, next_attempt=next_attempt, siblings=siblings)
+        return SampleLedger(
+            ledger=ledger,
+            next_attempt=next_attempt,
+            siblings=siblings,
+            attempt_limit=self.attempt_limit,
+        )
+
+    def _check_limit(self, name: str, ordinals: Iterable[int], after: int) -> None:
+        """Refuse to deal attempts up to ``after - 1`` past the limit."""
+        if self.attempt_limit is not None and after > self.attempt_limit:
+            raise IllegalTransitionError(
+                name,
+                ordinals,
+                f"attempts up to {after - 1} would pass attempt_limit {self.attempt_limit}: "
+                "only attempts reserved in the journal may be dealt (reserve more first: "
+                "RolloutJournal.cover, or with_attempt_limit after RolloutJournal.reserve)",
+            )
 
     def _forget(self, siblings: IntMap, ordinals: Iterable[int]) -> IntMap:
         gone: list[tuple[int, int | None]] = [(o, None) for o in ordinals if o in siblings]
@@ -478,6 +571,7 @@ class SampleLedger:
             raise IllegalTransitionError(
                 Dispatch.name, ordinals, "the attempt counter would pass 2**32 - 1"
             )
+        self._check_limit(Dispatch.name, ordinals, attempt)
         siblings = self._siblings.updated(changes) if changes else self._siblings
         ledger = applied.ledger
         if complete:
@@ -608,6 +702,7 @@ class SampleLedger:
             raise IllegalTransitionError(
                 Restart.name, (o for o, _ in pairs), "the attempt counter would pass 2**32 - 1"
             )
+        self._check_limit(Restart.name, (o for o, _ in pairs), attempt + len(pairs))
         leases = [Lease(o, s, attempt + i) for i, (o, s) in enumerate(pairs)]
         groups: dict[int, int] = {}
         for (o, s, a), v in zip(leases, values, strict=True):
@@ -636,12 +731,12 @@ _BODY_KEYS: Final = frozenset(
 
 def _sealed_leases(value: Any) -> tuple[Lease, ...]:
     if isinstance(value, str | bytes) or not isinstance(value, Iterable):
-        raise CheckpointCorruptError(f"sealed must be a sequence of leases, got {value!r:.80}")
+        raise CheckpointCorruptError(f"sealed must be a sequence of leases, got {shown(value)}")
     out = []
     for item in value:
         if not isinstance(item, tuple | list) or len(item) != 3:
             raise CheckpointCorruptError(
-                f"sealed holds {item!r:.80}, not (ordinal, sibling, attempt)"
+                f"sealed holds {shown(item)}, not (ordinal, sibling, attempt)"
             )
         out.append(Lease(*item))
     return tuple(out)
@@ -656,8 +751,11 @@ class SampleCheckpoint:
     ``save_sealed``).
 
     Checked whenever one is built, so that no value that breaks these
-    exists: ``samples >= 1``, ``next_attempt >= 0``; every sealed sibling is
-    an index below ``samples``, of an ordinal at or above the cut that the
+    exists: ``1 <= samples <= 2**32`` and ``0 <= next_attempt <= 2**32``
+    (sibling indices and attempts are u32 in the journal, so a record the
+    ledger could not deal from is refused here, not at the first dispatch);
+    every sealed sibling is an index below ``samples``, of an ordinal below
+    ``2**64``, at or above the cut that the
     record does not resolve or retain (its group was outstanding), under an
     attempt below ``next_attempt``, listed once and ascending. A group may
     have all its siblings sealed: a resume keeps them for a group that waits
@@ -676,8 +774,10 @@ class SampleCheckpoint:
             raise CheckpointCorruptError(
                 f"ledger must be a Checkpoint, got {type(self.ledger).__name__}"
             )
-        _check_count(KEY_SAMPLES, self.samples, least=1)
-        _check_count(KEY_NEXT_ATTEMPT, self.next_attempt, least=0)
+        # Bounded to what the ledger and the journal can deal: sibling
+        # indices and attempts are u32 there, ordinals u64.
+        _check_count(KEY_SAMPLES, self.samples, least=1, most=MAX_ATTEMPT + 1)
+        _check_count(KEY_NEXT_ATTEMPT, self.next_attempt, least=0, most=MAX_ATTEMPT + 1)
         cut = self.ledger.cut
         resolved_or_retained = (
             self.ledger.trained_above_cut,
@@ -689,6 +789,8 @@ class SampleCheckpoint:
             for name, x in zip(("ordinal", "sibling", "attempt"), lease, strict=True):
                 _check_count(f"a sealed sibling's {name}", x, least=0)
             o, s, a = lease
+            # (Sibling and attempt are bounded by samples and next_attempt, below.)
+            _check_count("a sealed sibling's ordinal", o, least=0, most=_MAX_ORDINAL)
             if previous is not None and (o, s) <= previous:
                 raise CheckpointCorruptError(
                     f"sealed siblings must ascend, {lease} follows {previous}"
@@ -745,12 +847,12 @@ class SampleCheckpoint:
         if record.get(KEY_FORMAT) != FORMAT:
             raise CheckpointVersionError(
                 f"not a frontier_core sample checkpoint: {KEY_FORMAT!r} is "
-                f"{record.get(KEY_FORMAT)!r:.80}, expected {FORMAT!r}"
+                f"{shown(record.get(KEY_FORMAT))}, expected {FORMAT!r}"
             )
         version = record.get(KEY_VERSION)
         if version != VERSION or type(version) is not int:
             raise CheckpointVersionError(
-                f"sample checkpoint schema version {version!r:.20} is not supported "
+                f"sample checkpoint schema version {shown(version, 20)} is not supported "
                 f"(this library reads version {VERSION})"
             )
         keys = set(record)
@@ -782,7 +884,7 @@ class SampleCheckpoint:
         for item in raw:
             if not (isinstance(item, list) and len(item) == 3):
                 raise CheckpointCorruptError(
-                    f"{KEY_SEALED!r} holds {item!r:.80}, not [gap, sibling, attempt]"
+                    f"{KEY_SEALED!r} holds {shown(item)}, not [gap, sibling, attempt]"
                 )
             gap, s, a = (_check_count(KEY_SEALED, x, least=0) for x in item)
             floor += gap
@@ -795,7 +897,26 @@ class SampleCheckpoint:
         )
 
 
-def _check_count(name: str, value: object, *, least: int) -> int:
-    if type(value) is not int or value < least:
-        raise CheckpointCorruptError(f"{name!r} must be an int >= {least}, got {value!r:.80}")
+def _check_count(name: str, value: object, *, least: int, most: int | None = None) -> int:
+    if type(value) is not int or value < least or (most is not None and value > most):
+        upper = "" if most is None else f" and <= {most}"
+        raise CheckpointCorruptError(
+            f"{name!r} must be an int >= {least}{upper}, got {shown(value)}"
+        )
     return value
+
+
+def _check_attempts(floor: object, limit: object, event: str) -> None:
+    """``attempt_floor`` and ``attempt_limit`` are counters of u32 attempts:
+    ``IllegalTransitionError`` otherwise (they come from a journal's
+    recovery, i.e. from input), quoting the value bounded."""
+    if type(floor) is not int or not 0 <= floor <= MAX_ATTEMPT + 1:
+        raise IllegalTransitionError(
+            event, (), f"attempt_floor must be an int >= 0 (at most 2**32), got {shown(floor, 40)}"
+        )
+    if limit is not None and (type(limit) is not int or not 0 <= limit <= MAX_ATTEMPT + 1):
+        raise IllegalTransitionError(
+            event,
+            (),
+            f"attempt_limit must be None or an int in [0, 2**32], got {shown(limit, 40)}",
+        )

@@ -111,7 +111,15 @@ class TrainLogWriter:
         if resume_records is not None:
             _check_count("resume_records", resume_records)
         self.path = Path(path)
-        self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
+        try:
+            self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
+        except IsADirectoryError:
+            raise TrainLogError(str(self.path), 0, "is a directory, not a training log") from None
+        if not stat.S_ISREG(os.fstat(self._fd).st_mode):
+            # A FIFO or a device: appends and the torn-tail check (a seek)
+            # mean nothing there.
+            os.close(self._fd)
+            raise TrainLogError(str(self.path), 0, "not a regular file (a FIFO or a device)")
         self.records = 0
         #: Bytes of a torn last record removed when the log was reopened.
         self.torn_tail_bytes = 0

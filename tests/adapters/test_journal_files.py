@@ -417,6 +417,34 @@ def test_a_failed_fsync_makes_the_writer_unusable(
         assert again.recovered.records in ((), (record_for(0),), (record_for(0), record_for(1)))
 
 
+def test_an_fsync_that_never_returns_is_a_typed_error_within_its_bound(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 21 item 5, no wait without a bound: a hung mount (an fsync that
+    does not return) ends ``sync`` and the next append with
+    ``JournalWriterError`` after ``fsync_timeout``, and the writer refuses
+    further use (the group's fate is unknown)."""
+    path = tmp_path / "journal"
+    w = JournalWriter(path, HEADER, CommitPolicy(max_delay=0), fsync_timeout=0.5)
+    hung = GatedFsync(path)
+    monkeypatch.setattr(os, "fsync", hung)
+    try:
+        w.append(record_for(0))  # handed to the commit thread, which hangs in it
+        assert hung.entered.acquire(timeout=60)
+        start = time.monotonic()
+        with pytest.raises(JournalWriterError, match=r"gave up waiting .* after 0.5 s"):
+            w.sync()
+        assert 0.4 < time.monotonic() - start < 30
+        with pytest.raises(JournalWriterError):
+            w.append(record_for(1))
+        assert w.durable == 0
+    finally:
+        hung.gate.set()  # let the thread go (a daemon, blocked in the fake fsync)
+        monkeypatch.undo()
+    with pytest.raises(ValueError, match="fsync_timeout"):
+        JournalWriter(tmp_path / "other", HEADER, fsync_timeout=0)
+
+
 def test_a_failed_fsync_no_call_raised_is_raised_by_close(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

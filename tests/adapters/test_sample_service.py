@@ -323,7 +323,9 @@ def test_the_reservation_refuses_a_previous_incarnations_answers(tmp_path: Path)
     crash(s)
     r = service(tmp_path, state=snap.state)
     status = r.status()
-    assert status["journal_floor"] == 0 and r.floor == status["reserved"] >= 3
+    # The previous incarnation's reservation is this one's floor, and this
+    # one reserved its own first block above it before dealing anything.
+    assert status["journal_floor"] == 0 and 3 <= r.floor < status["reserved"]
     new = r.take(3)
     assert [(x.ordinal, x.sibling) for x in new.leases] == [(0, 0), (0, 1), (0, 2)]
     late = seal_all(r, old.tasks)
@@ -333,15 +335,29 @@ def test_the_reservation_refuses_a_previous_incarnations_answers(tmp_path: Path)
     assert r.batch(1)[0].leases == new.leases
 
 
+def reservations(tmp: Path) -> list[int]:
+    from frontier_core.journal import Reserve
+
+    return [x.below for x in journal_records(tmp) if isinstance(x, Reserve)]
+
+
 def test_the_reservation_is_written_once_a_block(tmp_path: Path) -> None:
+    """Every attempt handed out is below a reservation already durable in
+    the journal when it leaves the service, and one record covers a block:
+    the first at the start (attempts 0..7), the next when attempt 8 is due
+    (8 + 1 + 8 = 17)."""
     s = service(tmp_path, reserve=8)
+    assert reservations(tmp_path) == [8]
+    dealt: list[Lease] = []
     for _ in range(6):
-        s.take(1)
-    assert s.stats["reservations"] == 1 and s.status()["reserved"] == 11  # 3 + 8
-    s.take(3)  # attempts 6..8: still below 11
-    assert s.stats["reservations"] == 1
-    s.take(3)  # 9..11: a new block first
-    assert s.stats["reservations"] == 2 and s.status()["reserved"] == 12 + 8
+        dealt += s.take(1).leases  # groups 0 and 1: attempts 0..5
+        assert all(x.attempt < max(reservations(tmp_path)) for x in dealt)
+    dealt += s.take(3).leases  # 6..8: 8 needs a new block
+    assert all(x.attempt < max(reservations(tmp_path)) for x in dealt)
+    assert reservations(tmp_path) == [8, 17] and s.status()["reserved"] == 17
+    dealt += s.take(3).leases  # 9..11: within it
+    assert reservations(tmp_path) == [8, 17]
+    assert sorted(x.attempt for x in dealt) == list(range(12))
 
 
 def test_the_reservation_is_in_the_journal_and_survives_its_compaction(tmp_path: Path) -> None:
@@ -350,16 +366,16 @@ def test_the_reservation_is_in_the_journal_and_survives_its_compaction(tmp_path:
     attempt the previous incarnation handed out."""
     s = service(tmp_path, reserve=8)
     snap = s.checkpoint(step=0)
-    old = s.take(3)  # attempts 0..2 handed out under a reservation of 3 + 8
+    old = s.take(3)  # attempts 0..2 handed out under the start's reservation of 8
     snap = s.checkpoint(step=0)
     s.compact(snap.checkpoint_id)
     crash(s)
     from frontier_core.journal import Reserve, decode
 
     records = decode((tmp_path / "journal").read_bytes()).records
-    assert Reserve(11) in records
+    assert Reserve(8) in records
     r = service(tmp_path, state=snap.state)
-    assert r.floor >= 11
+    assert r.floor >= 8
     late = seal_all(r, old.tasks)
     assert late.sealed == 0 and late.foreign == 3
 
@@ -370,14 +386,35 @@ def test_a_journal_of_another_stream_is_refused(tmp_path: Path) -> None:
         SampleLedgerService(SequenceSource(list(range(8))), config(), journal=journal)
 
 
-def test_a_reservation_without_a_checkpoint_is_not_a_fresh_start(tmp_path: Path) -> None:
-    """Attempts were handed out (the journal reserved them), then the
-    checkpoint was lost: starting afresh on that journal is refused."""
+def test_a_journal_of_reservations_only_is_a_fresh_start_above_them(tmp_path: Path) -> None:
+    """Attempts were handed out, nothing was journaled, and the first
+    checkpoint's state was never written: a fresh start on that journal
+    starts above the reservation, so the dead start's workers are refused."""
     s = service(tmp_path)
-    s.take(1)
+    old = s.take(3)
     crash(s)
-    with pytest.raises(ValueError, match="not a fresh start"):
+    r = service(tmp_path)  # no state: the start died before its checkpoint
+    assert r.floor > max(x.attempt for x in old.leases)
+    new = r.take(3)
+    assert [(x.ordinal, x.sibling) for x in new.leases] == [(0, 0), (0, 1), (0, 2)]
+    late = seal_all(r, old.tasks)
+    assert late.sealed == 0 and late.foreign == 3
+    assert seal_all(r, new.tasks).landed == (0,)
+
+
+def test_a_journal_with_samples_but_no_checkpoint_is_not_a_fresh_start(tmp_path: Path) -> None:
+    """A sample was journaled, then the checkpoint was lost: starting afresh
+    on that journal is refused with a typed error (a ValueError still)."""
+    from frontier_adapters import JournalWithoutCheckpointError
+
+    s = service(tmp_path)
+    seal_all(s, s.take(1).tasks)
+    s.flush()
+    crash(s)
+    with pytest.raises(JournalWithoutCheckpointError, match="not a fresh start") as info:
         service(tmp_path)  # no state: as if the checkpoint had gone
+    assert isinstance(info.value, ValueError)
+    assert info.value.path == str(tmp_path / "journal")
 
 
 def test_bad_states_are_refused(tmp_path: Path) -> None:

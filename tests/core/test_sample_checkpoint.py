@@ -304,13 +304,19 @@ def _message(record: dict[str, Any]) -> str:
         ("next_attempt", -1, 0),
         ("next_attempt", False, 0),
         ("next_attempt", 18.5, 0),
+        ("samples", 2**32 + 1, 1),
+        ("next_attempt", 2**32 + 1, 0),
+        ("next_attempt", 2**64, 0),
     ],
 )
-def test_counts_must_be_ints_not_bools_above_their_least(
+def test_counts_must_be_ints_not_bools_within_what_the_ledger_deals(
     key: str, value: object, least: int
 ) -> None:
+    """Sibling indices and attempts are u32 in the journal: a group of more
+    than 2**32 siblings, or a counter past 2**32, is refused when the record
+    is read, not at the first dispatch."""
     message = _message({**body(), key: value})
-    assert message == f"{key!r} must be an int >= {least}, got {value!r}"
+    assert message == f"{key!r} must be an int >= {least} and <= {2**32}, got {value!r}"
 
 
 @pytest.mark.parametrize("value", [{"0": [0, 2, 5]}, "sealed", 5, None])
@@ -405,29 +411,37 @@ def test_a_sealed_sibling_of_a_dropped_group_is_refused() -> None:
 def test_a_sealed_sibling_beyond_the_stream_is_refused() -> None:
     # Stream of 20: ordinal 19 is the last.
     assert read(signed({**body(), "sealed": [[18, 0, 0]]})).sealed == (Lease(19, 0, 0),)
-    for gap in (19, 10**30):
+    for gap in (19, 2**64 - 2):
         lease = Lease(1 + gap, 0, 0)
         assert _message({**body(), "sealed": [[gap, 0, 0]]}) == (
             f"sealed sibling {lease} lies beyond the stream"
         )
+    # Past what the journal can name (a u64), whatever the stream.
+    assert _message({**body(), "sealed": [[10**30, 0, 0]]}) == (
+        f'"a sealed sibling\'s ordinal" must be an int >= 0 and <= {2**64 - 1}, got {1 + 10**30}'
+    )
 
 
 def test_a_huge_gap_costs_nothing_and_a_resume_refuses_it() -> None:
-    """A few bytes asking for an ordinal 10**30 above the cut: read in
-    constant memory, and refused by the resume before it builds anything."""
+    """A few bytes asking for an ordinal 2**64 - 1 above the cut: read in
+    constant memory, and refused by the resume before it builds anything;
+    one asking for 10**30 is refused by the read itself."""
     config = LedgerConfig(fingerprint="fp", samples=2)
     saved = SampleLedger.start(config).checkpoint()
-    record = signed({**body(saved), "next_attempt": 10**30, "sealed": [[10**30, 1, 10**29]]})
+    far = 2**64 - 1
+    record = signed({**body(saved), "next_attempt": 2**32, "sealed": [[far, 1, 2**32 - 1]]})
     tracemalloc.start()
     try:
         back = read(record)
         with pytest.raises(IllegalTransitionError) as info:
             SampleLedger.resume(config, back, load_replay_buffer=True, sealed=back.sealed)
+        with pytest.raises(CheckpointCorruptError, match="ordinal"):
+            read(signed({**body(saved), "next_attempt": 2**32, "sealed": [[10**30, 1, 0]]}))
         peak = tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()
-    assert back.sealed == (Lease(10**30, 1, 10**29),)
-    assert info.value.event == "resume" and info.value.ordinals == (10**30,)
+    assert back.sealed == (Lease(far, 1, 2**32 - 1),)
+    assert info.value.event == "resume" and info.value.ordinals == (far,)
     assert peak < 1 << 20
 
 
@@ -462,8 +476,12 @@ def test_a_hand_built_checkpoint_is_validated_too() -> None:
         ({"sealed": 5}, "sealed must be a sequence of leases, got 5"),
         ({"sealed": [(4, 0)]}, "sealed holds (4, 0), not (ordinal, sibling, attempt)"),
         ({"sealed": ["abc"]}, "sealed holds 'abc', not (ordinal, sibling, attempt)"),
-        ({"samples": 0}, "'samples' must be an int >= 1, got 0"),
-        ({"next_attempt": -1}, "'next_attempt' must be an int >= 0, got -1"),
+        ({"samples": 0}, f"'samples' must be an int >= 1 and <= {2**32}, got 0"),
+        ({"next_attempt": -1}, f"'next_attempt' must be an int >= 0 and <= {2**32}, got -1"),
+        (
+            {"next_attempt": 2**32 + 1},
+            f"'next_attempt' must be an int >= 0 and <= {2**32}, got {2**32 + 1}",
+        ),
     ]
     for fields, message in cases:
         args: dict[str, Any] = {"ledger": inner, "samples": 2, "next_attempt": 9, **fields}
@@ -585,3 +603,23 @@ def test_the_not_json_reason_is_the_encoders_cut_at_200_characters() -> None:
         with pytest.raises(CheckpointCorruptError) as info:
             read(record)
         assert str(info.value) == "sample checkpoint record is not JSON data: " + reason[:200]
+
+
+def test_the_bounds_are_exactly_what_the_ledger_deals() -> None:
+    """The largest counter a ledger can reach (2**32: attempt 2**32 - 1
+    dealt) is read back, and a ledger resumed from it refuses a dispatch
+    with a typed error; one more is refused when the record is read. A
+    sealed sibling's ordinal, sibling and attempt are bounded too."""
+    cfg = LedgerConfig(stream_len=4, fingerprint="fp", samples=1)
+    saved = read(signed({**body(SampleLedger.start(cfg).checkpoint()), "next_attempt": 2**32}))
+    assert saved.next_attempt == 2**32
+    ledger = SampleLedger.resume(cfg, saved, load_replay_buffer=True, sealed=()).ledger
+    with pytest.raises(IllegalTransitionError, match="2\\*\\*32 - 1"):
+        ledger.stamp(1).ledger.dispatch([0])
+    last = SampleCheckpoint(
+        Checkpoint(cut=0), samples=2, next_attempt=2**32, sealed=[(0, 1, 2**32 - 1)]
+    )
+    assert last.sealed == (Lease(0, 1, 2**32 - 1),)
+    assert read(signed(body(last)), fingerprint=None) == last
+    with pytest.raises(CheckpointCorruptError, match="ordinal"):
+        SampleCheckpoint(Checkpoint(cut=2**64), samples=2, next_attempt=1, sealed=[(2**64, 0, 0)])

@@ -807,7 +807,7 @@ def test_resume_refuses_a_sibling_held_twice_and_a_bad_floor() -> None:
         SampleLedger.resume(cfg, saved, load_replay_buffer=True, sealed=[(1, 0, 0), (1, 0, 3)])
     assert info.value.event == "resume" and info.value.ordinals == (1,)
     for floor in (-1, True, 1.0, None):
-        with pytest.raises(TypeError, match="attempt_floor must be an int >= 0"):
+        with pytest.raises(IllegalTransitionError, match="attempt_floor must be an int >= 0"):
             SampleLedger.resume(
                 cfg,
                 saved,
@@ -1200,4 +1200,137 @@ def test_a_refused_resume_names_the_first_five_strangers() -> None:
     assert info.value.reason == (
         "sealed names siblings outside the groups (n=2, ordinals below 10): "
         + ", ".join(map(str, held[:5]))
+    )
+
+
+# -- the attempt limit: only reserved attempts are dealt ----------------------------------
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    limit=st.integers(0, 9),
+    floor=st.integers(0, 3),
+    moves=st.lists(st.sampled_from(["dispatch", "fail", "seal", "train"]), max_size=12),
+)
+def test_a_ledger_deals_exactly_the_attempts_below_its_limit(
+    limit: int, floor: int, moves: list[str]
+) -> None:
+    """Every attempt dealt is in [floor, limit); a dispatch or restart that
+    would deal one at or past the limit is refused with the ledger
+    unchanged, and one that fits is never refused; every other transition
+    keeps the limit."""
+    cfg = config(2, max_attempts=10)
+    if floor > limit:
+        with pytest.raises(IllegalTransitionError, match="below attempt_floor"):
+            SampleLedger.start(cfg, attempt_floor=floor, attempt_limit=limit)
+        return
+    ledger = SampleLedger.start(cfg, attempt_floor=floor, attempt_limit=limit)
+    assert (ledger.next_attempt, ledger.attempt_limit) == (floor, limit)
+    dealt: list[int] = []
+    for move in moves:
+        before = ledger
+        if move == "dispatch" and not ledger.exhausted:
+            step = ledger.stamp(1)
+            o = step.effect.kept[0]
+            try:
+                applied = step.ledger.dispatch([o])
+            except IllegalTransitionError as exc:
+                assert step.ledger.next_attempt + 2 > limit, exc
+                assert exc.event == "dispatch" and "attempt_limit" in str(exc)
+                assert step.ledger.next_attempt == before.next_attempt
+                continue
+            assert before.next_attempt + 2 <= limit
+            dealt += [x.attempt for x in applied.effect.leases]
+            ledger = applied.ledger
+        elif move == "fail" and list(ledger.running()):
+            lease = next(iter(ledger.running()))
+            applied = ledger.fail_sample([lease])
+            ledger = applied.ledger
+            if applied.effect.restart:
+                try:
+                    restarted = ledger.restart(applied.effect.restart)
+                except IllegalTransitionError as exc:
+                    assert ledger.next_attempt + 1 > limit and exc.event == "restart"
+                    continue
+                assert ledger.next_attempt + 1 <= limit
+                dealt += [x.attempt for x in restarted.effect.leases]
+                ledger = restarted.ledger
+        elif move == "seal" and list(ledger.running()):
+            ledger = ledger.seal([next(iter(ledger.running()))]).ledger
+        elif move == "train":
+            ledger = ledger.train(list(ledger.ledger.ordinals(Status.BUFFERED))).ledger
+        assert ledger.attempt_limit == limit
+    assert all(floor <= a < limit for a in dealt) and len(set(dealt)) == len(dealt)
+
+
+def test_a_group_of_held_siblings_lands_at_the_limit() -> None:
+    """A dispatch that deals nothing is not refused, whatever the limit."""
+    cfg = config(2)
+    saved = SampleLedger.start(cfg).stamp(1).ledger.dispatch([0]).ledger.checkpoint()
+    resumed = SampleLedger.resume(
+        cfg,
+        saved,
+        load_replay_buffer=True,
+        sealed=[(0, 0, 0), (0, 1, 1)],
+        attempt_limit=2,
+    ).ledger
+    assert (resumed.next_attempt, resumed.attempt_limit) == (2, 2)
+    applied = resumed.stamp(1).ledger.dispatch([0])
+    assert applied.effect.landed == (0,) and applied.effect.leases == ()
+
+
+def test_with_attempt_limit_raises_the_counter_and_the_limit_only_as_asked() -> None:
+    cfg = config(2)
+    ledger = SampleLedger.start(cfg, attempt_limit=2).stamp(2).ledger
+    ledger = ledger.dispatch([0]).ledger  # attempts 0, 1
+    with pytest.raises(IllegalTransitionError):
+        ledger.dispatch([1])
+    raised = ledger.with_attempt_limit(9, floor=5)
+    assert (raised.next_attempt, raised.attempt_limit) == (5, 9)
+    assert [x.attempt for x in raised.dispatch([1]).effect.leases] == [5, 6]
+    # The counter never goes down, and the detail stays.
+    kept = ledger.with_attempt_limit(4, floor=0)
+    assert kept.next_attempt == 2 and list(kept.running()) == list(ledger.running())
+    assert kept != ledger and kept.with_attempt_limit(2) == ledger  # the limit is state
+    assert ledger.with_attempt_limit(None).dispatch([1]).effect.leases[-1].attempt == 3
+    with pytest.raises(IllegalTransitionError, match="below the counter"):
+        ledger.with_attempt_limit(1)
+    with pytest.raises(IllegalTransitionError, match="below the counter"):
+        ledger.with_attempt_limit(6, floor=7)
+    for bad in (-1, True, 2**32 + 1, 1.0):
+        with pytest.raises(TypeError, match="attempt_limit"):
+            ledger.with_attempt_limit(bad)  # type: ignore[arg-type]
+        with pytest.raises(TypeError, match="attempt_limit"):
+            SampleLedger.start(cfg, attempt_limit=bad)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="attempt_floor"):
+        SampleLedger.start(cfg, attempt_floor=2**32 + 1)
+    assert SampleLedger.start(cfg, attempt_floor=2**32, attempt_limit=2**32).next_attempt == 2**32
+
+
+def test_resume_refuses_a_limit_below_its_counter_and_keeps_a_good_one() -> None:
+    cfg = config(2)
+    saved = SampleLedger.start(cfg).stamp(1).ledger.dispatch([0]).ledger.checkpoint()
+    assert saved.next_attempt == 2
+    for floor, limit in ((0, 1), (3, 2)):
+        with pytest.raises(IllegalTransitionError, match="below the counter") as info:
+            SampleLedger.resume(
+                cfg,
+                saved,
+                load_replay_buffer=True,
+                sealed=(),
+                attempt_floor=floor,
+                attempt_limit=limit,
+            )
+        assert info.value.event == "resume"
+    ledger = SampleLedger.resume(
+        cfg, saved, load_replay_buffer=True, sealed=(), attempt_floor=3, attempt_limit=5
+    ).ledger
+    assert (ledger.next_attempt, ledger.attempt_limit) == (3, 5)
+    ledger = ledger.stamp(1).ledger
+    assert [x.attempt for x in ledger.dispatch([0]).effect.leases] == [3, 4]
+    assert (
+        SampleLedger.resume(
+            cfg, saved, load_replay_buffer=True, sealed=(), attempt_limit=2
+        ).ledger.attempt_limit
+        == 2
     )

@@ -268,3 +268,24 @@ def test_importing_the_core_does_not_import_the_simulator() -> None:
         check=True,
     ).stdout
     assert out.strip() == "False"
+
+
+def test_a_huge_max_age_costs_the_run_not_the_number() -> None:
+    """Issue 21's class (work proportional to a number in the input):
+    ``--max-age 1e23`` used to run for ever. More targets than the run has
+    steps change nothing, so the run is the same as with exactly that many."""
+    argv = ["-m", "frontier_core._cli", "simulate", "--prompts", "64", "--json"]
+    runs = [
+        subprocess.run(
+            [sys.executable, *argv, "--max-age", age],
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        for age in (str(10**23), "3")
+    ]
+    assert [r.returncode for r in runs] == [0, 0], [r.stderr[-300:] for r in runs]
+    huge, steps = (json.loads(r.stdout) for r in runs)
+    # 64 prompts, 32 a step: 2 steps, so at most 3 targets are ever in flight.
+    assert huge == steps
+    assert huge["frontier"]["skipped"] == 0 and huge["frontier"]["duplicated"] == 0

@@ -151,3 +151,17 @@ def test_a_sigkill_during_a_large_record_tears_at_most_the_tail(tmp_path: Path) 
         pass
     assert not any(isinstance(r, TornTail) for r in read_train_log(path))
     print(f"torn tails seen: {torn_seen} of 6")
+
+
+def test_a_directory_or_a_fifo_as_the_log_is_a_typed_error(tmp_path: Path) -> None:
+    """Issue 21 item 7's class: these raised a bare ``IsADirectoryError`` and
+    an ``ESPIPE`` from the torn-tail check's seek."""
+    directory = tmp_path / "log"
+    directory.mkdir()
+    with pytest.raises(TrainLogError, match="is a directory"):
+        TrainLogWriter(directory)
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    with pytest.raises(TrainLogError, match="not a regular file"):
+        TrainLogWriter(fifo, resume_records=0)
+    assert directory.is_dir() and not list(directory.iterdir())

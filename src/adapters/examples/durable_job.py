@@ -140,13 +140,16 @@ def run_life(args: DurableArgs) -> int:
             load_replay_buffer=True,
             sealed=recovered.sealed,
             attempt_floor=recovered.attempt_floor,
+            attempt_limit=recovered.attempt_limit,
         ).ledger
         append_line(trained_log, {"resume": step}, sync=True)
     else:
         recovered = journal.recover(
             None, position=None, checkpoint_id=None, reuse=reuse, fork=0, step=0
         )
-        ledger = SampleLedger.start(config)
+        ledger = SampleLedger.start(
+            config, attempt_floor=recovered.attempt_floor, attempt_limit=recovered.attempt_limit
+        )
         append_line(trained_log, {"resume": 0}, sync=True)
 
     def save_checkpoint() -> None:
@@ -181,7 +184,9 @@ def run_life(args: DurableArgs) -> int:
         if room <= 0 or ledger.ledger.exhausted:
             return
         step_ = ledger.stamp(room)
-        ledger = step_.ledger
+        # Reserve the attempts this dispatch may deal (one per sibling)
+        # before it deals them: a later life starts above them.
+        ledger = journal.cover(step_.ledger, len(step_.effect.kept) * args.samples)
         applied = ledger.dispatch(step_.effect.kept)
         ledger = applied.ledger
         for lease in applied.effect.reused:

@@ -844,6 +844,9 @@ def run_journal(args: WorkerArgs) -> int:
         if point.kind
         else RolloutJournal(journal_path, **opts)
     )
+    # The collector reserves every attempt in the journal before it deals
+    # it (``RolloutJournal.cover``): a later life starts above them.
+    collector.journal = journal
     reuse = {
         "age": Reuse.within(args.max_age),
         "everything": Reuse.everything(),
@@ -870,6 +873,7 @@ def run_journal(args: WorkerArgs) -> int:
             load_replay_buffer=life.load_buffer,
             sealed=recovered.sealed,
             attempt_floor=recovered.attempt_floor,
+            attempt_limit=recovered.attempt_limit,
         )
         reused = len(resumed.reused)
         prefixes = sum(

@@ -349,6 +349,9 @@ def run_journal(args: RunArgs) -> int:
     journal = (
         KillPointJournal(path, point=point, **opts) if point.kind else RolloutJournal(path, **opts)
     )
+    # The collector reserves every attempt in the journal before it deals
+    # it (``RolloutJournal.cover``): a later life starts above them.
+    collector.journal = journal
     # ordinal -> {"row": features and target, "samples": [[sibling, attempt, tokens], ...]}
     buffer: dict[int, dict[str, Any]] = {}
     loaded = read_checkpoint(
@@ -381,6 +384,7 @@ def run_journal(args: RunArgs) -> int:
             load_replay_buffer=load_buffer,
             sealed=recovered.sealed,
             attempt_floor=recovered.attempt_floor,
+            attempt_limit=recovered.attempt_limit,
         )
         reused = len(resumed.reused)
         if load_buffer:

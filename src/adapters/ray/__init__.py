@@ -72,6 +72,7 @@ from .._service import Reported as Reported
 from .._service import Snapshot as Snapshot
 from .._sources import SequenceSource as SequenceSource
 from ._actors import LedgerLostError as LedgerLostError
+from ._actors import LedgerTimeoutError as LedgerTimeoutError
 from ._actors import ledger_call as ledger_call
 from ._fleet import LedgerActor as LedgerActor
 from ._fleet import RolloutFleet as RolloutFleet
@@ -84,6 +85,7 @@ __all__ = [
     "Assignment",
     "LedgerActor",
     "LedgerLostError",
+    "LedgerTimeoutError",
     "LedgerService",
     "PromptLease",
     "Reported",

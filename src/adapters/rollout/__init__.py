@@ -55,6 +55,7 @@ from ._loop import GroupSink as GroupSink
 from ._loop import RolloutError as RolloutError
 from ._loop import RolloutEvent as RolloutEvent
 from ._loop import RolloutLoop as RolloutLoop
+from ._loop import RolloutStalledError as RolloutStalledError
 from ._loop import SampleProgress as SampleProgress
 from ._loop import default_request_id as default_request_id
 from ._sample_loop import SampleRolloutLoop as SampleRolloutLoop
@@ -84,6 +85,7 @@ __all__ = [
     "RolloutEvent",
     "RolloutJournal",
     "RolloutLoop",
+    "RolloutStalledError",
     "SampleProgress",
     "SampleRolloutLoop",
     "VllmEngine",

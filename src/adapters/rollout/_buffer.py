@@ -21,6 +21,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any, Final
 
 from frontier_core import CheckpointCorruptError
+from frontier_core._errors import shown, shown_keys
 
 from .._state import KEY_FORMAT, KEY_VERSION, check_state
 from ._loop import Group
@@ -55,7 +56,7 @@ GROUP_KEYS: Final = frozenset(
 def _int(value: object, what: str) -> int:
     if type(value) is not int or value < 0:
         raise CheckpointCorruptError(
-            f"replay buffer state: {what} must be an int >= 0, got {value!r}"
+            f"replay buffer state: {what} must be an int >= 0, got {shown(value)}"
         )
     return value
 
@@ -75,10 +76,10 @@ def _group(d: object, index: int) -> Group:
             f"replay buffer state: {where} must be a dict, got {type(d).__name__}"
         )
     if set(d) != GROUP_KEYS:
-        missing, unknown = sorted(GROUP_KEYS - set(d)), sorted(set(d) - GROUP_KEYS)
+        missing = sorted(GROUP_KEYS - set(d))
         raise CheckpointCorruptError(
             f"replay buffer state: {where} has missing keys {missing} and unknown keys "
-            f"{unknown}; expected {sorted(GROUP_KEYS)}"
+            f"{shown_keys(set(d) - GROUP_KEYS)}; expected {sorted(GROUP_KEYS)}"
         )
     ordinal = _int(d[KEY_ORDINAL], f"{where}.{KEY_ORDINAL}")
     where = f"{where} (ordinal {ordinal})"
@@ -90,17 +91,19 @@ def _group(d: object, index: int) -> Group:
     if not all(isinstance(r, str) for r in reasons) or len(reasons) != len(completions):
         raise CheckpointCorruptError(
             f"replay buffer state: {where}.{KEY_FINISH_REASONS} must hold one string per "
-            f"completion ({len(completions)}), got {reasons!r}"
+            f"completion ({len(completions)}), got {shown(reasons)}"
         )
     version = d[KEY_POLICY_VERSION]
     if type(version) is not int:
         raise CheckpointCorruptError(
-            f"replay buffer state: {where}.{KEY_POLICY_VERSION} must be an int, got {version!r}"
+            f"replay buffer state: {where}.{KEY_POLICY_VERSION} must be an int, "
+            f"got {shown(version)}"
         )
     request_id = d[KEY_REQUEST_ID]
     if not isinstance(request_id, str):
         raise CheckpointCorruptError(
-            f"replay buffer state: {where}.{KEY_REQUEST_ID} must be a string, got {request_id!r}"
+            f"replay buffer state: {where}.{KEY_REQUEST_ID} must be a string, "
+            f"got {shown(request_id)}"
         )
     return Group(
         ordinal=ordinal,

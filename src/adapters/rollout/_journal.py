@@ -8,7 +8,7 @@ and syncs, so the checkpoint knows its journal position; a compaction after
 the checkpoint keeps only what the window still needs; and a resume reads
 the journal back, checks it is the one the checkpoint was taken with,
 applies the reuse policy, and says which siblings come back sealed, which
-continue from a prefix, and where attempt numbers must start.
+continue from a prefix, and which attempt numbers this life may deal.
 
 The core decides everything (``frontier_core.journal``: format, replay,
 fencing, compaction, reuse, continuation; ``SampleLedger``: which results
@@ -25,16 +25,32 @@ Ordering, which the invariants rely on (``proofs/SAMPLES.md``):
   with that checkpoint's window (the ordinals at or above its cut): a crash
   at any moment leaves either the old journal or the compacted one, and
   either replays to the same state on the window.
+* An attempt is reserved (a ``Reserve`` record, synced) before it is dealt:
+  ``recover`` reserves the life's first block itself and ``cover`` the next
+  ones, so a later life starts above every attempt this one could have
+  handed out, journaled or not, and a result of one of them is fenced.
+* A resume holds only the sealed siblings whose samples it can give back
+  (``Recovered.sample``): those the journal holds and those the caller
+  saved with the checkpoint (``saved``). A sealed sibling the checkpoint
+  records but neither holds (a later checkpoint's compaction removed it,
+  and a resume from an older checkpoint wants it) is generated again.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Container
+from collections.abc import Container, Mapping
+from typing import Final
 
 import attrs
 
-from frontier_core import Lease, SampleCheckpoint
+from frontier_core import (
+    MAX_ATTEMPT,
+    CheckpointMismatchError,
+    Lease,
+    SampleCheckpoint,
+    SampleLedger,
+)
 from frontier_core.journal import (
     CommitPolicy,
     Extend,
@@ -54,27 +70,40 @@ from frontier_core.journal import (
     reusable,
 )
 
+from .._errors import JournalWithoutCheckpointError
 from .._journal_files import JournalWriter
+
+#: Attempts reserved at a time (``recover``, ``cover``): one synced record
+#: per block; a life that ends skips what is left of its block.
+RESERVE: Final = 1024
 
 
 @attrs.frozen
 class Recovered:
     """What a resume takes from the journal: ``state``, the replayed journal
-    after the reuse policy (look up a reused sibling's sample or a prefix to
-    continue with ``sample`` and ``prefix``); ``sealed`` and
-    ``attempt_floor``, the arguments of ``SampleLedger.resume``; ``torn``,
-    the bytes of a torn tail the open discarded (0 if none); ``fork``, the
-    checkpoint's step the resume forked at, by which a journaled token's
-    age is counted along the lineage (``lineage_version``)."""
+    (with the samples saved with the checkpoint) after the reuse policy
+    (look up a reused sibling's sample or a prefix to continue with
+    ``sample`` and ``prefix``); ``sealed``, ``attempt_floor`` and
+    ``attempt_limit``, the arguments of ``SampleLedger.resume`` (and of
+    ``SampleLedger.start`` on a fresh start): every sibling in ``sealed`` has
+    its sample here, and the attempts from ``attempt_floor`` (the journal's
+    floor: one above every attempt it names, and at or above every earlier
+    reservation) to below ``attempt_limit`` are reserved durably for this
+    life; ``torn``, the bytes of a torn tail the open discarded (0 if none);
+    ``fork``, the checkpoint's step the resume forked at, by which a
+    journaled token's age is counted along the lineage
+    (``lineage_version``)."""
 
     state: JournalState
     sealed: tuple[Lease, ...]
     attempt_floor: int
     torn: int
     fork: int
+    attempt_limit: int
 
     def sample(self, lease: Lease) -> Payload:
-        """The journaled sample of a sibling the ledger reused."""
+        """The sample of a sibling the ledger reused (one of ``sealed``);
+        ``KeyError`` for any other lease."""
         st = self.state.get(lease.ordinal, lease.sibling)
         if st is None or not st.sealed or st.attempt != lease.attempt:
             raise KeyError(f"the journal holds no seal of {lease}")
@@ -95,6 +124,10 @@ class RolloutJournal:
     journal of another run is refused at open. ``policy`` is the group
     commit policy. ``progress_every`` is the number of new tokens after
     which ``progress`` records a running sample (``due`` answers it).
+
+    Call ``recover`` once when the run starts, with ``None`` on a fresh
+    start: it reads what the journal holds and reserves this life's first
+    attempts; deal attempts only within the reservation (``cover``).
     """
 
     def __init__(
@@ -110,6 +143,11 @@ class RolloutJournal:
             raise ValueError(f"progress_every must be an int >= 1, got {progress_every!r}")
         self.progress_every = progress_every
         self.writer = JournalWriter(path, JournalHeader(fingerprint, lineage), policy)
+        #: The attempts this life deals start here (``recover`` sets it);
+        #: ``None`` until the journal is recovered.
+        self.attempt_floor: int | None = None
+        #: Attempts below this are reserved durably (``reserve``).
+        self.reserved = 0
 
     # -- during generation --------------------------------------------------
 
@@ -143,10 +181,37 @@ class RolloutJournal:
         attempt not reserved yet, in blocks. A resumed writer's
         ``attempt_floor`` is at or above it, so a result of an attempt of a
         previous incarnation, even one never journaled, is fenced. Returns
-        its position."""
+        its position. ``cover`` reserves in blocks for a ledger."""
         position = self.writer.append(Reserve(below))
         self.writer.sync()
+        self.reserved = max(self.reserved, below)
         return position
+
+    def cover(self, ledger: SampleLedger, count: int, *, reserve: int = RESERVE) -> SampleLedger:
+        """``ledger``, ready to deal its next ``count`` attempts: they are
+        reserved durably (a block of ``reserve`` more, if they were not) and
+        are within its ``attempt_limit``, and its counter is at or above
+        this life's floor (``recover``'s). Call it before a ``dispatch`` or
+        ``restart`` that deals ``count`` attempts (``SampleCollector`` bound
+        to this journal does). Raises ``RuntimeError`` if the journal was
+        not recovered first (the previous lives' reservations are unknown
+        until then) and ``IllegalTransitionError`` past 2**32 attempts."""
+        if self.attempt_floor is None:
+            raise RuntimeError(
+                "the journal was not recovered: call recover(checkpoint or None, ...) before "
+                "dealing attempts, so that they start above every earlier life's"
+            )
+        if type(count) is not int or count < 0:
+            raise ValueError(f"count must be an int >= 0, got {count!r:.40}")
+        _check_block(reserve)
+        floor = max(ledger.next_attempt, self.attempt_floor)
+        top = floor + count
+        if top > self.reserved:
+            self.reserve(min(top + reserve, MAX_ATTEMPT + 1))
+        limit = ledger.attempt_limit
+        if limit is not None and top <= limit and floor == ledger.next_attempt:
+            return ledger
+        return ledger.with_attempt_limit(self.reserved, floor=floor)
 
     def poll(self) -> float | None:
         """Commit a due group; the seconds until the next is due."""
@@ -180,51 +245,91 @@ class RolloutJournal:
         reuse: Reuse,
         fork: int,
         step: int,
+        saved: Mapping[Lease, Payload] | None = None,
+        reserve: int = RESERVE,
     ) -> Recovered:
-        """What the journal offers a resume from ``checkpoint`` (``None``:
-        the run starts afresh on an existing journal, which then must be
-        empty of samples, or everything in it is refused as another
-        start's).
+        """What the journal offers a resume from ``checkpoint`` (``None``: a
+        fresh start, on a new journal or on one that holds no samples, e.g.
+        a start that died before its first checkpoint), and this life's
+        first ``reserve`` attempts, reserved durably before it returns
+        (``Recovered.attempt_floor`` to ``attempt_limit``).
 
         ``position`` and ``checkpoint_id`` are what the checkpoint recorded
         of its mark: the journal must hold that mark there
-        (``JournalBehindError`` if it ends before, ``JournalMismatchError``
-        if another record stands there). ``reuse``, ``fork`` (the
-        checkpoint's trainer step) and ``step`` (the step trained next) are
-        ``frontier_core.journal.reusable``'s.
+        (``JournalBehindError`` if it ends before or another record stands
+        there). ``reuse``, ``fork`` (the checkpoint's trainer step) and
+        ``step`` (the step trained next) are
+        ``frontier_core.journal.reusable``'s. ``saved`` are the samples the
+        caller saved with the checkpoint (``checkpoint(save_sealed=True)``),
+        by lease, each of a sibling ``checkpoint.sealed`` lists: they count
+        as seals before everything the journal holds (a newer attempt in the
+        journal wins), and the reuse policy applies to them as to the
+        journal's. A sealed sibling of the checkpoint whose sample neither
+        holds is not in ``sealed``: it is generated again.
+
+        Raises ``JournalWithoutCheckpointError`` (a ``ValueError``) when
+        there is no checkpoint but the journal holds samples or was
+        compacted (a checkpoint existed: a missing checkpoint is not a fresh
+        start), ``CheckpointMismatchError`` for a saved sample the
+        checkpoint does not record as sealed.
         """
+        _check_block(reserve)
         decoded = self.writer.read()
-        if checkpoint is not None:
+        if checkpoint is None:
+            if saved:
+                raise CheckpointMismatchError("samples saved with a checkpoint, but no checkpoint")
+            state = replay(decoded.records)
+            if state.groups or decoded.header.base > 0:
+                raise JournalWithoutCheckpointError(
+                    self.writer.path,
+                    "the journal holds samples or was compacted after a checkpoint, but there "
+                    "is no checkpoint: a missing checkpoint is not a fresh start (remove the "
+                    "journal to start afresh)",
+                )
+            start = state.next_attempt
+        else:
             if position is None or checkpoint_id is None:
                 raise ValueError("a resume from a checkpoint needs its journal position and id")
             decoded.check_mark(position, checkpoint_id)
-        state = replay(decoded.records)
-        floor = state.next_attempt
-        if checkpoint is None and (state.groups or state.reserved):
-            raise ValueError(
-                f"{self.writer.path} holds samples or reserved attempts but there is no "
-                "checkpoint: a missing checkpoint is not a fresh start (remove the journal "
-                "to start afresh)"
-            )
+            state = replay((*_saved_seals(checkpoint, saved or {}), *decoded.records))
+            start = max(state.next_attempt, checkpoint.next_attempt)
         kept = reusable(state, reuse, fork=fork, step=step)
-        held = {(x.ordinal, x.sibling): x for x in kept.sealed()}
-        if checkpoint is not None and reuse != Reuse.nothing():
-            # The checkpoint's own sealed siblings (siblings-at-checkpoint
-            # mode), whose samples the caller saved with it and filters by
-            # age itself: the journal holds the same or newer; it wins.
-            for x in checkpoint.sealed:
-                held.setdefault((x.ordinal, x.sibling), x)
+        # Reserved before anything is dealt: this life's attempts are then
+        # above every attempt a previous life could have handed out.
+        self.reserve(min(start + reserve, MAX_ATTEMPT + 1))
+        self.attempt_floor = start
         torn = 0 if self.writer.torn is None else self.writer.torn.length
         return Recovered(
             state=kept,
-            sealed=tuple(sorted(held.values())),
-            attempt_floor=floor,
+            sealed=kept.sealed(),
+            attempt_floor=state.next_attempt,
             torn=torn,
             fork=fork,
+            attempt_limit=self.reserved,
         )
 
     def close(self) -> None:
         self.writer.close()
+
+
+def _check_block(reserve: object) -> None:
+    if type(reserve) is not int or reserve < 1:
+        raise ValueError(f"reserve must be an int >= 1, got {reserve!r:.40}")
+
+
+def _saved_seals(checkpoint: SampleCheckpoint, saved: Mapping[Lease, Payload]) -> list[Sealed]:
+    """The samples saved with ``checkpoint`` as the seals they were."""
+    recorded = set(checkpoint.sealed)
+    seals = []
+    for lease, payload in saved.items():
+        if not isinstance(lease, tuple) or lease not in recorded:
+            raise CheckpointMismatchError(
+                f"a saved sample of {lease!r:.80}, which the checkpoint does not record as "
+                "sealed (checkpoint(save_sealed=True) records the siblings to save)"
+            )
+        o, s, a = lease
+        seals.append(Sealed(o, s, a, payload))
+    return sorted(seals, key=lambda x: (x.ordinal, x.sibling))
 
 
 def resumed_sample(prefix: SiblingState | None, rest: TokenPayload) -> TokenPayload:

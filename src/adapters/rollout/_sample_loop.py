@@ -134,6 +134,10 @@ class SampleRolloutLoop(RolloutLoop):
         self._sample_prompt = prompt_of
         self._sample_params = sampling_params
         self.journal = journal
+        if journal is not None and collector.journal is None:
+            # Safe by construction: the collector reserves every attempt in
+            # the journal before it deals it (``RolloutJournal.cover``).
+            collector.journal = journal
         self.recovered = recovered
         self._user_progress = on_progress
         # The parent reports progress only to an observer; this loop always

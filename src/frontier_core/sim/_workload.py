@@ -118,7 +118,12 @@ class Workload:
 
     @property
     def in_flight_targets(self) -> int:
-        return self.max_age if self.targets is None else max(1, self.targets)
+        """Targets in flight: ``targets`` (``max_age`` if ``None``), at most
+        one more than the run has steps (more changes nothing: every target
+        is in flight from the start), so the simulation's work follows the
+        run, not the number on the command line."""
+        wanted = self.max_age if self.targets is None else max(1, self.targets)
+        return min(wanted, -(-self.stream_len // self.prompts_per_step) + 1)
 
     @property
     def stream_len(self) -> int:
