@@ -28,6 +28,7 @@ from frontier_core.journal import (
     compact,
     decode,
     encode,
+    encode_records,
 )
 
 from ._strategies import budget, frame_offsets, headers, records
@@ -122,3 +123,45 @@ def test_a_checkpoint_older_than_the_remembered_marks_is_refused_by_name() -> No
     more = decode(encode(JournalHeader("fp", "run", base, bytes(16), marks), [Mark(1)]))
     assert len(more.marks()) == MAX_MARKS and more.marks()[-1] == (base + 1, 1)
     assert more.marks()[0] == (11, 11)
+
+
+def test_a_header_s_identity_and_marks_are_validated_by_name() -> None:
+    """What a hand-built header may hold (a decoded one is checked the same
+    way, as ``JournalCorruptError``: test_refusals)."""
+    refused: list[tuple[dict[str, object], type[Exception], str]] = [
+        ({"journal_id": bytearray(16)}, TypeError, "journal_id must be 16 bytes, got bytearray"),
+        ({"journal_id": bytes(15)}, TypeError, "journal_id must be 16 bytes, got b'"),
+        ({"marks": 5}, TypeError, "marks must be a sequence of (position, checkpoint), got 5"),
+        ({"marks": [(1, 0)] * 257}, ValueError, "marks holds 257 marks, more than 256"),
+        ({"marks": [(1, 0, 0)]}, TypeError, "a mark must be (position, checkpoint), got (1, 0, 0)"),
+        ({"marks": [7]}, TypeError, "a mark must be (position, checkpoint), got 7"),
+        ({"marks": [(-1, 0)]}, ValueError, "a mark's position must be an int in [0, "),
+        ({"marks": [(1, "c")]}, TypeError, "a mark's checkpoint must be an int, got str"),
+    ]
+    for kwargs, error, message in refused:
+        with pytest.raises(error) as info:
+            JournalHeader("fp", "run", base=9, **kwargs)  # type: ignore[arg-type]
+        assert str(info.value).startswith(message), (kwargs, str(info.value))
+    assert JournalHeader("fp", "run", base=9, marks=[[1, 0], (9, 1)]).marks == ((1, 0), (9, 1))
+    with pytest.raises(TypeError, match="header must be a JournalHeader, got str"):
+        encode_records([Mark(1)], first_seq=1, header="fp")  # type: ignore[arg-type]
+
+
+def test_check_mark_below_the_base_names_why_and_where() -> None:
+    # Marks whose checkpoint ids differ from their positions, so that a
+    # mark's fields cannot stand in for each other.
+    marks = tuple((p, p + 1000) for p in range(10, 10 + 2 * MAX_MARKS, 2))
+    base = marks[-1][0]
+    decoded = decode(encode(JournalHeader("fp", "run", base, bytes(16), marks), [Mark(5)]))
+    decoded.check_mark(10, 1010)
+    cases = {
+        (10, 1011): "another branch",  # the oldest remembered position, another id
+        (11, 1011): "another branch",  # between the two oldest: never a mark here
+        (9, 1009): "too old to be proven",  # below every remembered mark
+    }
+    for (position, checkpoint), why in cases.items():
+        with pytest.raises(JournalBehindError) as info:
+            decoded.check_mark(position, checkpoint)
+        assert why in str(info.value), (position, str(info.value))
+        assert (info.value.position, info.value.last) == (position, base + 1)
+        assert f"the checkpoint {checkpoint} saved journal position {position}" in str(info.value)
