@@ -1298,11 +1298,11 @@ def test_with_attempt_limit_raises_the_counter_and_the_limit_only_as_asked() -> 
     with pytest.raises(IllegalTransitionError, match="below the counter"):
         ledger.with_attempt_limit(6, floor=7)
     for bad in (-1, True, 2**32 + 1, 1.0):
-        with pytest.raises(TypeError, match="attempt_limit"):
+        with pytest.raises(IllegalTransitionError, match="attempt_limit"):
             ledger.with_attempt_limit(bad)  # type: ignore[arg-type]
-        with pytest.raises(TypeError, match="attempt_limit"):
+        with pytest.raises(IllegalTransitionError, match="attempt_limit"):
             SampleLedger.start(cfg, attempt_limit=bad)  # type: ignore[arg-type]
-    with pytest.raises(TypeError, match="attempt_floor"):
+    with pytest.raises(IllegalTransitionError, match="attempt_floor"):
         SampleLedger.start(cfg, attempt_floor=2**32 + 1)
     assert SampleLedger.start(cfg, attempt_floor=2**32, attempt_limit=2**32).next_attempt == 2**32
 

@@ -38,7 +38,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from frontier_core import Lease
-from frontier_core.journal import SiblingState, TokenPayload, lineage_version
+from frontier_core.journal import Reuse, SiblingState, TokenPayload, lineage_version
 
 from .._samples import SampleCollector, Taken
 from ._engine import USABLE, AsyncEngine
@@ -87,8 +87,12 @@ class SampleRolloutLoop(RolloutLoop):
     ``TokensPrompt`` of the prompt's ids then the prefix's).
     ``sampling_params(lease, prefix_len)`` are the parameters of one sample
     (``n=1``; ``max_tokens`` reduced by ``prefix_len``). ``max_in_flight``
-    counts samples. ``journal`` and ``recovered`` as in the module doc;
-    without a journal nothing is journaled and nothing continued. The other
+    counts samples. ``journal`` and ``recovered`` as in the module doc; a
+    journal given without ``recovered`` and not recovered yet is recovered
+    here as a fresh start (``recover(None, ...)``: refused for a journal
+    with samples), and the collector is bound to it, so every attempt the
+    loop deals is reserved first (``RolloutJournal.cover``); without a
+    journal nothing is journaled and nothing continued. The other
     arguments are ``RolloutLoop``'s. ``on_progress`` sees every advance,
     with ``index`` the sibling and ``start`` counting the prefix's tokens.
     """
@@ -134,6 +138,14 @@ class SampleRolloutLoop(RolloutLoop):
         self._sample_prompt = prompt_of
         self._sample_params = sampling_params
         self.journal = journal
+        if journal is not None and journal.attempt_floor is None and recovered is None:
+            # A journal nobody recovered: this is a fresh start (recover
+            # refuses a journal with samples and no checkpoint, so a resume
+            # that forgot ``recovered=`` is not taken for one), and its
+            # attempts must start above every earlier life's reservation.
+            recovered = journal.recover(
+                None, position=None, checkpoint_id=None, reuse=Reuse.nothing(), fork=0, step=0
+            )
         if journal is not None and collector.journal is None:
             # Safe by construction: the collector reserves every attempt in
             # the journal before it deals it (``RolloutJournal.cover``).

@@ -225,7 +225,7 @@ def test_a_running_sample_is_journaled_once_a_snapshot_then_extends(tmp_path: Pa
         records = journal.writer.read().records
         journal.close()
         for s in range(N):
-            mine = [r for r in records if not hasattr(r, "checkpoint") and r.sibling == s]
+            mine = [r for r in records if hasattr(r, "sibling") and r.sibling == s]
             kinds = [type(r) for r in mine]
             want = full(0, s)
             # One snapshot of the first token, one extend per later token but
@@ -298,3 +298,37 @@ def test_tokens_generated_in_this_life_keep_their_own_version(tmp_path: Path) ->
     group = run_within(resume_after_crash(path, saved, reuse=Reuse.nothing(), fork=2, step=7))
     assert all(set(x.versions()) == {7} for x in group.samples)
     assert group.version == 7
+
+
+def test_a_loop_on_a_fresh_journal_reserves_every_attempt_before_dealing_it(
+    tmp_path: Path,
+) -> None:
+    """Issue 21 item 3, safe by construction: a loop given a journal and no
+    ``recovered`` recovers it as a fresh start and binds its collector, so
+    every attempt it deals is below a durable ``Reserve``; a journal that
+    holds samples is not taken for a fresh start."""
+    from frontier_adapters import JournalWithoutCheckpointError
+
+    from frontier_core.journal import Reserve
+
+    path = tmp_path / "j"
+
+    async def main() -> None:
+        c = collector(2)
+        journal = RolloutJournal(path, fingerprint=FP, lineage="L", progress_every=1)
+        async with loop(c, StreamEngine(), Sink(), journal=journal) as rollout:
+            await rollout.until(lambda: c.ledger.status(1) is Status.BUFFERED)
+        records = journal.writer.read().records
+        journal.close()
+        reserved = max(r.below for r in records if isinstance(r, Reserve))
+        dealt = [r.attempt for r in records if hasattr(r, "attempt")]
+        assert dealt and max(dealt) < reserved
+        # The reservation came first: no attempt was journaled before it.
+        first = next(i for i, r in enumerate(records) if isinstance(r, Reserve))
+        assert all(not hasattr(r, "attempt") for r in records[:first])
+
+    run_within(main())
+    again = RolloutJournal(path, fingerprint=FP, lineage="L")
+    with pytest.raises(JournalWithoutCheckpointError):
+        loop(collector(2), StreamEngine(), Sink(), journal=again)
+    again.close()
