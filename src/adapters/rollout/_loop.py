@@ -434,7 +434,7 @@ class RolloutLoop:
             return
         try:
             await asyncio.wait_for(self._until(predicate), timeout)
-        except TimeoutError:
+        except asyncio.TimeoutError:  # not the builtin TimeoutError before 3.11
             raise RolloutStalledError(
                 f"the rollout loop waited {timeout:g} s and the condition never held "
                 f"({len(self._tasks)} requests in flight, outstanding {list(self.outstanding[:8])})"

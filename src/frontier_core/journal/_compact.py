@@ -16,8 +16,9 @@ folds each key on its own, for any later records ``K``,
 ``replay(compact(J, W) + K).restrict(W) == replay(J + K).restrict(W)``: a
 compacted journal that keeps being appended to stays equivalent on the
 window. Minimal: every sibling with a state needs at least one record (each
-record names one sibling), and this is one. Marks are dropped: the compacted
-journal's base stands for every position up to it (see ``JournalHeader``).
+record names one sibling), and this is one. Marks are not records of the
+compacted journal: its header remembers them (``JournalHeader.marks``, the
+newest ``MAX_MARKS``), so ``Decoded.check_mark`` still proves them.
 """
 
 from __future__ import annotations
