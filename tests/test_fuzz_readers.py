@@ -451,7 +451,7 @@ def _journal(rng: random.Random, tmp: Path) -> Case:
 
 
 def _journal_file(rng: random.Random, tmp: Path) -> Case:
-    from frontier_adapters._journal_files import read_journal
+    from frontier_adapters.journal import read_journal
 
     from frontier_core.journal import JournalHeader, Sealed, TokenPayload, encode
 

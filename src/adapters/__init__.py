@@ -4,8 +4,10 @@ train with it.
 The package root holds what every binding shares and what needs no
 framework: the stamping collector (``StreamCollector``; ``SampleCollector``
 for groups of samples) and its source protocol, an in-memory source, the
-single-writer ledger services behind leases, the rollout journal's file
-(``JournalWriter``: group commit, torn-tail recovery), and the errors. The bindings
+single-writer ledger services behind leases, and the errors; the rollout
+journal (its file with group commit and torn-tail recovery, and the run's
+single writer, ``RolloutJournal``) is the root package
+``frontier_adapters.journal``. The bindings
 are subpackages, each importing its framework only when it is itself
 imported:
 
@@ -28,8 +30,6 @@ from ._collector import StreamCollector as StreamCollector
 from ._collector import StreamSource as StreamSource
 from ._errors import ConcurrentUseError as ConcurrentUseError
 from ._errors import JournalWithoutCheckpointError as JournalWithoutCheckpointError
-from ._journal_files import JournalFileError as JournalFileError
-from ._journal_files import JournalWriter as JournalWriter
 from ._sample_service import SampleLedgerService as SampleLedgerService
 from ._samples import SampleCollector as SampleCollector
 from ._samples import Taken as Taken
@@ -41,9 +41,7 @@ from ._sources import SequenceSource as SequenceSource
 
 __all__ = [
     "ConcurrentUseError",
-    "JournalFileError",
     "JournalWithoutCheckpointError",
-    "JournalWriter",
     "LedgerService",
     "PromptLease",
     "Pull",

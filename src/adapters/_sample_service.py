@@ -3,7 +3,7 @@
 ``SampleLedgerService`` is ``LedgerService``'s counterpart for groups of
 ``config.samples`` siblings (GRPO's n), with the rollout journal owned by the
 service. It holds a ``SampleCollector`` (the ``SampleLedger`` and the prompt
-source), a rollout journal (``frontier_adapters.rollout.RolloutJournal``,
+source), a rollout journal (``frontier_adapters.journal.RolloutJournal``,
 built inside the service by the factory it is given: the adapters' root
 imports no binding, see ARCHITECTURE.md), the sealed samples of open groups
 and the replay buffer of complete ones. It imports no Ray:
@@ -79,8 +79,8 @@ import itertools
 import os
 import time
 from collections import deque
-from collections.abc import Callable, Container, Iterable, Mapping
-from typing import Any, Final, Protocol, cast
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, Final, cast
 
 import attrs
 
@@ -89,24 +89,21 @@ from frontier_core import (
     Lease,
     LedgerConfig,
     SampleCheckpoint,
-    SampleLedger,
     Status,
 )
 from frontier_core._errors import shown
 from frontier_core.journal import (
     BytesPayload,
-    JournalState,
     JsonPayload,
     Payload,
     Reuse,
-    SiblingState,
     TokenPayload,
 )
 
 from ._collector import StreamSource
-from ._journal_files import JournalFileError, JournalWriter
 from ._samples import SampleCollector, Taken
 from ._state import KEY_FORMAT, KEY_VERSION, check_state
+from .journal import JournalFileError, Recovered, RolloutJournal
 
 FORMAT: Final = "frontier_adapters.sample_ledger"
 VERSION: Final = 1
@@ -127,7 +124,7 @@ class SampleTask:
     """One sibling to generate: ``lease`` names the attempt, ``row`` the
     prompt, ``prefix`` (or ``None``) the durable tokens this attempt
     continues: seal ``prefix`` then what you generate after it
-    (``frontier_adapters.rollout.resumed_sample``)."""
+    (``frontier_adapters.journal.resumed_sample``)."""
 
     lease: Lease
     row: Any
@@ -260,52 +257,7 @@ def _payload(value: Any) -> Payload:
     return value
 
 
-class RecoveredJournal(Protocol):
-    """What ``RolloutJournal.recover`` returns (``Recovered``)."""
-
-    @property
-    def state(self) -> JournalState: ...
-    @property
-    def sealed(self) -> tuple[Lease, ...]: ...
-    @property
-    def attempt_floor(self) -> int: ...
-    @property
-    def attempt_limit(self) -> int: ...
-    def sample(self, lease: Lease) -> Payload: ...
-    def prefix(self, ordinal: int, sibling: int) -> SiblingState | None: ...
-
-
-class ServiceJournal(Protocol):
-    """What the service needs of its journal: ``RolloutJournal``'s methods."""
-
-    progress_every: int
-    writer: JournalWriter
-    attempt_floor: int | None
-    reserved: int
-
-    def sealed(self, lease: Lease, payload: Payload) -> int: ...
-    def progress(self, lease: Lease, payload: Payload) -> int: ...
-    def poll(self) -> float | None: ...
-    def mark(self, checkpoint: int) -> int: ...
-    def reserve(self, below: int) -> int: ...
-    def cover(self, ledger: SampleLedger, count: int, *, reserve: int = ...) -> SampleLedger: ...
-    def compact(self, window: Container[int]) -> int: ...
-    def recover(
-        self,
-        checkpoint: SampleCheckpoint | None,
-        *,
-        position: int | None,
-        checkpoint_id: int | None,
-        reuse: Reuse,
-        fork: int,
-        step: int,
-        saved: Mapping[Lease, Payload] | None = None,
-        reserve: int = ...,
-    ) -> RecoveredJournal: ...
-    def close(self) -> None: ...
-
-
-def _open_journal(factory: Callable[[], ServiceJournal], lock_timeout: float) -> ServiceJournal:
+def _open_journal(factory: Callable[[], RolloutJournal], lock_timeout: float) -> RolloutJournal:
     """The journal, waiting up to ``lock_timeout`` s for a dying previous
     writer (a killed actor's process) to release its lock."""
     deadline = time.monotonic() + lock_timeout
@@ -349,7 +301,7 @@ class SampleLedgerService:
         source: StreamSource | Callable[[], StreamSource],
         config: LedgerConfig,
         *,
-        journal: Callable[[], ServiceJournal],
+        journal: Callable[[], RolloutJournal],
         state: Mapping[str, Any] | None = None,
         load_replay_buffer: bool = True,
         reuse: Reuse | None = None,
@@ -391,7 +343,7 @@ class SampleLedgerService:
             self._next_id = 0
             self._step = 0
             self._checkpointed = False
-            self.recovered: RecoveredJournal | None = None
+            self.recovered: Recovered | None = None
             #: What the journal alone would have started attempts at.
             self.journal_floor = 0
             self.stats: dict[str, int] = dict.fromkeys(

@@ -29,7 +29,7 @@ ledger's, and this class only forwards and keeps rows.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import Any, Protocol
+from typing import Any
 
 import attrs
 
@@ -47,6 +47,7 @@ from frontier_core import (
 )
 
 from ._collector import StreamCollector, StreamSource, _exclusive
+from .journal import RolloutJournal
 
 
 @attrs.frozen
@@ -65,13 +66,6 @@ class Taken:
     complete: bool
 
 
-class AttemptReserver(Protocol):
-    """What reserves attempts for a ledger before it deals them: a rollout
-    journal (``frontier_adapters.rollout.RolloutJournal.cover``)."""
-
-    def cover(self, ledger: SampleLedger, count: int, *, reserve: int = ...) -> SampleLedger: ...
-
-
 class SampleCollector(StreamCollector):
     """A stamping collector whose prompts are groups of ``config.samples``
     siblings (see the module doc). ``journal`` (optional) is the run's
@@ -84,7 +78,7 @@ class SampleCollector(StreamCollector):
         source: StreamSource,
         config: LedgerConfig | None = None,
         *,
-        journal: AttemptReserver | None = None,
+        journal: RolloutJournal | None = None,
         reserve: int = 1024,
     ) -> None:
         super().__init__(source, config)

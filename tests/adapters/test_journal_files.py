@@ -26,8 +26,8 @@ from pathlib import Path
 from unittest import mock
 
 import pytest
-from frontier_adapters import _journal_files
-from frontier_adapters._journal_files import (
+from frontier_adapters.journal import _files as _journal_files
+from frontier_adapters.journal._files import (
     JournalFileError,
     JournalWriter,
     JournalWriterError,
@@ -591,7 +591,7 @@ def test_each_group_gets_its_own_fsync_in_order(
 
 EXIT_SCRIPT = """
 import atexit, sys
-from frontier_adapters._journal_files import JournalWriter
+from frontier_adapters.journal._files import JournalWriter
 from frontier_core.journal import CommitPolicy, JournalHeader, Mark
 
 path, how = sys.argv[1], sys.argv[2]

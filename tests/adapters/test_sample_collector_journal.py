@@ -9,8 +9,7 @@ from pathlib import Path
 
 import pytest
 from frontier_adapters import SampleCollector, SequenceSource
-from frontier_adapters._journal_files import read_journal
-from frontier_adapters.rollout import RolloutJournal
+from frontier_adapters.journal import RolloutJournal, read_journal
 
 from frontier_core import FailurePolicy, IllegalTransitionError, Lease, LedgerConfig
 from frontier_core.journal import Reserve, Reuse

@@ -18,14 +18,13 @@ from typing import Any
 
 import pytest
 from frontier_adapters import SequenceSource
-from frontier_adapters._journal_files import read_journal
 from frontier_adapters._sample_service import (
     SampleLedgerService,
     SampleTask,
     payload_from_json,
     payload_to_json,
 )
-from frontier_adapters.rollout import RolloutJournal
+from frontier_adapters.journal import RolloutJournal, read_journal
 
 from frontier_core import (
     CheckpointCorruptError,

@@ -27,7 +27,6 @@ import pytest
 pytest.importorskip("torch")
 pytest.importorskip("torchdata")
 
-from frontier_adapters._journal_files import read_journal
 from frontier_adapters.examples import _killpoints as kp
 from frontier_adapters.examples.demo import (
     COUNTS,
@@ -36,7 +35,7 @@ from frontier_adapters.examples.demo import (
     journal_kill_schedule,
     run_demo,
 )
-from frontier_adapters.rollout import RolloutJournal
+from frontier_adapters.journal import RolloutJournal, read_journal
 
 from frontier_core import Lease, _cli
 from frontier_core.journal import CommitPolicy, Mark, Progress, Sealed, TokenPayload

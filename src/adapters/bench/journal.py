@@ -80,7 +80,7 @@ from frontier_core.journal import (
 )
 from frontier_core.journal._format import append_frames
 
-from .._journal_files import JournalWriter, read_journal
+from ..journal import JournalWriter, read_journal
 
 SECTION = "journal"
 HEADER = JournalHeader("bench:journal", "bench")

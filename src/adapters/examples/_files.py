@@ -22,8 +22,8 @@ from typing import Any, Final, TypeVar
 
 from frontier_core import TrainLogWriter
 
-from .._journal_files import _write_all
-from ..rollout import RolloutJournal
+from ..journal import RolloutJournal
+from ..journal._files import _write_all
 
 #: The end of a checkpoint's journal window: every ordinal at or past its cut.
 _END: Final = 1 << 62

@@ -41,8 +41,8 @@ from frontier_core.journal import (
     encode,
 )
 
-from .._journal_files import JournalWriter, _write_all
-from ..rollout._journal import Recovered, RolloutJournal
+from ..journal import Recovered, RolloutJournal
+from ..journal._files import JournalWriter, _write_all
 
 #: Where ``--kill-at`` can stop a life (``KillPoint``).
 KILL_POINTS = ("append", "commit", "compact", "compacted", "resumed")

@@ -43,7 +43,7 @@ import attrs
 from frontier_core import Lease, LedgerConfig, SampleCheckpoint, SampleLedger
 from frontier_core.journal import CommitPolicy, Reuse, TokenPayload
 
-from ..rollout import RolloutJournal, resumed_sample
+from ..journal import RolloutJournal, resumed_sample
 from ._files import (
     append_line,
     checkpoint_journal,

@@ -79,11 +79,10 @@ from frontier_core.journal import (
 )
 
 from .._collector import StreamCollector
-from .._journal_files import read_journal
 from .._samples import SampleCollector
+from ..journal import RolloutJournal, read_journal
 from ..rollout._buffer import ReplayBuffer
 from ..rollout._engine import AsyncEngine, RequestOutputLike
-from ..rollout._journal import RolloutJournal
 from ..rollout._loop import Group, RolloutEvent, RolloutLoop
 from ..rollout._sample_loop import SampleRolloutLoop
 from ..torch import make_seekable_loader

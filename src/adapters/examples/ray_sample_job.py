@@ -59,9 +59,9 @@ from frontier_core.journal import CommitPolicy, Reuse, TokenPayload
 
 from .._sample_service import SampleGroup, SampleSnapshot
 from .._sources import SequenceSource
+from ..journal import RolloutJournal
 from ..ray._actors import ledger_call
 from ..ray._samples import SampleFleet, SampleLedgerActor, sample_rollout_actor, sigkill_local
-from ..rollout import RolloutJournal
 from . import _ray_torture
 from ._files import (
     append_line,

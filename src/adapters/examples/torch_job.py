@@ -51,7 +51,7 @@ from frontier_core.journal import CommitPolicy, Reuse, SiblingState, TokenPayloa
 
 from .._collector import StreamCollector
 from .._samples import SampleCollector
-from ..rollout import RolloutJournal, resumed_sample
+from ..journal import RolloutJournal, resumed_sample
 from ..torch import make_seekable_loader
 from ..torch._files import (
     dataset_fingerprint,

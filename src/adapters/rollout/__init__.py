@@ -46,9 +46,6 @@ from ._engine import EngineLoopError as EngineLoopError
 from ._engine import RequestOutput as RequestOutput
 from ._engine import RequestOutputLike as RequestOutputLike
 from ._engine import check_event_loop as check_event_loop
-from ._journal import Recovered as Recovered
-from ._journal import RolloutJournal as RolloutJournal
-from ._journal import resumed_sample as resumed_sample
 from ._loop import Collector as Collector
 from ._loop import Group as Group
 from ._loop import GroupSink as GroupSink
@@ -77,13 +74,11 @@ __all__ = [
     "EngineLoopError",
     "Group",
     "GroupSink",
-    "Recovered",
     "ReplayBuffer",
     "RequestOutput",
     "RequestOutputLike",
     "RolloutError",
     "RolloutEvent",
-    "RolloutJournal",
     "RolloutLoop",
     "RolloutStalledError",
     "SampleProgress",
@@ -94,7 +89,6 @@ __all__ = [
     "default_request_id",
     "loopback_environ",
     "remaining_tokens",
-    "resumed_sample",
     "sample_params",
     "sample_request_id",
     "sample_seed",

@@ -41,8 +41,8 @@ from frontier_core import Lease
 from frontier_core.journal import Reuse, SiblingState, TokenPayload, lineage_version
 
 from .._samples import SampleCollector, Taken
+from ..journal import Recovered, RolloutJournal, resumed_sample
 from ._engine import USABLE, AsyncEngine
-from ._journal import Recovered, RolloutJournal, resumed_sample
 from ._loop import (
     Group,
     GroupSink,

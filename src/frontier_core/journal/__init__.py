@@ -9,7 +9,7 @@ which of their samples (or prefixes) already exist, so only what was not yet
 durable is generated again.
 
 Everything here is a pure function over bytes and values; the file adapter
-(``frontier_adapters._journal_files.JournalWriter``) owns the file, the
+(``frontier_adapters.journal.JournalWriter``) owns the file, the
 writes and the fsyncs:
 
 * ``encode``/``encode_header``/``encode_records`` and ``decode``: the frame

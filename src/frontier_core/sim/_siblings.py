@@ -18,7 +18,7 @@ Three modes, one class; they differ only in what a resume still holds:
 Every coverage decision (which prompts to generate, which siblings to start
 under which attempt, which held samples to reuse, when a group lands) is the
 ledger's; the journal decides what is durable and replays it; this class
-sequences the calls, as ``frontier_adapters.rollout.RolloutJournal`` does for
+sequences the calls, as ``frontier_adapters.journal.RolloutJournal`` does for
 a real run, and carries the checkpoint through its JSON wire form.
 """
 

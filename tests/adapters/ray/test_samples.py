@@ -28,6 +28,7 @@ from frontier_adapters.examples.ray_sample_job import (
     sample_torture,
 )
 from frontier_adapters.examples.ray_workers import StandInSampleRollout
+from frontier_adapters.journal import RolloutJournal
 from frontier_adapters.ray import (
     SampleFleet,
     SampleLedgerActor,
@@ -35,7 +36,6 @@ from frontier_adapters.ray import (
     ledger_call,
     sample_rollout_actor,
 )
-from frontier_adapters.rollout import RolloutJournal
 
 from frontier_core import FailurePolicy, LedgerConfig
 from frontier_core.journal import TokenPayload

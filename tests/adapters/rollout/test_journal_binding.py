@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 from frontier_adapters import JournalWithoutCheckpointError
-from frontier_adapters.rollout import RolloutJournal, resumed_sample
+from frontier_adapters.journal import RolloutJournal, resumed_sample
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -502,10 +502,17 @@ def test_any_resume_gives_back_every_sibling_it_holds_and_deals_no_attempt_twice
 
 
 def test_the_file_adapter_the_readme_names_is_exported(tmp_path: Path) -> None:
-    """README: the file adapter is ``frontier_adapters.JournalWriter``."""
+    """README: the file adapter is ``frontier_adapters.journal.JournalWriter``,
+    beside the run's writer, in one package (and only there)."""
     import frontier_adapters
+    import frontier_adapters.journal
+    import frontier_adapters.rollout
 
     journal = open_journal(tmp_path)
-    assert isinstance(journal.writer, frontier_adapters.JournalWriter)
-    assert issubclass(frontier_adapters.JournalFileError, JournalError)
+    assert isinstance(journal.writer, frontier_adapters.journal.JournalWriter)
+    assert issubclass(frontier_adapters.journal.JournalFileError, JournalError)
+    for name in ("JournalWriter", "JournalFileError"):
+        assert not hasattr(frontier_adapters, name)
+    for name in ("RolloutJournal", "Recovered", "resumed_sample"):
+        assert not hasattr(frontier_adapters.rollout, name)
     journal.close()

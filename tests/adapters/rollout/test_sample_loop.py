@@ -13,9 +13,9 @@ from typing import Any
 
 import pytest
 from frontier_adapters import SampleCollector, SequenceSource
+from frontier_adapters.journal import RolloutJournal
 from frontier_adapters.rollout import (
     Group,
-    RolloutJournal,
     SampleRolloutLoop,
     sample_request_id,
 )

@@ -24,8 +24,8 @@ from frontier_adapters.examples.cpu_engine import (  # noqa: E402
     CpuSamplingParams,
     TinyCausalLM,
 )
+from frontier_adapters.journal import RolloutJournal  # noqa: E402
 from frontier_adapters.rollout import (  # noqa: E402
-    RolloutJournal,
     SampleProgress,
     SampleRolloutLoop,
     continued_prompt,

@@ -35,8 +35,8 @@ require_vllm()
 import torch  # noqa: E402
 from frontier_adapters import SampleCollector, SequenceSource  # noqa: E402
 from frontier_adapters.examples import tiny_llm  # noqa: E402
+from frontier_adapters.journal import RolloutJournal  # noqa: E402
 from frontier_adapters.rollout import (  # noqa: E402
-    RolloutJournal,
     SampleProgress,
     SampleRolloutLoop,
     VllmEngine,

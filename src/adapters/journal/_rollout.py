@@ -1,7 +1,7 @@
 """The rollout journal binding: a sample-level ledger and its journal file.
 
 ``RolloutJournal`` is the single writer of a run's rollout journal
-(``frontier_adapters.JournalWriter``) and the glue between it and a
+(``JournalWriter``) and the glue between it and a
 ``SampleLedger``: a rollout loop reports each sealed sample and each
 running sample's progress here as they happen; a checkpoint appends a mark
 and syncs, so the checkpoint knows its journal position; a compaction after
@@ -71,7 +71,7 @@ from frontier_core.journal import (
 )
 
 from .._errors import JournalWithoutCheckpointError
-from .._journal_files import JournalWriter
+from ._files import JournalWriter
 
 #: Attempts reserved at a time (``recover``, ``cover``): one synced record
 #: per block; a life that ends skips what is left of its block.
