@@ -27,7 +27,7 @@ if [ ! -e "$work/pyproject.toml" ]; then
     mkdir -p "$work"
     # Only what mutmut and the collected tests read; files deleted in the
     # working tree but still in the index are skipped.
-    git ls-files -z --cached --others --exclude-standard -- src tests proofs pyproject.toml README.md |
+    git ls-files -z --cached --others --exclude-standard -- src tests proofs pyproject.toml README.md docs |
         while IFS= read -r -d '' path; do
             [ -f "$path" ] && printf '%s\0' "$path"
         done |

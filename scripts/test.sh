@@ -5,10 +5,12 @@
 # turns a missing vllm into a failure instead of a skip. Arguments go to the
 # main pytest run; FRONTIER_VLLM_TESTS=0 leaves out the vLLM venv and tests.
 # The TRL binding's tests run the same way in ./.venv-trl (scripts/setup-trl.sh,
-# FRONTIER_REQUIRE_TRL=1); FRONTIER_TRL_TESTS=0 leaves them out.
+# FRONTIER_REQUIRE_TRL=1); FRONTIER_TRL_TESTS=0 leaves them out. The docs site
+# (mkdocs.yml) is built strict before the tests: a broken link, snippet or nav
+# entry fails the run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/setup.sh torch,dev,ray
+bash scripts/setup.sh torch,dev,ray,docs
 vllm_tests="${FRONTIER_VLLM_TESTS:-1}"
 if [ "$vllm_tests" != 0 ]; then
     bash scripts/setup-vllm.sh
@@ -19,6 +21,9 @@ if [ "$trl_tests" != 0 ]; then
 fi
 .venv/bin/ruff check src tests
 .venv/bin/mypy --strict src/frontier_core src/adapters
+docs_site=$(mktemp -d -t frontier-docs-XXXXXX)
+trap 'rm -rf "$docs_site"' EXIT
+NO_MKDOCS_2_WARNING=1 .venv/bin/mkdocs build --strict --quiet --site-dir "$docs_site"
 .venv/bin/python -m pytest "$@"
 if [ "$vllm_tests" != 0 ]; then
     FRONTIER_REQUIRE_VLLM=1 .venv-vllm/bin/python -m pytest -p no:cacheprovider \

@@ -1,22 +1,23 @@
-"""The README's examples run as written."""
+"""The documentation's examples run as written: README's quick start and
+the examples of the rollout, testing and durable rollouts pages."""
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
 import pytest
 
-README = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+from ._docs import filename, python_blocks, section
 
 
 def test_integration_example_runs_and_its_assertions_hold() -> None:
-    blocks = re.findall(r"```python\n(.*?)```", README, re.S)
+    blocks = python_blocks("README.md")
     assert blocks, "the README lost its integration example"
     example = blocks[0]
+    assert example in section("README.md", "Quick start")
     assert len(example.strip().splitlines()) <= 25
     namespace: dict[str, object] = {}
-    exec(compile(example, "README.md", "exec"), namespace)
+    exec(compile(example, filename("README.md"), "exec"), namespace)
     assert "assert" in example
 
 
@@ -27,9 +28,9 @@ def test_rollout_example_runs_and_audits_clean(
     pytest.importorskip("torch")
     from frontier_core import fold_lineage, read_train_log
 
-    (block,) = [b for b in re.findall(r"```python\n(.*?)```", README, re.S) if "RolloutLoop" in b]
+    (block,) = [b for b in python_blocks("rollout.md") if "RolloutLoop" in b]
     monkeypatch.chdir(tmp_path)
-    exec(compile(block, "README.md", "exec"), {"__name__": "readme_example"})
+    exec(compile(block, filename("rollout.md"), "exec"), {"__name__": "readme_example"})
     lineage = fold_lineage(read_train_log(tmp_path / "log.jsonl"))
     trained = sorted(o for ordinals in lineage.steps.values() for o in ordinals)
     dropped = sorted(o for ordinals in lineage.dropped for o in ordinals)
@@ -40,20 +41,18 @@ def test_harness_example_runs_and_stays_under_30_lines() -> None:
     pytest.importorskip("hypothesis")
     (block,) = [
         b
-        for b in re.findall(r"```python\n(.*?)```", README, re.S)
+        for b in python_blocks("testing.md")
         if "Integration" in b and "SampleIntegration" not in b
     ]
     assert len([line for line in block.splitlines() if line.strip()]) <= 30
-    exec(compile(block, "README.md", "exec"), {"__name__": "readme_harness"})
+    exec(compile(block, filename("testing.md"), "exec"), {"__name__": "readme_harness"})
 
 
 def test_durable_rollouts_example_runs_and_its_assertions_hold() -> None:
     """The durable rollouts example, as written: a crash after three of
     four samples sealed; the resume reuses them and generates only one."""
     (block,) = [
-        b
-        for b in re.findall(r"```python\n(.*?)```", README, re.S)
-        if "RolloutJournal(" in b and "SampleLedger" in b
+        b for b in python_blocks("durable.md") if "RolloutJournal(" in b and "SampleLedger" in b
     ]
     assert block.count("assert ") >= 3
-    exec(compile(block, "README.md", "exec"), {"__name__": "readme_durable"})
+    exec(compile(block, filename("durable.md"), "exec"), {"__name__": "readme_durable"})

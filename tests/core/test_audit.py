@@ -229,7 +229,7 @@ def test_window_work_follows_the_stream_not_a_step_number(tmp_path: Path) -> Non
 def test_a_last_line_without_its_newline_is_exit_2(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], tail: bytes
 ) -> None:
-    """The README promises exit 2 for a truncated line: the audit discarded
+    """docs/cli.md promises exit 2 for a truncated line: the audit discarded
     a torn last line and exited 0, and dropped a complete last record that
     only lacked its newline (the lineage it proved was not the log's)."""
     path = tmp_path / "log.jsonl"

@@ -20,7 +20,7 @@ from frontier_core.testing import (
     run_integration_test,
 )
 
-# -- the README's example: an outside integration tested in under 30 lines ------
+# -- docs/testing.md's example: an outside integration tested in under 30 lines --
 # example-start
 CONFIG = LedgerConfig(stream_len=10, on_failure=FailurePolicy.RETRY, max_attempts=2)
 

@@ -20,6 +20,7 @@ import frontier_core._samples as samples_module
 from frontier_core import SampleLedger, Sibling, Status
 from frontier_core._replay import MAX_SAMPLES, Replayer, TraceError
 
+from .._docs import section
 from .test_replay import replay
 
 Op = dict[str, Any]
@@ -910,13 +911,11 @@ def test_the_cli_exits_2_naming_the_line_and_prints_nothing_after(tmp_path: Path
     assert "trace.jsonl:5: " in err and "never started" in err and "Traceback" not in err
 
 
-# -- the README documents the format exactly ----------------------------------------
+# -- docs/cli.md documents the format exactly ---------------------------------------
 
 
 def readme_section() -> str:
-    text = (Path(__file__).resolve().parents[2] / "README.md").read_text()
-    start = text.index("## `frontier replay`")
-    return text[start : text.index("\n## ", start + 1)]
+    return section("cli.md", "`frontier replay`")
 
 
 def test_the_readme_names_every_op_key_and_printed_key() -> None:

@@ -56,7 +56,7 @@ EVENTS: tuple[type[Move], ...] = (Dispatch, Buffer, Fail, Setback, Evict, Train)
 
 # -- the statement ---------------------------------------------------------------
 
-#: The lifecycle as the README tells it: pending -> outstanding (dispatch) ->
+#: The lifecycle as docs/ledger.md tells it: pending -> outstanding (dispatch) ->
 #: buffered (buffer) -> trained (train); a failure while outstanding or an
 #: eviction while buffered is up to the policy; so is a failed sample of an
 #: outstanding group ("sample policy"). Everything else is illegal.

@@ -16,7 +16,7 @@ field carries its rows' stream positions.
 Data-parallel ranks that read their own data: ``make_seekable_loader(...,
 share=share)`` and ``RankCollector`` per rank, ``DistributedCheckpointer``
 for all-or-nothing multi-rank checkpoints, and ``frontier_core.reshard`` to
-resume on any world size (README, "Elastic resume").
+resume on any world size (docs/elastic.md).
 """
 
 from __future__ import annotations

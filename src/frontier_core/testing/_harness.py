@@ -173,7 +173,7 @@ class Lineage:
 
 
 #: The harness's default settings: enough interleavings to find the usual
-#: integration bugs in a few seconds (see the README for longer runs).
+#: integration bugs in a few seconds (see docs/testing.md for longer runs).
 DEFAULT_SETTINGS = settings(
     max_examples=100,
     stateful_step_count=40,

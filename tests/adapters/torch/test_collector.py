@@ -178,7 +178,7 @@ def test_misaligned_loader_is_refused() -> None:
 
 
 def test_a_resume_may_add_epochs_and_continues_the_same_stream() -> None:
-    """The README's promise: a longer stream (more epochs) is accepted, and
+    """docs/decisions.md's promise: a longer stream (more epochs) is accepted, and
     the resumed stream is the longer uninterrupted one's tail."""
     full = [o for o, _ in seekable(epochs=3).take(1000)]
     c = seekable(epochs=2)

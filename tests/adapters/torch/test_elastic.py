@@ -1,6 +1,6 @@
 """Elastic resume in the torch binding: the sampler's share, the rank
 collector, multi-rank all-or-nothing checkpoints, an in-process run across
-world-size changes, and the README's example. The torchrun kill test is
+world-size changes, and the example of docs/elastic.md. The torchrun kill test is
 ``test_elastic_kill.py``."""
 
 from __future__ import annotations
@@ -43,8 +43,9 @@ from frontier_core import (
     reshard,
 )
 
+from ..._docs import ROOT, filename, python_blocks
+
 FP = "rows-v1"
-README = Path(__file__).resolve().parents[3] / "README.md"
 
 # -- the sampler's share ----------------------------------------------------------------
 
@@ -412,16 +413,15 @@ def test_an_elastic_run_in_one_process_trains_every_ordinal_once(tmp_path: Path)
     assert crashes == len(worlds) - 1 and routed > 0
 
 
-# -- the README's example ------------------------------------------------------------------------
+# -- the example of docs/elastic.md ---------------------------------------------------------------
 
 
 def test_the_readme_elastic_example_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    text = README.read_text()
-    blocks = [b for b in re.findall(r"```python\n(.*?)```", text, re.S) if "reshard(" in b]
-    assert len(blocks) == 1, "the README's elastic resume example"
+    blocks = [b for b in python_blocks("elastic.md") if "reshard(" in b]
+    assert len(blocks) == 1, "the elastic resume example of docs/elastic.md"
     monkeypatch.chdir(tmp_path)
     namespace: dict[str, Any] = {"__name__": "readme_elastic"}
-    exec(compile(blocks[0], "README.md", "exec"), namespace)
+    exec(compile(blocks[0], filename("elastic.md"), "exec"), namespace)
 
 
 def test_owned_groups_refuses_junk() -> None:
@@ -435,7 +435,7 @@ def test_owned_groups_refuses_junk() -> None:
         owned_groups([RankPart(0, {"buffer": {"x": 1}}, None)], "buffer", share)
     with pytest.raises(CheckpointCorruptError):
         owned_groups([RankPart(0, {"buffer": [1]}, None)], "buffer", share)
-    assert reshard  # imported for the README example's names
+    assert reshard  # imported for the elastic example's names
 
 
 def test_a_rollout_loop_per_rank_runs_on_its_rank_collector() -> None:
@@ -483,7 +483,7 @@ def test_proofs_elastic_names_code_and_tests_that_exist() -> None:
     and every "checked by" test exists."""
     import importlib
 
-    doc = (README.parent / "proofs" / "ELASTIC.md").read_text()
+    doc = (ROOT / "proofs" / "ELASTIC.md").read_text()
     sections = dict(re.findall(r"^## ([A-Z][A-Z-]+): .*?\n(.*?)(?=^## |\Z)", doc, re.S | re.M))
     assert len(sections) >= 8
     for name, body in sections.items():

@@ -1,10 +1,9 @@
-"""The README's TRL section runs as written, and again after it finished
+"""The example of docs/trl.md runs as written, and again after it finished
 (a restart of a finished run resumes and trains nothing)."""
 
 from __future__ import annotations
 
 import os
-import re
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +18,7 @@ from frontier_adapters.examples.trl_job import make_rows, reward  # noqa: E402
 
 from frontier_core._audit import audit_log  # noqa: E402
 
-README = (Path(__file__).resolve().parents[3] / "README.md").read_text()
+from ..._docs import filename, python_blocks  # noqa: E402
 
 
 def test_the_readme_trl_example_runs_and_audits_clean(
@@ -31,9 +30,7 @@ def test_the_readme_trl_example_runs_and_audits_clean(
     import transformers
 
     torch.set_num_threads(1)
-    (block,) = [
-        b for b in re.findall(r"```python\n(.*?)```", README, re.S) if "FrontierGRPOTrainer" in b
-    ]
+    (block,) = [b for b in python_blocks("trl.md") if "FrontierGRPOTrainer" in b]
     assert len(block.strip().splitlines()) <= 10
     path = tiny_llm()
     monkeypatch.chdir(tmp_path)
@@ -47,10 +44,10 @@ def test_the_readme_trl_example_runs_and_audits_clean(
         }
 
     first = namespace()
-    exec(compile(block, "README.md", "exec"), first)
+    exec(compile(block, filename("trl.md"), "exec"), first)
     assert first["trainer"].state.global_step == 8
     again = namespace()
-    exec(compile(block, "README.md", "exec"), again)  # resumes the finished run
+    exec(compile(block, filename("trl.md"), "exec"), again)  # resumes the finished run
     assert again["trainer"].state.global_step == 8
     report = audit_log(tmp_path / "out" / "frontier_train_log.jsonl", 16)
     assert report.clean and report.trained_once == 16
