@@ -4,8 +4,10 @@ Every ``import`` and ``from ... import`` in ``src/`` (lazy ones inside
 functions included) is resolved to an absolute module name and checked
 against the table: the core imports no adapter, a binding imports neither
 another binding nor the examples or benchmarks, the adapters' root imports
-no binding (its command module excepted), and each framework stays in the
-binding that owns it.
+no binding (its command module excepted), the checkpoint protocol
+(``frontier_adapters.checkpoints``) imports only the core, the root's errors,
+the standard library and attrs, and each framework stays in the binding
+that owns it.
 """
 
 from __future__ import annotations
@@ -26,6 +28,12 @@ BINDINGS = ("torch", "rollout", "ray", "trl")
 #: The one layering between bindings: a TRL trainer is a torch trainer, so
 #: the trl binding builds on the torch binding's seekable sampler.
 BUILDS_ON = {"trl": {"torch"}}
+#: The framework-free checkpoint protocol: a root-level package that the root
+#: modules and every binding may import; it imports the core, these root
+#: modules, the standard library and these packages, nothing else.
+CHECKPOINTS = "checkpoints"
+CHECKPOINTS_ROOT_IMPORTS = {"frontier_adapters._errors"}
+CHECKPOINTS_PACKAGES = {"attrs"}
 #: framework -> the adapter packages allowed to import it
 FRAMEWORKS = {
     "torch": {"torch", "trl", "examples", "bench"},
@@ -76,12 +84,12 @@ def sources() -> list[Path]:
 
 
 def area(module: str) -> str:
-    """Where a module of ours lives: ``core``, ``core.testing``, ``root``, a
-    binding's name, ``examples`` or ``bench``."""
+    """Where a module of ours lives: ``core``, ``core.testing``, ``root``,
+    ``checkpoints``, a binding's name, ``examples`` or ``bench``."""
     parts = module.split(".")
     if parts[0] == "frontier_core":
         return "core.testing" if parts[1:2] == ["testing"] else "core"
-    if len(parts) > 1 and parts[1] in (*BINDINGS, "examples", "bench"):
+    if len(parts) > 1 and parts[1] in (*BINDINGS, CHECKPOINTS, "examples", "bench"):
         return parts[1]
     return "root"
 
@@ -109,18 +117,25 @@ def violations() -> list[str]:
                     found.append(f"{where}:{line}: the core imports {target}")
                 elif mine == "core" and theirs == "core.testing":
                     found.append(f"{where}:{line}: the core imports its testing tools ({target})")
-                elif mine == "root" and theirs not in ("core", "root"):
+                elif mine == CHECKPOINTS and theirs not in ("core", CHECKPOINTS):
+                    if target not in CHECKPOINTS_ROOT_IMPORTS:
+                        found.append(f"{where}:{line}: the checkpoints package imports {target}")
+                elif mine == "root" and theirs not in ("core", "root", CHECKPOINTS):
                     if me != "frontier_adapters._cli":
                         found.append(f"{where}:{line}: the adapters' root imports {target}")
                 elif mine in BINDINGS and theirs not in (
                     "core",
                     "root",
+                    CHECKPOINTS,
                     mine,
                     *BUILDS_ON.get(mine, ()),
                 ):
                     found.append(f"{where}:{line}: the {mine} binding imports {target}")
             elif top in FRAMEWORKS and top not in sys.stdlib_module_names:
                 if mine not in FRAMEWORKS[top]:
+                    found.append(f"{where}:{line}: {me} ({mine}) imports {top}")
+            elif mine == CHECKPOINTS and top not in sys.stdlib_module_names:
+                if top not in CHECKPOINTS_PACKAGES:
                     found.append(f"{where}:{line}: {me} ({mine}) imports {top}")
     return found
 
@@ -138,6 +153,9 @@ def test_the_checker_sees_lazy_and_relative_imports(tmp_path: Path) -> None:
     assert "ray" in found
     assert area("frontier_adapters.examples.cpu_engine") == "examples"
     assert area("frontier_adapters._collector") == "root"
+    assert area("frontier_adapters.checkpoints._lineage") == "checkpoints"
+    found = {target for _, target in imports(PACKAGES["frontier_adapters"] / "torch" / "_files.py")}
+    assert "frontier_adapters.checkpoints" in found
     assert area("frontier_core.testing._harness") == "core.testing"
 
 
@@ -153,6 +171,14 @@ def test_the_checker_sees_lazy_and_relative_imports(tmp_path: Path) -> None:
         ("from ..rollout import RolloutLoop\n", "adapters/ray/_x.py", "the ray binding imports"),
         ("def f():\n    import torch\n", "adapters/rollout/_x.py", "imports torch"),
         ("from .torch import SeekableSource\n", "adapters/_x.py", "the adapters' root imports"),
+        ("def f():\n    import torch\n", "adapters/checkpoints/_x.py", "imports torch"),
+        ("import numpy\n", "adapters/checkpoints/_x.py", "imports numpy"),
+        (
+            "from .._collector import StreamCollector\n",
+            "adapters/checkpoints/_x.py",
+            "the checkpoints package imports",
+        ),
+        ("from ..torch import TENSOR_PARTS\n", "adapters/checkpoints/_x.py", "imports"),
     ],
 )
 def test_a_planted_violation_is_caught(

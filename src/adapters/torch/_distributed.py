@@ -33,9 +33,10 @@ step and only then replaces ``COMMIT`` atomically (temporary file, fsync,
 ``os.replace``, fsync of the root). ``COMMIT`` lists the new checkpoint
 then its ancestry, up to ``keep``, each entry with every part's size and
 SHA-256 and naming its parent: the checkpoint the run continues, chosen as
-for a checkpoint root's ``LATEST`` (``torch._files``: ``resumed_from``, or
-what this process last read or committed in this root, or the newest
-committed one; the newest of lower step on its ancestry). Rank 0 then
+for a checkpoint root's ``LATEST`` (``frontier_adapters.checkpoints``:
+``resumed_from``, or what this process last read or committed in this
+root, or the newest committed one; the newest of lower step on its
+ancestry). Rank 0 then
 removes every other step directory (torn ones, ancestors beyond ``keep``,
 abandoned branches) and tells every rank the outcome, so ``save`` returns
 on all ranks once the checkpoint exists, and raises on all ranks if any
@@ -46,11 +47,13 @@ never read, and the reader picks the newest committed one.
 Reading validates before it trusts: ``COMMIT``'s checksum, every entry's
 structure (one JSON part per rank of its world, names matching the rank),
 and each part's size and SHA-256 as committed; files are opened relative to
-the root's descriptor without following symlinks (``torch._files``'s
-readers). Tensor parts load with ``torch.load(weights_only=True)``.
+the root's descriptor without following symlinks (the readers of
+``frontier_adapters.checkpoints``). Tensor parts load with
+``torch.load(weights_only=True)`` (the binding's ``TENSOR_PARTS`` codec).
 ``COMMIT`` is read, continued, published and pruned by the code that does
-so for a checkpoint root's ``LATEST`` (``torch._files``'s ``_LineageFile``):
-only its names, bounds and entries are its own (``_COMMITTED``). A
+so for a checkpoint root's ``LATEST`` (``frontier_adapters.checkpoints``'s
+``LineageFile``): only its names, bounds and entries are its own
+(``_COMMITTED``). A
 ``COMMIT`` of version 1 (step order, no parents) is still read, as the
 chain it lists.
 
@@ -61,7 +64,6 @@ from __future__ import annotations
 
 import bisect
 import hashlib
-import io
 import json
 import os
 import re
@@ -71,7 +73,6 @@ from pathlib import Path
 from typing import Any, Final, Protocol
 
 import attrs
-import torch
 
 from frontier_core import (
     CheckpointCorruptError,
@@ -95,27 +96,25 @@ from .._collector import (
 from .._collector import VERSION as COLLECTOR_VERSION
 from .._errors import CheckpointFileError
 from .._state import KEY_FORMAT, KEY_VERSION
-from ._files import (
-    _TMP_PREFIX,
-    _ancestry,
-    _check_fingerprint,
-    _decode_part,
-    _fsync_fd,
-    _is_int,
-    _lineage_dirs,
-    _LineageFile,
-    _note_resumed,
-    _on_lineage,
-    _open_dir,
-    _parent_dir,
-    _publish_lineage,
-    _publish_next,
-    _read_lineage,
-    _read_part,
-    _read_previous,
-    _root_fd,
-    _write_new,
-)
+from ..checkpoints._fs import TMP_PREFIX as _TMP_PREFIX
+from ..checkpoints._fs import fsync_fd as _fsync_fd
+from ..checkpoints._fs import open_dir as _open_dir
+from ..checkpoints._fs import root_fd as _root_fd
+from ..checkpoints._fs import write_new as _write_new
+from ..checkpoints._lineage import LineageFile as _LineageFile
+from ..checkpoints._lineage import ancestry as _ancestry
+from ..checkpoints._lineage import lineage_dirs as _lineage_dirs
+from ..checkpoints._lineage import note_resumed as _note_resumed
+from ..checkpoints._lineage import on_lineage as _on_lineage
+from ..checkpoints._lineage import parent_dir as _parent_dir
+from ..checkpoints._lineage import publish_lineage as _publish_lineage
+from ..checkpoints._lineage import publish_next as _publish_next
+from ..checkpoints._lineage import read_lineage as _read_lineage
+from ..checkpoints._lineage import read_previous as _read_previous
+from ..checkpoints._parts import decode_part, read_part
+from ..checkpoints._sealed import check_fingerprint as _check_fingerprint
+from ..checkpoints._sealed import is_int as _is_int
+from ._files import TENSOR_PARTS
 
 # -- one rank's collector ---------------------------------------------------------------
 
@@ -512,13 +511,13 @@ def read_distributed_checkpoint(
         try:
             for f in entry["parts"]:
                 file = path / f["name"]
-                data = _read_part(
+                data = read_part(
                     f["name"], dir_fd=dir_fd, shown=file, size=f["size"], sha256=f["sha256"]
                 )
                 if file.suffix == ".json":
-                    json_parts[f["rank"]] = _decode_part(data, file)
+                    json_parts[f["rank"]] = decode_part(data, file, TENSOR_PARTS)
                 elif tensors:
-                    tensor_parts[f["rank"]] = _decode_part(data, file)
+                    tensor_parts[f["rank"]] = decode_part(data, file, TENSOR_PARTS)
         finally:
             os.close(dir_fd)
         return LoadedDistributedCheckpoint(
@@ -642,9 +641,7 @@ class DistributedCheckpointer:
             )
         ]
         if tensor_part is not None:
-            buf = io.BytesIO()
-            torch.save(tensor_part, buf)
-            blobs.append((part_name(rank, self.world, "pt"), buf.getvalue()))
+            blobs.append((part_name(rank, self.world, "pt"), TENSOR_PARTS.encode(tensor_part)))
         name = step_dir_name(step, self.session)
         root_fd = _root_fd(self.root)
         if root_fd is None:

@@ -17,6 +17,7 @@ from frontier_adapters.torch import (  # noqa: E402
     CheckpointFileError,
     CheckpointFileVersionError,
     DatasetChangedError,
+    LoadedCheckpoint,
     dataset_fingerprint,
     decode_snapshot,
     encode_snapshot,
@@ -191,3 +192,50 @@ def test_snapshot_encoding_is_json_and_checked() -> None:
         decode_snapshot({**enc, "sha256": "0" * 64})
     with pytest.raises(CheckpointCorruptError, match="base64"):
         decode_snapshot({**enc, "snapshot": "!!"})
+
+
+# -- the framework-free protocol with the torch codec -------------------------------
+
+
+def test_the_binding_is_the_protocol_with_the_tensor_codec(tmp_path: Path) -> None:
+    from frontier_adapters import checkpoints
+    from frontier_adapters.torch._files import TENSOR_PARTS
+
+    assert LoadedCheckpoint is checkpoints.LoadedCheckpoint
+    path = save(tmp_path / "torch", 1)
+    loaded = read_checkpoint(tmp_path / "torch", fingerprint=FP)
+    again = checkpoints.read_checkpoint_dir(path, fingerprint=FP, codec=TENSOR_PARTS)
+    assert loaded is not None and again.json_parts == loaded.json_parts
+    assert torch.equal(again.tensor_parts["model"]["bias"], loaded.tensor_parts["model"]["bias"])
+    # Without the codec the protocol refuses the .pt part, naming the manifest.
+    with pytest.raises(CheckpointFileError, match=r"no codec given reads \.pt parts") as info:
+        checkpoints.read_checkpoint(tmp_path / "torch", fingerprint=FP)
+    assert info.value.path == str(path / "manifest.json")
+    # A root of JSON parts only, written without torch, reads the same here.
+    json_only = checkpoints.write_checkpoint(
+        tmp_path / "json", 3, fingerprint=FP, json_parts={"state": [1]}
+    )
+    assert read_checkpoint(tmp_path / "json", fingerprint=FP) == LoadedCheckpoint(
+        path=json_only, step=3, json_parts={"state": [1]}, tensor_parts={}
+    )
+
+
+# -- the dataset's identity -------------------------------------------------------
+
+
+def test_the_fingerprint_sees_every_row_and_the_order() -> None:
+    rows = [[i, i * i] for i in range(1000)]
+
+    def fp(ds: Any, **kw: Any) -> str:
+        return dataset_fingerprint(ds, **{"seed": 0, "shuffle": True, **kw})
+
+    middle = [*rows[:500], [500, -1], *rows[501:]]
+    swapped = [*rows[:10], rows[11], rows[10], *rows[12:]]
+    assert len({fp(rows), fp(middle), fp(swapped)}) == 3
+    assert fp(rows) != fp(rows, seed=1) and fp(rows) != fp(rows, shuffle=False)
+    assert fp(rows) == fp([list(r) for r in rows])
+    # The sampled mode is explicit, and weaker: it misses the middle row.
+    assert fp(rows, sample=32) == fp(middle, sample=32) != fp(rows)
+    assert fp([torch.ones(2)]) != fp([torch.ones(2, dtype=torch.float64)])
+    with pytest.raises(TypeError, match="user_id"):
+        fp([object()])

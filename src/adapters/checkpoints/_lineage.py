@@ -1,0 +1,338 @@
+"""A root's lineage file: the chain of ancestry a root publishes (a
+checkpoint root's ``LATEST``, a distributed root's ``COMMIT``), read,
+continued, published and pruned by one code."""
+
+from __future__ import annotations
+
+import os
+import re
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, Final, Generic, TypeVar
+
+import attrs
+
+from .._errors import CheckpointFileError
+from . import _fs
+from ._sealed import check_sealed, is_int, parse_json, sealed_bytes
+
+#: The keys of a lineage file's document (``LATEST``, and the torch
+#: binding's ``COMMIT``).
+_LINEAGE_KEYS: Final = frozenset({"format", "version", "lineage", "sha256"})
+
+_E = TypeVar("_E")
+_T = TypeVar("_T")
+
+
+@attrs.frozen
+class LineageFile(Generic[_E]):
+    """One kind of root's lineage file: ``LATEST`` of a checkpoint root
+    (``_dirs.PUBLISHED``), ``COMMIT`` of a distributed one (the torch
+    binding's ``_distributed._COMMITTED``). Both are a bounded JSON
+    document sealed by its SHA-256 whose ``lineage`` lists a chain of
+    ancestry, newest first: each entry names its parent (the directory of
+    the checkpoint it continues, ``null`` for a fresh start), which is the
+    next entry's directory, and steps strictly decrease. One code reads
+    them (``read_lineage``, ``lineage_dirs``, ``read_previous``), chooses
+    what a new checkpoint continues (``ancestry``) and publishes them
+    (``publish_lineage``, ``publish_next``); what differs is named here."""
+
+    #: The file's name in the root, and the format and version it must hold.
+    name: str
+    format: str
+    version: int
+    #: Older versions still read: their lineage, listed in step order
+    #: without parents, is read as the chain it lists.
+    also_reads: tuple[int, ...]
+    max_bytes: int
+    max_entries: int
+    #: The names of the root's checkpoint directories (group 1: the step),
+    #: and what errors call them.
+    dirs: re.Pattern[str]
+    dirs_are: str
+    #: What errors call the lineage: ``"published"``, ``"committed"``.
+    lineage_is: str
+    #: The most checkpoint directories a kill can leave beside an empty
+    #: lineage (more is damage, refused rather than read as a fresh start),
+    #: or ``None`` when there is no such bound.
+    unlisted_when_empty: int | None
+    #: What killed writes leave in the root: names with these prefixes.
+    leftovers: tuple[str, ...]
+    #: ``parse_entry(shown, raw)``: the validated entry (``raw`` without its
+    #: ``parent``), or a ``CheckpointFileError`` naming ``shown``.
+    parse_entry: Callable[[Path, object], _E]
+    step_of: Callable[[_E], int]
+    dir_of: Callable[[_E], str]
+    to_json: Callable[[_E], dict[str, Any]]
+
+
+@attrs.frozen
+class Link(Generic[_E]):
+    """An entry of a lineage file and its parent: the directory of the
+    checkpoint it continues (``None``: a fresh start, or not recorded by a
+    version-1 file)."""
+
+    entry: _E
+    parent: str | None
+
+
+def _dir_step(kind: LineageFile[_E], name: object) -> int | None:
+    """The step in a checkpoint directory's name, ``None`` if not one."""
+    m = kind.dirs.match(name) if isinstance(name, str) else None
+    return int(m.group(1)) if m else None
+
+
+def read_lineage(root: Path, root_fd: int, kind: LineageFile[_E]) -> list[Link[_E]] | None:
+    """The lineage ``kind`` lists, newest first; ``None`` when its file is
+    absent from a root that holds no checkpoint directory (nothing was ever
+    published). Raises ``CheckpointFileError`` for a missing file next to
+    checkpoint directories, an empty lineage beside more of them than a
+    kill leaves (``kind.unlisted_when_empty``), and for an empty, garbled or
+    forged file, entries that do not form a chain of parents or whose steps
+    do not strictly decrease (``CheckpointFileVersionError`` for another
+    format or version)."""
+    shown = root / kind.name
+    try:
+        data = _fs.read_file(kind.name, dir_fd=root_fd, shown=shown, limit=kind.max_bytes)
+    except FileNotFoundError:
+        dirs = sorted(n for n in _fs.listing(root_fd, root) if kind.dirs.match(n))
+        if dirs:
+            raise CheckpointFileError(
+                shown,
+                f"missing, but the root holds {kind.dirs_are} ({', '.join(dirs[:3])}"
+                f"{', ...' if len(dirs) > 3 else ''}): refusing to treat it as a fresh start",
+            ) from None
+        return None
+    if not data.strip():
+        raise CheckpointFileError(shown, f"empty: it must list the {kind.lineage_is} checkpoints")
+    doc = parse_json(data, shown, "garbled")
+    if not isinstance(doc, dict):
+        raise CheckpointFileError(shown, "garbled: not a JSON object")
+    check_sealed(shown, doc, kind.format, kind.version, _LINEAGE_KEYS, kind.also_reads)
+    lineage = doc["lineage"]
+    if not isinstance(lineage, list) or len(lineage) > kind.max_entries:
+        raise CheckpointFileError(shown, f"'lineage' must be a list of at most {kind.max_entries}")
+    links: list[Link[_E]] = []
+    if doc["version"] == kind.version:
+        for raw in lineage:
+            if not isinstance(raw, dict) or "parent" not in raw:
+                raise CheckpointFileError(shown, f"bad lineage entry {str(raw)[:200]}")
+            parent = raw["parent"]
+            entry = kind.parse_entry(shown, {k: v for k, v in raw.items() if k != "parent"})
+            if parent is not None and _dir_step(kind, parent) is None:
+                raise CheckpointFileError(
+                    shown, f"entry {kind.dir_of(entry)}: bad parent {str(parent)[:80]!r}"
+                )
+            links.append(Link(entry, parent))
+    else:  # an older version: the chain it lists, its last parent unrecorded
+        entries = [kind.parse_entry(shown, raw) for raw in lineage]
+        links = [
+            Link(e, kind.dir_of(entries[i + 1]) if i + 1 < len(entries) else None)
+            for i, e in enumerate(entries)
+        ]
+    steps = [kind.step_of(link.entry) for link in links]
+    if steps != sorted(set(steps), reverse=True):
+        raise CheckpointFileError(shown, "lineage steps must strictly decrease")
+    for i, link in enumerate(links):
+        name = kind.dir_of(link.entry)
+        after = links[i + 1] if i + 1 < len(links) else None
+        if after is not None and link.parent != kind.dir_of(after.entry):
+            raise CheckpointFileError(
+                shown,
+                f"entry {name} names the parent {str(link.parent)[:80]}, but the next entry "
+                f"is {kind.dir_of(after.entry)}: the lineage must be a chain of ancestry",
+            )
+        step = _dir_step(kind, link.parent)
+        if step is not None and step >= kind.step_of(link.entry):
+            raise CheckpointFileError(shown, f"entry {name}: its parent is not of a lower step")
+    if not links and kind.unlisted_when_empty is not None:
+        dirs = sorted(n for n in _fs.listing(root_fd, root) if kind.dirs.match(n))
+        if len(dirs) > kind.unlisted_when_empty:
+            raise CheckpointFileError(
+                shown,
+                f"lists no checkpoint, but the root holds {len(dirs)} {kind.dirs_are} "
+                f"({', '.join(dirs[:3])}{', ...' if len(dirs) > 3 else ''}); a killed write "
+                f"leaves at most {kind.unlisted_when_empty}: refusing to treat it as a fresh start",
+            )
+    return links
+
+
+def lineage_dirs(root: str | os.PathLike[str], kind: LineageFile[_E]) -> list[Path]:
+    """The directories of the lineage ``kind`` lists under ``root``, newest
+    first (``[]`` for a root with no checkpoint); raises as ``read_lineage``."""
+    root = Path(root)
+    fd = _fs.root_fd(root)
+    if fd is None:
+        return []
+    try:
+        return [root / kind.dir_of(link.entry) for link in read_lineage(root, fd, kind) or []]
+    finally:
+        _fs.close(fd)
+
+
+# What each root was last resumed from or written in this process, so that
+# a write continues the checkpoint its run continues without being told:
+# (lineage file, the root's identity) -> that checkpoint's entry.
+_RESUMED: dict[tuple[str, tuple[int, int]], Any] = {}
+_RESUMED_LOCK: Final = threading.Lock()
+
+
+def _root_key(kind: LineageFile[_E], root_fd: int) -> tuple[str, tuple[int, int]]:
+    return (kind.name, _fs.root_identity(root_fd))
+
+
+def note_resumed(kind: LineageFile[_E], root_fd: int, entry: _E) -> None:
+    """Record ``entry`` as what this process's run in this root continues."""
+    key = _root_key(kind, root_fd)
+    with _RESUMED_LOCK:
+        _RESUMED[key] = entry
+
+
+def _noted_resumed(kind: LineageFile[_E], root_fd: int) -> object:
+    key = _root_key(kind, root_fd)
+    with _RESUMED_LOCK:
+        return _RESUMED.get(key)
+
+
+def on_lineage(root: Path, kind: LineageFile[_E], lineage: list[Link[_E]], name: str) -> int:
+    """The index of directory ``name`` on ``lineage``; ``CheckpointFileError``
+    naming the lineage file when it is not there."""
+    names = [kind.dir_of(link.entry) for link in lineage]
+    if name not in names:
+        raise CheckpointFileError(
+            root / kind.name,
+            f"{name[:80]} is not on the {kind.lineage_is} lineage "
+            f"({', '.join(names[:3])}{', ...' if len(names) > 3 else ''}): "
+            "a new checkpoint continues one of its checkpoints",
+        )
+    return names.index(name)
+
+
+def ancestry(
+    root: Path,
+    root_fd: int,
+    kind: LineageFile[_E],
+    old: list[Link[_E]],
+    step: int,
+    parent: str | None,
+) -> list[Link[_E]]:
+    """The part of the ``old`` lineage that a new checkpoint at ``step``
+    continues: from the checkpoint the run continues, the newest on its
+    ancestry (itself included) with a step below ``step``. That checkpoint
+    is the directory ``parent`` when given; otherwise the one this process
+    last resumed from or wrote in this root, if it is still on ``old``;
+    otherwise the newest of ``old``. Raises ``CheckpointFileError`` naming
+    the lineage file when ``parent`` is not on ``old``."""
+    start = 0
+    if parent is not None:
+        start = on_lineage(root, kind, old, parent)
+    else:
+        noted = _noted_resumed(kind, root_fd)
+        # Compared by value, not name: a stale note (a root removed and
+        # made again, reusing the inode) names nothing on the new lineage.
+        start = next((i for i, link in enumerate(old) if link.entry == noted), 0)
+    for i in range(start, len(old)):
+        if kind.step_of(old[i].entry) < step:
+            return old[i:]
+    return []
+
+
+def read_previous(
+    root: str | os.PathLike[str],
+    kind: LineageFile[_E],
+    previous: int,
+    read: Callable[[Path, int, _E], _T],
+) -> _T | None:
+    """``read(root, root_fd, entry)`` of the entry ``previous`` back along
+    the lineage ``kind`` lists (0: the newest; ``k``: its ``k``-th
+    ancestor); ``None`` for a root that holds no checkpoint. What it
+    returns is noted as what this process's run continues (``ancestry``).
+    Raises ``ValueError`` for a bad ``previous``, ``CheckpointFileError``
+    when the lineage is shorter, and what ``read_lineage`` and ``read``
+    raise."""
+    if not is_int(previous) or previous < 0:
+        raise ValueError(f"previous must be an int >= 0, got {previous!r}")
+    root = Path(root)
+    fd = _fs.root_fd(root)
+    if fd is None:
+        return None
+    try:
+        lineage = read_lineage(root, fd, kind)
+        if not lineage:
+            return None
+        if previous >= len(lineage):
+            raise CheckpointFileError(
+                root / kind.name,
+                f"the {kind.lineage_is} lineage holds {len(lineage)} checkpoint(s); "
+                f"there is no checkpoint {previous} back",
+            )
+        entry = lineage[previous].entry
+        loaded = read(root, fd, entry)
+        note_resumed(kind, fd, entry)
+        return loaded
+    finally:
+        _fs.close(fd)
+
+
+def parent_dir(root: Path, parent: object, what: str) -> str:
+    """The directory name of ``parent`` (a loaded checkpoint's ``path``, a
+    path or a bare name), which must be in ``root``; ``ValueError``
+    otherwise, ``TypeError`` for another type."""
+    path = getattr(parent, "path", parent)
+    if not isinstance(path, str | os.PathLike):
+        raise TypeError(
+            f"{what} must be a loaded checkpoint or a path, got {type(parent).__name__}"
+        )
+    path = Path(path)
+    if path.parent != Path(".") and not _fs.same_place(path.parent, root):
+        raise ValueError(f"{what} {str(path)[:200]} is not a checkpoint of {root}")
+    return path.name
+
+
+def publish_lineage(
+    root: Path, root_fd: int, kind: LineageFile[_E], lineage: list[Link[_E]]
+) -> None:
+    """Replace the lineage file ``kind`` names with one that lists ``lineage``."""
+    doc: dict[str, Any] = {
+        "format": kind.format,
+        "version": kind.version,
+        "lineage": [{**kind.to_json(link.entry), "parent": link.parent} for link in lineage],
+    }
+    _fs.replace_file(root, root_fd, kind.name, sealed_bytes(doc))
+
+
+def publish_next(
+    root: Path,
+    root_fd: int,
+    kind: LineageFile[_E],
+    new: _E,
+    ancestry: list[Link[_E]],
+    keep: int,
+) -> None:
+    """Publish ``new`` as the newest checkpoint, continuing ``ancestry``
+    (``ancestry()``'s: its parent first), ``keep`` entries in all, and note
+    it as what this process's run continues. Then remove every other
+    checkpoint directory of the root (ancestors beyond ``keep``, abandoned
+    and dead branches) and every leftover of a killed write."""
+    parent = kind.dir_of(ancestry[0].entry) if ancestry else None
+    lineage = [Link(new, parent), *ancestry[: keep - 1]]
+    publish_lineage(root, root_fd, kind, lineage)
+    note_resumed(kind, root_fd, new)
+    kept = {kind.dir_of(link.entry) for link in lineage}
+    for name in _fs.listing(root_fd, root):
+        if (kind.dirs.match(name) and name not in kept) or name.startswith(kind.leftovers):
+            _fs.remove(root, name)
+
+
+def remove_dead(root: Path, root_fd: int, kind: LineageFile[_E], listed: set[str]) -> None:
+    """Remove every checkpoint directory of the root that the lineage does
+    not list (``listed``): dead branches, renamed but never published.
+    Raises ``CheckpointFileError`` naming one that cannot be removed."""
+    for name in _fs.listing(root_fd, root):
+        if kind.dirs.match(name) and name not in listed:
+            _fs.remove(root, name)
+            if _fs.lexists(root / name):
+                raise CheckpointFileError(
+                    root / name, "a dead branch (never published) that cannot be removed"
+                )
