@@ -1,6 +1,10 @@
 """frontier_adapters: bindings of frontier_core to the frameworks that
 train with it.
 
+Start with ``Run`` (``frontier_adapters.run``): one training run's ledger,
+rollout journal, checkpoints and attempt reservations behind one object that
+is safe by construction (open, report what happened, checkpoint).
+
 The package root holds what every binding shares and what needs no
 framework: the stamping collector (``StreamCollector``; ``SampleCollector``
 for groups of samples) and its source protocol, an in-memory source, the
@@ -38,6 +42,7 @@ from ._service import PromptLease as PromptLease
 from ._service import Reported as Reported
 from ._service import Snapshot as Snapshot
 from ._sources import SequenceSource as SequenceSource
+from .run import Run as Run
 
 __all__ = [
     "ConcurrentUseError",
@@ -46,6 +51,7 @@ __all__ = [
     "PromptLease",
     "Pull",
     "Reported",
+    "Run",
     "SampleCollector",
     "SampleLedgerService",
     "SequenceSource",

@@ -1,0 +1,564 @@
+"""``Run``: the ledger, the rollout journal, the checkpoints and the attempt
+reservations of one training run, behind one object.
+
+Theory of operation. Every correctness step of a durable integration is
+taken here, in the order the invariants need (``proofs/SAMPLES.md``,
+``proofs/JOURNAL.md``), so that a caller cannot forget one:
+
+* ``open`` recovers on every start. It reads the newest published
+  checkpoint of ``root/checkpoints`` (the lineage that follows ancestry,
+  ``frontier_adapters.checkpoints``) and opens ``root/journal``. With a
+  checkpoint, it recovers the journal against it (its mark at the saved
+  position, the reuse policy, the samples it can give back) and resumes the
+  collector from it. Without one, the start is fresh only if the journal
+  holds no samples (``recover(None, ...)`` refuses one that does:
+  ``JournalWithoutCheckpointError``, a lost checkpoint is never a fresh
+  start); it then writes checkpoint 0 before it returns, so from then on a
+  journal with samples always has a checkpoint to resume from.
+* Attempts are reserved before they are dealt: the collector is bound to
+  the journal, which reserves blocks durably (``RolloutJournal.cover``).
+* A result is reported to the ledger first and journaled only if the ledger
+  accepted it (``seal``, ``progress``): the journal never holds a fenced
+  answer.
+* ``checkpoint`` marks and syncs the journal, writes the checkpoint (the
+  collector's state, the mark's position and the caller's parts) and only
+  when it is published compacts the journal to the checkpoint's window.
+  The sealed siblings it records are exactly those the journal gives back
+  (``save_sealed=False``: the journal keeps every sample of the window).
+* A resume does not restore the caller's replay buffer: buffered groups
+  come back from the journal as ``complete`` groups at ``take`` (under the
+  reuse policy: a sample too old for it is generated again), so the buffer
+  needs no checkpoint of its own.
+
+What the run cannot do: see that the caller actually trains what it says it
+trained, or keeps a group it was handed; report it (``trained``,
+``evicted``). One ``Run`` per root and per process, used from one thread.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import time
+from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
+from typing import Any, Final
+
+import attrs
+
+from frontier_core import (
+    CheckpointCorruptError,
+    Effect,
+    Lease,
+    LedgerConfig,
+    SampleCheckpoint,
+    SampleLedger,
+    Status,
+)
+from frontier_core._errors import shown
+from frontier_core.journal import CommitPolicy, Payload, Reuse, TokenPayload
+
+from .._collector import StreamSource
+from .._samples import SampleCollector, Taken
+from .._state import KEY_FORMAT, KEY_VERSION, check_state
+from ..checkpoints import LoadedCheckpoint, PartCodec, read_checkpoint, write_checkpoint
+from ..journal import RESERVE, Recovered, RolloutJournal
+
+#: The checkpoint part the run keeps its own state in (``frontier.json``).
+PART: Final = "frontier"
+FORMAT: Final = "frontier_adapters.run"
+VERSION: Final = 1
+_KEY_COLLECTOR: Final = "collector"
+_KEY_POSITION: Final = "journal_position"
+_KEY_LINEAGE: Final = "lineage"
+_KEYS: Final = frozenset({KEY_FORMAT, KEY_VERSION, _KEY_COLLECTOR, _KEY_POSITION, _KEY_LINEAGE})
+#: The window a compaction keeps: every ordinal at or above the cut.
+_END: Final = 1 << 62
+#: The lineage a run's journal is written under when the caller names none.
+DEFAULT_LINEAGE: Final = "run"
+
+log = logging.getLogger("frontier_adapters.run")
+
+
+@attrs.define
+class _Counters:
+    tokens_reused: int = 0
+    samples_reused: int = 0
+    prefixes_continued: int = 0
+    fenced: int = 0
+    sealed: int = 0
+    checkpoints: int = 0
+    checkpoint_seconds: float = math.nan
+    journal_sync_seconds: float = math.nan
+
+
+class Run:
+    """One training run's coverage and durability state (see the module
+    doc). Build it with ``Run.open``; then report what happens and
+    checkpoint:
+
+    * ``take(n)``: up to ``n`` groups to generate, each a ``Taken`` with the
+      ``leases`` to generate and the siblings ``reused`` from the journal
+      (their samples: ``sample(lease)``); a ``complete`` group (every
+      sibling reused) has landed already: add it to your buffer. A lease
+      with a durable prefix continues it: ``prefix(lease)``.
+    * ``seal(lease, sample)``, ``progress(lease, sample)``,
+      ``fail(lease)``: a sibling's whole sample (a continued one with its
+      prefix), a running one's sample so far, a failed attempt. A fenced
+      lease (stale, late, of an earlier life) is ignored and counted.
+    * ``trained``, ``evicted``, ``failed``: whole groups, by ordinal.
+    * ``checkpoint(step, json_parts=..., tensor_parts=...)``: durable.
+    """
+
+    def __init__(
+        self,
+        *,
+        root: Path,
+        collector: SampleCollector,
+        journal: RolloutJournal,
+        recovered: Recovered,
+        resumed: LoadedCheckpoint | None,
+        step: int,
+        lineage: str,
+        codec: PartCodec | None,
+        keep: int,
+        logger: Callable[[dict[str, float]], object] | None,
+    ) -> None:
+        """Use ``Run.open``: a ``Run`` built any other way skipped the
+        recovery its invariants rely on."""
+        self.root = root
+        self.collector = collector
+        self.journal = journal
+        self.recovered = recovered
+        #: The checkpoint this life resumed from (your parts are in its
+        #: ``json_parts`` and ``tensor_parts``); ``None`` on a fresh start.
+        self.resumed = resumed
+        #: The step of the newest checkpoint this run wrote or resumed.
+        self.step = step
+        self.lineage = lineage
+        self._codec = codec
+        self._keep = keep
+        self._logger = logger
+        self._counters = _Counters()
+        #: Recovered prefixes offered to this life's first lease of a
+        #: sibling, by (ordinal, sibling), and how many tokens of each
+        #: running lease the journal holds.
+        self._prefixes: dict[tuple[int, int], TokenPayload] = {}
+        self._offered: set[int] = set()
+        self._recorded: dict[Lease, int] = {}
+        #: Running leases whose first (snapshot) progress record is journaled.
+        self._extending: set[Lease] = set()
+        self._closed = False
+
+    # -- open ------------------------------------------------------------------
+
+    @classmethod
+    def open(
+        cls,
+        root: str | os.PathLike[str],
+        source: StreamSource,
+        config: LedgerConfig,
+        *,
+        lineage: str | None = None,
+        reuse: Reuse | None = None,
+        progress_every: int = 256,
+        policy: CommitPolicy | None = None,
+        reserve: int = RESERVE,
+        previous: int = 0,
+        keep: int = 2,
+        codec: PartCodec | None = None,
+        logger: Callable[[dict[str, float]], object] | None = None,
+    ) -> Run:
+        """Start the run at ``root``, or resume it: always recovered, never
+        a silent fresh start (see the module doc).
+
+        ``source`` yields the prompts (a ``StreamSource``: seekable, so a
+        resume rewinds it to the cut); ``config`` is the ledger's
+        (``samples`` per group, the failure policy, the dataset's
+        ``fingerprint``, which the checkpoints and the journal are bound
+        to). ``lineage`` names the run in its journal (default ``"run"``; a
+        resume reads it from the checkpoint and refuses another). ``reuse``
+        is what a resume takes from the journal (default
+        ``Reuse.everything()``); ``progress_every`` the tokens between two
+        progress records of a running sample; ``policy`` the journal's group
+        commit; ``reserve`` the attempts reserved at a time; ``previous=k``
+        resumes the newest checkpoint's ``k``-th ancestor (when the newest
+        is damaged); ``keep`` the checkpoints kept on the lineage;
+        ``codec`` encodes and decodes your non-JSON parts (the torch
+        binding's ``TORCH_CODEC`` for tensors); ``logger`` is called with
+        ``metrics()`` after every checkpoint (TRL's ``trainer.log``, a
+        ``wandb.log``), which also go to the ``frontier_adapters.run``
+        logger at INFO.
+
+        Raises the checkpoint reader's ``CheckpointError``s (a damaged,
+        foreign or mismatched checkpoint: nothing is written), the journal's
+        ``JournalError``s (another run's journal, one behind its checkpoint,
+        a corrupt frame) and ``JournalWithoutCheckpointError`` (samples but
+        no checkpoint)."""
+        root = Path(root)
+        if lineage is not None and (type(lineage) is not str or not lineage):
+            raise ValueError(f"lineage must be a non-empty str, got {lineage!r:.60}")
+        if type(keep) is not int or keep < 1:
+            raise ValueError(f"keep must be an int >= 1, got {keep!r:.40}")
+        reuse = Reuse.everything() if reuse is None else reuse
+        fingerprint = config.fingerprint
+        if not fingerprint:
+            raise ValueError(
+                "a run binds its checkpoints and journal to the dataset: give "
+                "LedgerConfig(fingerprint=...)"
+            )
+        root.mkdir(parents=True, exist_ok=True)
+        loaded = read_checkpoint(
+            root / "checkpoints",
+            fingerprint=fingerprint,
+            require=(PART,),
+            previous=previous,
+            codec=codec,
+        )
+        saved = None if loaded is None else _read_part(loaded)
+        if saved is not None:
+            if lineage is not None and lineage != saved[_KEY_LINEAGE]:
+                raise CheckpointCorruptError(
+                    f"the checkpoint is of lineage {shown(saved[_KEY_LINEAGE])}, "
+                    f"not {lineage!r:.60}: another run's checkpoint"
+                )
+            lineage = saved[_KEY_LINEAGE]
+        lineage = DEFAULT_LINEAGE if lineage is None else lineage
+        collector = SampleCollector(source, config, reserve=reserve)
+        journal = RolloutJournal(
+            root / "journal",
+            fingerprint=fingerprint,
+            lineage=lineage,
+            policy=policy,
+            progress_every=progress_every,
+        )
+        try:
+            if loaded is None or saved is None:
+                recovered = journal.recover(
+                    None,
+                    position=None,
+                    checkpoint_id=None,
+                    reuse=reuse,
+                    fork=0,
+                    step=0,
+                    reserve=reserve,
+                )
+                step = 0
+            else:
+                state = saved[_KEY_COLLECTOR]
+                record = _record(state, fingerprint)
+                recovered = journal.recover(
+                    record,
+                    position=saved[_KEY_POSITION],
+                    checkpoint_id=loaded.step,
+                    reuse=reuse,
+                    fork=loaded.step,
+                    step=loaded.step,
+                    reserve=reserve,
+                )
+                collector.resume(
+                    state,
+                    load_replay_buffer=False,
+                    sealed=recovered.sealed,
+                    attempt_floor=recovered.attempt_floor,
+                    attempt_limit=recovered.attempt_limit,
+                )
+                step = loaded.step
+            collector.journal = journal
+            run = cls(
+                root=root,
+                collector=collector,
+                journal=journal,
+                recovered=recovered,
+                resumed=loaded,
+                step=step,
+                lineage=lineage,
+                codec=codec,
+                keep=keep,
+                logger=logger,
+            )
+            if loaded is None:
+                # A first checkpoint before anything is generated.
+                run.checkpoint(0)
+        except BaseException:
+            journal.close()
+            raise
+        return run
+
+    # -- the groups --------------------------------------------------------------
+
+    @property
+    def ledger(self) -> SampleLedger:
+        """The current ledger (an immutable value)."""
+        return self.collector.samples
+
+    @property
+    def drained(self) -> bool:
+        """Every prompt of the stream is trained or dropped on record."""
+        return self.collector.drained
+
+    def take(self, n: int) -> list[Taken]:
+        """Up to ``n`` groups to generate, retried ones first (see the class
+        doc). A ``complete`` group has landed in the ledger: add it to your
+        buffer before the next ``checkpoint``."""
+        self._open_check()
+        taken = self.collector.take_samples(n)
+        complete = [t.ordinal for t in taken if t.complete]
+        if complete:
+            self.collector.land_complete(complete)
+        for t in taken:
+            for lease in t.reused:
+                self._counters.samples_reused += 1
+                self._counters.tokens_reused += _tokens(self.recovered.sample(lease))
+            if t.ordinal in self._offered:
+                continue
+            self._offered.add(t.ordinal)
+            for lease in t.leases:
+                state = self.recovered.prefix(lease.ordinal, lease.sibling)
+                if state is not None and isinstance(state.payload, TokenPayload):
+                    self._prefixes[(lease.ordinal, lease.sibling)] = state.payload
+                    self._recorded[lease] = len(state.payload)
+                    self._counters.prefixes_continued += 1
+                    self._counters.tokens_reused += len(state.payload)
+        return taken
+
+    def sample(self, lease: Lease) -> Payload:
+        """The sample of a sibling ``take`` reused (``Taken.reused``)."""
+        return self.recovered.sample(lease)
+
+    def prefix(self, lease: Lease) -> TokenPayload | None:
+        """The durable tokens ``lease`` continues (generate only what comes
+        after them, and report samples that start with them), or ``None``."""
+        if not self.collector.current(lease):
+            return None
+        return self._prefixes.get((lease.ordinal, lease.sibling))
+
+    # -- what happened -----------------------------------------------------------
+
+    def seal(self, lease: Lease, sample: Payload) -> Effect:
+        """``lease`` finished ``sample`` (whole: a continued sample starts
+        with its prefix). Accepted (``lease in effect.sealed``), it is
+        journaled; ``effect.landed`` are the groups now complete: add them
+        to your buffer. Fenced (``effect.fenced``), it is ignored."""
+        self._open_check()
+        effect = self.collector.sealed([lease])
+        if lease in effect.sealed:
+            self.journal.sealed(lease, sample)
+            self._counters.sealed += 1
+        self._settled(lease, effect)
+        return effect
+
+    def progress(self, lease: Lease, sample: Payload) -> bool:
+        """``lease``'s sample so far (whole, as for ``seal``). Journaled when
+        due: a token sample every ``progress_every`` new tokens (a snapshot,
+        then only the tokens after it), any other payload every call.
+        Returns whether ``lease`` is current (``False``: fenced, ignored)."""
+        self._open_check()
+        if not self.collector.current(lease):
+            self._counters.fenced += 1
+            return False
+        if not isinstance(sample, TokenPayload):
+            self.journal.progress(lease, sample)
+            return True
+        recorded = self._recorded.get(lease)
+        start = 0 if recorded is None else recorded
+        if recorded is not None and not self.journal.due(start, len(sample)):
+            return True
+        if recorded is None or lease not in self._extending:
+            # The attempt's first record: a whole snapshot.
+            self.journal.progress(lease, sample)
+            self._extending.add(lease)
+        elif len(sample) > start:
+            self.journal.extend(lease, start, _tail(sample, start))
+        self._recorded[lease] = len(sample)
+        return True
+
+    def fail(self, lease: Lease) -> Effect:
+        """``lease``'s attempt failed. Its sibling is started again at once
+        under a new attempt (``effect.leases``: generate them), or the
+        group fails whole (``effect.requeued``, ``dropped``) by the
+        ledger's policy. Fenced, it is ignored."""
+        self._open_check()
+        effect = self.collector.failed_samples([lease])
+        self._settled(lease, effect)
+        leases: tuple[Lease, ...] = ()
+        if effect.restart:
+            leases = self.collector.restart(effect.restart)
+        return attrs.evolve(effect, leases=leases)
+
+    def trained(self, ordinals: Iterable[int]) -> None:
+        """These groups were trained on (whole groups, by ordinal)."""
+        self._open_check()
+        self.collector.trained(ordinals)
+
+    def evicted(self, ordinals: Iterable[int]) -> Effect:
+        """Your buffer dropped these groups unused (too stale): they are
+        generated again."""
+        self._open_check()
+        return self.collector.evicted(ordinals)
+
+    def failed(self, ordinals: Iterable[int]) -> Effect:
+        """These whole groups failed (the ledger's policy retries or drops
+        them)."""
+        self._open_check()
+        return self.collector.failed(ordinals)
+
+    def _settled(self, lease: Lease, effect: Effect) -> None:
+        self._counters.fenced += len(effect.fenced)
+        if lease not in effect.fenced:
+            self._recorded.pop(lease, None)
+            self._extending.discard(lease)
+            self._prefixes.pop((lease.ordinal, lease.sibling), None)
+
+    # -- checkpoints -------------------------------------------------------------
+
+    def checkpoint(
+        self,
+        step: int,
+        *,
+        json_parts: Mapping[str, Any] | None = None,
+        tensor_parts: Mapping[str, Any] | None = None,
+    ) -> Path:
+        """Make the run durable at training step ``step``, with your parts
+        (``json_parts``: JSON values; ``tensor_parts``: what the run's
+        ``codec`` encodes). In order: the journal's mark, synced; the
+        checkpoint, published atomically (``frontier_adapters.checkpoints``);
+        the journal compacted to the checkpoint's window. A crash anywhere
+        leaves a run that resumes. Returns the checkpoint's directory."""
+        self._open_check()
+        if type(step) is not int or step < 0:
+            raise ValueError(f"step must be an int >= 0, got {step!r:.40}")
+        json_parts = dict(json_parts or {})
+        if PART in json_parts:
+            raise ValueError(f"the part name {PART!r} is the run's own")
+        began = time.perf_counter()
+        position = self.journal.mark(step)
+        synced = time.perf_counter()
+        state = self.collector.checkpoint_state(save_buffer=True, save_sealed=False)
+        json_parts[PART] = {
+            KEY_FORMAT: FORMAT,
+            KEY_VERSION: VERSION,
+            _KEY_COLLECTOR: state,
+            _KEY_POSITION: position,
+            _KEY_LINEAGE: self.lineage,
+        }
+        path = write_checkpoint(
+            self.root / "checkpoints",
+            step,
+            fingerprint=self.collector.config.fingerprint,
+            json_parts=json_parts,
+            tensor_parts=tensor_parts,
+            codec=self._codec,
+            keep=self._keep,
+        )
+        self.journal.compact(range(self.collector.samples.cut, _END))
+        self.step = step
+        c = self._counters
+        c.checkpoints += 1
+        c.journal_sync_seconds = synced - began
+        c.checkpoint_seconds = time.perf_counter() - began
+        metrics = self.metrics()
+        log.info("checkpoint %d: %s", step, metrics)
+        if self._logger is not None:
+            self._logger({f"frontier/{k}": v for k, v in metrics.items()})
+        return path
+
+    def poll(self) -> float | None:
+        """Commit the journal's due group; the seconds until the next is
+        due (call it from your loop's timer when nothing else reports)."""
+        self._open_check()
+        return self.journal.poll()
+
+    # -- observing ---------------------------------------------------------------
+
+    def metrics(self) -> dict[str, float]:
+        """Live counters, as numbers: ``tokens_reused`` (tokens this life
+        took from the journal instead of generating: reused samples and
+        continued prefixes), ``samples_reused``, ``prefixes_continued``,
+        ``fenced`` (answers ignored: stale, late, of an earlier life),
+        ``sealed``, ``checkpoints``, ``checkpoint_seconds`` and
+        ``journal_sync_seconds`` (the last checkpoint's, and of it the
+        journal's fsync), ``journal_unsynced`` (records appended but not yet
+        durable), ``cut`` (every ordinal below it is trained or dropped),
+        ``window`` (the live ordinals: pending, generating or buffered),
+        ``in_flight`` (groups generating), ``attempts_reserved`` and ``step``."""
+        c = self._counters
+        ledger = self.collector.samples
+        writer = self.journal.writer
+        return {
+            "tokens_reused": float(c.tokens_reused),
+            "samples_reused": float(c.samples_reused),
+            "prefixes_continued": float(c.prefixes_continued),
+            "fenced": float(c.fenced),
+            "sealed": float(c.sealed),
+            "checkpoints": float(c.checkpoints),
+            "checkpoint_seconds": c.checkpoint_seconds,
+            "journal_sync_seconds": c.journal_sync_seconds,
+            "journal_unsynced": float(writer.position - writer.durable),
+            "cut": float(ledger.cut),
+            "window": float(ledger.ledger.in_flight()),
+            "in_flight": float(ledger.ledger.count(Status.OUTSTANDING)),
+            "attempts_reserved": float(self.journal.reserved),
+            "step": float(self.step),
+        }
+
+    # -- life ------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Sync and close the journal. What was not checkpointed is kept in
+        the journal for the next life."""
+        if not self._closed:
+            self._closed = True
+            self.journal.close()
+
+    def __enter__(self) -> Run:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _open_check(self) -> None:
+        if self._closed:
+            raise RuntimeError("this run is closed: Run.open it again")
+
+
+def _read_part(loaded: LoadedCheckpoint) -> Mapping[str, Any]:
+    """The run's own part of a checkpoint, checked by shape."""
+    state = check_state(
+        loaded.json_parts[PART],
+        what="the run's checkpoint part",
+        fmt=FORMAT,
+        version=VERSION,
+        keys=_KEYS,
+    )
+    position = state[_KEY_POSITION]
+    if type(position) is not int or position < 0:
+        raise CheckpointCorruptError(
+            f"the run's journal position must be an int >= 0, got {shown(position)}"
+        )
+    lineage = state[_KEY_LINEAGE]
+    if type(lineage) is not str or not lineage:
+        raise CheckpointCorruptError(
+            f"the run's lineage must be a non-empty str, got {shown(lineage)}"
+        )
+    return state
+
+
+def _record(state: object, fingerprint: str) -> SampleCheckpoint:
+    """The ledger record inside a collector's state."""
+    if not isinstance(state, Mapping) or "ledger" not in state:
+        raise CheckpointCorruptError("the run's collector state holds no ledger record")
+    return SampleCheckpoint.from_state_dict(state["ledger"], fingerprint=fingerprint)
+
+
+def _tokens(payload: Payload) -> int:
+    return len(payload) if isinstance(payload, TokenPayload) else 0
+
+
+def _tail(sample: TokenPayload, start: int) -> TokenPayload:
+    """The tokens of ``sample`` from ``start`` on, with their log-probs and
+    versions."""
+    return TokenPayload.of(
+        sample.tokens()[start:], sample.logprobs()[start:], sample.versions()[start:]
+    )

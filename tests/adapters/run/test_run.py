@@ -1,0 +1,237 @@
+"""``Run``: the integration that is safe by construction, tested through its
+public API only, against what its docs promise: a first checkpoint before
+anything is generated, recovery on every start, samples kept across a
+crash and never trained twice, stale answers fenced, progress continued
+token by token, bad state refused by name."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+from frontier_adapters import JournalWithoutCheckpointError, Run, SequenceSource
+from frontier_adapters.checkpoints import read_checkpoint
+
+from frontier_core import (
+    CheckpointError,
+    FingerprintMismatchError,
+    Lease,
+    LedgerConfig,
+)
+from frontier_core.journal import Reuse, TokenPayload
+
+FP = "run-test-v1"
+
+
+def config(n: int = 8, samples: int = 2, **kw: Any) -> LedgerConfig:
+    return LedgerConfig(stream_len=n, samples=samples, fingerprint=FP, **kw)
+
+
+def source(n: int = 8) -> SequenceSource:
+    return SequenceSource([{"prompt": i} for i in range(n)])
+
+
+def full(o: int, s: int) -> list[int]:
+    """The one sample the stand-in engine makes for sibling (o, s)."""
+    return [(o * 1000 + s * 100 + i) % 65536 for i in range(6 + (o * 7 + s * 3) % 9)]
+
+
+def payload(tokens: list[int], version: int = 0) -> TokenPayload:
+    return TokenPayload.of(tokens, [-0.5] * len(tokens), version)
+
+
+def generate(run: Run, lease: Lease) -> TokenPayload:
+    """The engine: continue the lease's durable prefix, if any."""
+    want = full(lease.ordinal, lease.sibling)
+    prefix = run.prefix(lease)
+    have = [] if prefix is None else list(prefix.tokens())
+    assert want[: len(have)] == have, "a prefix the engine did not make"
+    rest = payload(want[len(have) :])
+    return rest if prefix is None else prefix.followed_by(rest)
+
+
+def train_all(run: Run, trained: dict[int, list[list[int]]], batch: int = 2) -> None:
+    """Generate, seal and train everything, checkpointing every step."""
+    buffer: dict[int, list[list[int]]] = {}
+    step = run.step
+    while not run.drained:
+        for t in run.take(batch):
+            samples = {lease.sibling: list(run.sample(lease).tokens()) for lease in t.reused}
+            for lease in t.leases:
+                sample = generate(run, lease)
+                effect = run.seal(lease, sample)
+                assert lease in effect.sealed
+                samples[lease.sibling] = list(sample.tokens())
+            buffer[t.ordinal] = [samples[s] for s in sorted(samples)]
+        ready = sorted(buffer)
+        for o in ready:
+            assert o not in trained, f"prompt {o} trained twice"
+            trained[o] = buffer.pop(o)
+        run.trained(ready)
+        step += 1
+        run.checkpoint(step)
+
+
+def test_a_fresh_run_is_checkpointed_before_it_generates(tmp_path: Path) -> None:
+    with Run.open(tmp_path, source(), config()) as run:
+        assert run.resumed is None and run.step == 0
+        loaded = read_checkpoint(tmp_path / "checkpoints", fingerprint=FP)
+        assert loaded is not None and loaded.step == 0
+        assert (tmp_path / "journal").exists()
+
+
+def test_a_whole_run_trains_every_prompt_once_with_its_samples(tmp_path: Path) -> None:
+    trained: dict[int, list[list[int]]] = {}
+    with Run.open(tmp_path, source(), config()) as run:
+        train_all(run, trained)
+        assert run.metrics()["cut"] == 8
+    assert trained == {o: [full(o, 0), full(o, 1)] for o in range(8)}
+
+
+def test_a_crash_keeps_what_was_sealed_and_fences_what_was_running(tmp_path: Path) -> None:
+    run = Run.open(tmp_path, source(4), config(4))
+    (a, b) = run.take(2)
+    sealed = a.leases + b.leases[:1]
+    for lease in sealed:  # three of four samples finish
+        run.seal(lease, payload(full(lease.ordinal, lease.sibling)))
+    running = b.leases[1]
+    run.journal.writer.sync()
+    run.close()  # ... and the process dies: no checkpoint after these
+
+    with Run.open(tmp_path, source(4), config(4)) as run:
+        assert run.resumed is not None and run.resumed.step == 0
+        taken = {t.ordinal: t for t in run.take(2)}
+        assert taken[a.ordinal].complete and not taken[a.ordinal].leases
+        assert taken[b.ordinal].reused == b.leases[:1]
+        (again,) = taken[b.ordinal].leases
+        assert again.sibling == running.sibling and again.attempt > running.attempt
+        assert list(run.sample(b.leases[0]).tokens()) == full(b.ordinal, 0)
+        late = run.seal(running, payload(full(running.ordinal, running.sibling)))
+        assert late.fenced == (running,) and not late.sealed
+        assert run.metrics()["fenced"] == 1
+        assert run.metrics()["samples_reused"] == 3
+        effect = run.seal(again, generate(run, again))
+        assert effect.landed == (b.ordinal,)
+
+
+def test_progress_is_continued_token_by_token_after_a_crash(tmp_path: Path) -> None:
+    cfg = config(1, samples=1)
+    run = Run.open(tmp_path, source(1), cfg, progress_every=2)
+    (t,) = run.take(1)
+    (lease,) = t.leases
+    want = full(0, 0)
+    for k in range(1, 6):  # five tokens generated, journaled every two
+        assert run.progress(lease, payload(want[:k]))
+    run.journal.writer.sync()
+    run.close()
+
+    with Run.open(tmp_path, source(1), cfg, progress_every=2) as run:
+        (t,) = run.take(1)
+        (again,) = t.leases
+        prefix = run.prefix(again)
+        assert prefix is not None and list(prefix.tokens()) == want[: len(prefix)]
+        assert 4 <= len(prefix) <= 5  # at most the tokens since the last record are lost
+        sample = generate(run, again)
+        assert list(sample.tokens()) == want
+        assert run.seal(again, sample).landed == (0,)
+        assert run.metrics()["tokens_reused"] == len(prefix)
+        assert run.progress(lease, payload(want)) is False  # the dead life's: fenced
+
+
+def test_buffered_groups_come_back_complete_from_the_journal(tmp_path: Path) -> None:
+    run = Run.open(tmp_path, source(2), config(2))
+    for t in run.take(2):
+        for lease in t.leases:
+            run.seal(lease, payload(full(lease.ordinal, lease.sibling)))
+    run.checkpoint(1)  # both groups buffered, neither trained
+    run.close()
+    with Run.open(tmp_path, source(2), config(2)) as run:
+        taken = run.take(2)
+        assert [t.complete for t in taken] == [True, True]
+        run.trained([0, 1])
+        assert run.drained
+
+
+def test_a_reuse_policy_of_nothing_generates_everything_again(tmp_path: Path) -> None:
+    run = Run.open(tmp_path, source(2), config(2))
+    for t in run.take(2):
+        for lease in t.leases:
+            run.seal(lease, payload(full(lease.ordinal, lease.sibling)))
+    run.close()
+    with Run.open(tmp_path, source(2), config(2), reuse=Reuse.nothing()) as run:
+        taken = run.take(2)
+        assert all(len(t.leases) == 2 and not t.reused for t in taken)
+
+
+def test_your_parts_are_saved_and_given_back(tmp_path: Path) -> None:
+    with Run.open(tmp_path, source(), config()) as run:
+        run.checkpoint(3, json_parts={"trainer": {"lr": 0.5}})
+    with Run.open(tmp_path, source(), config()) as run:
+        assert run.step == 3 and run.resumed is not None
+        assert run.resumed.json_parts["trainer"] == {"lr": 0.5}
+        with pytest.raises(ValueError, match="the run's own"):
+            run.checkpoint(4, json_parts={"frontier": {}})
+        assert run.step == 3
+
+
+def test_metrics_reach_the_frameworks_logger(tmp_path: Path) -> None:
+    logged: list[dict[str, float]] = []
+    with Run.open(tmp_path, source(), config(), logger=logged.append) as run:
+        run.checkpoint(1)
+        metrics = run.metrics()
+    assert len(logged) == 2  # the first checkpoint and this one
+    assert set(logged[-1]) == {f"frontier/{k}" for k in metrics}
+    assert logged[-1]["frontier/step"] == 1
+    assert all(isinstance(v, float) for v in metrics.values())
+
+
+# -- refusals ------------------------------------------------------------------
+
+
+def test_a_journal_with_samples_and_no_checkpoint_is_refused(tmp_path: Path) -> None:
+    run = Run.open(tmp_path, source(), config())
+    (t,) = run.take(1)
+    run.seal(t.leases[0], payload([1, 2]))
+    run.close()
+    shutil.rmtree(tmp_path / "checkpoints")
+    with pytest.raises(JournalWithoutCheckpointError):
+        Run.open(tmp_path, source(), config())
+
+
+def test_another_runs_checkpoint_is_refused(tmp_path: Path) -> None:
+    Run.open(tmp_path, source(), config(), lineage="run-a").close()
+    with pytest.raises(CheckpointError, match="another run"):
+        Run.open(tmp_path, source(), config(), lineage="run-b")
+    with pytest.raises(FingerprintMismatchError):
+        Run.open(tmp_path, source(), LedgerConfig(stream_len=8, samples=2, fingerprint="other"))
+    Run.open(tmp_path, source(), config()).close()  # the run is intact
+
+
+def test_a_forged_run_part_is_a_typed_error(tmp_path: Path) -> None:
+    Run.open(tmp_path, source(), config()).close()
+    (ckpt,) = (tmp_path / "checkpoints").glob("ckpt-*")
+    part = json.loads((ckpt / "frontier.json").read_text())
+    part["journal_position"] = -1
+    forged = tmp_path / "forged"
+    shutil.copytree(tmp_path, forged)
+    # The directory's digests cover the part: a changed byte is refused as
+    # damage before its content is read.
+    (forged / "checkpoints" / ckpt.name / "frontier.json").write_text(json.dumps(part))
+    with pytest.raises(CheckpointError):
+        Run.open(forged, source(), config())
+
+
+def test_a_closed_run_refuses_work(tmp_path: Path) -> None:
+    run = Run.open(tmp_path, source(), config())
+    run.close()
+    with pytest.raises(RuntimeError, match="closed"):
+        run.take(1)
+
+
+def test_a_config_without_fingerprint_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="fingerprint"):
+        Run.open(tmp_path, source(), LedgerConfig(stream_len=8, samples=2))
+    assert not (tmp_path / "journal").exists()

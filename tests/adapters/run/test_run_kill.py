@@ -1,0 +1,156 @@
+"""``Run`` under real SIGKILLs: a job written from ``Run``'s docs alone
+(a stand-in engine that makes one fixed sample per sibling, progress every
+few tokens, a training log), killed at random moments of its lives and
+resumed until it finishes. Audited from its own training log: every prompt
+trained exactly once on the surviving lineage, with exactly its siblings,
+each exactly the engine's token sequence (none lost or doubled across a
+continuation)."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import select
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from frontier_adapters import Run, SequenceSource
+
+from frontier_core import LedgerConfig
+from frontier_core.journal import TokenPayload
+
+PROMPTS, SAMPLES, FP = 24, 3, "run-kill-v1"
+#: A life that neither finishes nor is killed within this is a hang.
+LIFE_DEADLINE = 120.0
+
+
+def full(o: int, s: int) -> list[int]:
+    return [(o * 1000 + s * 100 + i) % 65536 for i in range(4 + (o * 5 + s * 7) % 23)]
+
+
+def life(root: Path) -> None:
+    """One life of the job (the child process)."""
+    log = root / "trained.jsonl"
+    cfg = LedgerConfig(stream_len=PROMPTS, samples=SAMPLES, fingerprint=FP)
+    rows = SequenceSource(list(range(PROMPTS)))
+    with Run.open(root / "run", rows, cfg, progress_every=3) as run, log.open("a") as out:
+
+        def line(entry: object) -> None:
+            out.write(json.dumps(entry) + "\n")
+            out.flush()
+            os.fsync(out.fileno())
+
+        def beat() -> None:
+            # One byte per unit of work: the parent kills after a random
+            # number of them, so every kill lands inside a life's work.
+            sys.stdout.write(".")
+            sys.stdout.flush()
+
+        line({"resume": run.step})
+        step = run.step
+        buffer: dict[int, dict[int, list[int]]] = {}
+        while not run.drained:
+            taken = run.take(2)
+            for t in taken:
+                got = buffer.setdefault(t.ordinal, {})
+                for lease in t.reused:
+                    got[lease.sibling] = list(run.sample(lease).tokens())
+                for lease in t.leases:
+                    want = full(lease.ordinal, lease.sibling)
+                    prefix = run.prefix(lease)
+                    sample = prefix or TokenPayload.of([], [], step)
+                    while len(sample) < len(want):
+                        k = len(sample)
+                        chunk = want[k : k + 2]
+                        more = TokenPayload.of(chunk, [-1.0] * len(chunk), step)
+                        sample = sample.followed_by(more)
+                        run.progress(lease, sample)
+                        beat()
+                    effect = run.seal(lease, sample)
+                    assert lease in effect.sealed
+                    got[lease.sibling] = list(sample.tokens())
+            ready = sorted(o for o, g in buffer.items() if len(g) == SAMPLES)
+            if taken:  # like a replay buffer, keep the newest group for later
+                ready = ready[:-1]
+            step += 1
+            line(
+                {"step": step, "groups": {o: [buffer[o][s] for s in range(SAMPLES)] for o in ready}}
+            )
+            for o in ready:
+                del buffer[o]
+            run.trained(ready)
+            run.checkpoint(step)
+
+
+def audit(log: Path) -> dict[int, list[list[int]]]:
+    """The groups trained on the surviving lineage: a life resumed from
+    step k discards what the dead branch logged after k."""
+    steps: list[tuple[int, dict[str, list[list[int]]]]] = []
+    for raw in log.read_text().splitlines():
+        entry = json.loads(raw)
+        if "resume" in entry:
+            steps = [(k, g) for k, g in steps if k <= entry["resume"]]
+        else:
+            steps.append((entry["step"], entry["groups"]))
+    trained: dict[int, list[list[int]]] = {}
+    for _, groups in steps:
+        for o, group in groups.items():
+            assert int(o) not in trained, f"prompt {o} trained twice"
+            trained[int(o)] = group
+    return trained
+
+
+def run_life(cmd: list[str], env: dict[str, str], beats: int | None) -> bool:
+    """One life: killed (SIGKILL, its whole process group) after ``beats``
+    units of work, or run to its end (``beats=None``). Returns whether it
+    was killed; fails the test if it neither finishes nor reaches its kill
+    within ``LIFE_DEADLINE``."""
+    child = subprocess.Popen(
+        cmd, env=env, start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
+    assert child.stdout is not None
+    deadline = time.monotonic() + LIFE_DEADLINE
+    seen = 0
+    try:
+        while beats is None or seen < beats:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                pytest.fail(f"a life did not finish within {LIFE_DEADLINE} s")
+            ready, _, _ = select.select([child.stdout], [], [], left)
+            if not ready:
+                continue
+            chunk = os.read(child.stdout.fileno(), 4096)
+            if not chunk:  # the life ended by itself
+                break
+            seen += len(chunk)
+        if beats is not None and seen >= beats:
+            os.killpg(child.pid, signal.SIGKILL)
+            child.wait(timeout=30)
+            return True
+        _, err = child.communicate(timeout=max(deadline - time.monotonic(), 1))
+        assert child.returncode == 0, err.decode()[-3000:]
+        return False
+    finally:
+        if child.poll() is None:
+            os.killpg(child.pid, signal.SIGKILL)
+            child.wait(timeout=30)
+
+
+def test_a_run_killed_at_random_trains_every_sample_exactly_once(tmp_path: Path) -> None:
+    kills = int(os.environ.get("FRONTIER_RUN_KILLS", "8"))
+    rng = random.Random(int(os.environ.get("FRONTIER_RUN_KILL_SEED", "0")))
+    code = f"import pathlib; from {__name__} import life; life(pathlib.Path({str(tmp_path)!r}))"
+    cmd = [sys.executable, "-c", code]
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[3])}
+    killed = sum(run_life(cmd, env, rng.randint(0, 40)) for _ in range(kills))
+    # The last life runs to the end (a life killed after its work was all
+    # done would have finished: the audit below counts what it trained).
+    run_life(cmd, env, None)
+    assert killed >= kills * 3 // 4, f"only {killed} of {kills} lives were killed mid-work"
+    trained = audit(tmp_path / "trained.jsonl")
+    assert trained == {o: [full(o, s) for s in range(SAMPLES)] for o in range(PROMPTS)}
