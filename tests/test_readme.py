@@ -11,14 +11,24 @@ from ._docs import filename, python_blocks, section
 
 
 def test_integration_example_runs_and_its_assertions_hold() -> None:
+    """README's quick start: a ``Run``, a crash after three of four samples,
+    the resume reusing them, in at most 25 lines and public names only."""
     blocks = python_blocks("README.md")
     assert blocks, "the README lost its integration example"
     example = blocks[0]
     assert example in section("README.md", "Quick start")
     assert len(example.strip().splitlines()) <= 25
+    assert "Run.open" in example and example.count("assert ") >= 2
+    assert "._" not in example and "import _" not in example
     namespace: dict[str, object] = {}
     exec(compile(example, filename("README.md"), "exec"), namespace)
-    assert "assert" in example
+
+
+def test_the_ledger_by_hand_example_runs_and_its_assertions_hold() -> None:
+    """docs/ledger.md opens with the ledger driven event by event."""
+    example = python_blocks("ledger.md")[0]
+    assert "Ledger.start" in example and "assert" in example
+    exec(compile(example, filename("ledger.md"), "exec"), {"__name__": "ledger_by_hand"})
 
 
 def test_rollout_example_runs_and_audits_clean(
@@ -56,3 +66,10 @@ def test_durable_rollouts_example_runs_and_its_assertions_hold() -> None:
     ]
     assert block.count("assert ") >= 3
     exec(compile(block, filename("durable.md"), "exec"), {"__name__": "readme_durable"})
+
+
+def test_the_run_page_example_runs_and_its_assertions_hold() -> None:
+    """docs/run.md's loop, as written: public names only."""
+    example = python_blocks("run.md")[0]
+    assert "._" not in example and "assert" in example
+    exec(compile(example, filename("run.md"), "exec"), {"__name__": "run_page"})
