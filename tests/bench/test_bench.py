@@ -39,7 +39,16 @@ def test_quick_bench_reports_every_installed_section(
     doc = json.loads(out.read_text())
     assert doc["quick"] is True and doc["rounds"] == 1
     assert doc["machine"]["python"]
-    expected = {"ledger", "checkpoint", "memory", "simulator", "shards", "samples", "journal"}
+    expected = {
+        "ledger",
+        "checkpoint",
+        "memory",
+        "simulator",
+        "shards",
+        "samples",
+        "journal",
+        "run",
+    }
     expected |= {"loader", "resume", "fingerprint"} if HAVE_TORCH else set()
     expected |= {"ray"} if HAVE_RAY else set()
     expected |= {"vllm"} if HAVE_VLLM else set()

@@ -4,7 +4,7 @@ The conventions (rounds, medians, ratios to a baseline of the same run)
 are ``frontier_core.bench``'s.
 
 Sections: ``loader``, ``ledger``, ``checkpoint``, ``resume``,
-``fingerprint``, ``memory``, ``simulator``, ``shards``, ``journal``, ``ray``,
+``fingerprint``, ``memory``, ``simulator``, ``shards``, ``journal``, ``run``, ``ray``,
 ``trl``, ``vllm``. ``quick`` runs every section at a smoke size (CI
 proves the suite runs; no timing is asserted anywhere). The table goes to
 stdout, the full results to a JSON file. A section whose extra is not
@@ -64,6 +64,8 @@ SECTIONS: dict[str, Section] = {
     "samples": Section("frontier_core.bench.samples", "bench_samples"),
     # The journal's file writer is the adapters' (the core does no I/O).
     "journal": Section("frontier_adapters.bench.journal", "bench_journal"),
+    # What a termination notice costs a Run (drain against a checkpoint).
+    "run": Section("frontier_adapters.bench.run", "bench_run"),
     "ray": Section("frontier_adapters.bench.ray_ledger", "bench_ray", "ray", ("ray",)),
     "trl": Section(
         "frontier_adapters.bench.trl", "bench_trl", "trl", ("trl", "datasets", "accelerate")

@@ -15,6 +15,7 @@ The lower layers (``SampleCollector``, ``frontier_adapters.journal``,
 to arrange these steps themselves.
 """
 
+from ._run import Drained as Drained
 from ._run import Run as Run
 
-__all__ = ["Run"]
+__all__ = ["Drained", "Run"]

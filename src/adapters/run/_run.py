@@ -40,6 +40,7 @@ from __future__ import annotations
 import logging
 import math
 import os
+import signal
 import time
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
@@ -79,6 +80,22 @@ _END: Final = 1 << 62
 DEFAULT_LINEAGE: Final = "run"
 
 log = logging.getLogger("frontier_adapters.run")
+
+
+@attrs.frozen
+class Drained:
+    """What ``Run.drain`` did before the deadline: the samples that were
+    running (``running``; each continues from its journaled progress after
+    a resume), the progress records it journaled for them, how long until
+    the journal was synced, whether a checkpoint was written, the whole
+    drain's ``seconds`` and whether it ended ``in_time``."""
+
+    running: int
+    progress_records: int
+    synced_seconds: float
+    checkpointed: bool
+    seconds: float
+    in_time: bool
 
 
 @attrs.define
@@ -149,6 +166,12 @@ class Run:
         self._recorded: dict[Lease, int] = {}
         #: Running leases whose first (snapshot) progress record is journaled.
         self._extending: set[Lease] = set()
+        #: The latest sample ``progress`` was given, per running lease.
+        self._latest: dict[Lease, Payload] = {}
+        #: When the termination notice ends (``time.monotonic``), once one
+        #: came (``notice``, or a signal ``watch`` installed).
+        self._deadline: float | None = None
+        self._handlers: dict[int, Any] = {}
         self._closed = False
 
     # -- open ------------------------------------------------------------------
@@ -301,8 +324,11 @@ class Run:
     def take(self, n: int) -> list[Taken]:
         """Up to ``n`` groups to generate, retried ones first (see the class
         doc). A ``complete`` group has landed in the ledger: add it to your
-        buffer before the next ``checkpoint``."""
+        buffer before the next ``checkpoint``. After a termination notice
+        (``preempted``) it hands out nothing."""
         self._open_check()
+        if self._deadline is not None:
+            return []  # preempted: dispatch nothing more
         taken = self.collector.take_samples(n)
         complete = [t.ordinal for t in taken if t.complete]
         if complete:
@@ -352,24 +378,35 @@ class Run:
     def progress(self, lease: Lease, sample: Payload) -> bool:
         """``lease``'s sample so far (whole, as for ``seal``). Journaled when
         due: a token sample every ``progress_every`` new tokens (a snapshot,
-        then only the tokens after it), any other payload every call.
+        then only the tokens after it), any other payload every call. The
+        latest one is kept in memory until the lease settles, for ``drain``.
         Returns whether ``lease`` is current (``False``: fenced, ignored)."""
         self._open_check()
         if not self.collector.current(lease):
             self._counters.fenced += 1
             return False
+        self._latest[lease] = sample
+        self._journal_progress(lease, sample, force=False)
+        return True
+
+    def _journal_progress(self, lease: Lease, sample: Payload, *, force: bool) -> bool:
+        """Journal ``sample`` as ``lease``'s progress if it is due (or, with
+        ``force``, if it holds anything not journaled yet). Returns whether
+        a record was appended."""
         if not isinstance(sample, TokenPayload):
+            if force:
+                return False  # journaled at its ``progress`` call already
             self.journal.progress(lease, sample)
             return True
-        recorded = self._recorded.get(lease)
-        start = 0 if recorded is None else recorded
-        if recorded is not None and not self.journal.due(start, len(sample)):
-            return True
-        if recorded is None or lease not in self._extending:
+        start = self._recorded.get(lease, 0)
+        due = len(sample) > start if force else self.journal.due(start, len(sample))
+        if not due:
+            return False
+        if lease not in self._extending:
             # The attempt's first record: a whole snapshot.
             self.journal.progress(lease, sample)
             self._extending.add(lease)
-        elif len(sample) > start:
+        else:
             self.journal.extend(lease, start, _tail(sample, start))
         self._recorded[lease] = len(sample)
         return True
@@ -407,6 +444,7 @@ class Run:
     def _settled(self, lease: Lease, effect: Effect) -> None:
         self._counters.fenced += len(effect.fenced)
         if lease not in effect.fenced:
+            self._latest.pop(lease, None)
             self._recorded.pop(lease, None)
             self._extending.discard(lease)
             self._prefixes.pop((lease.ordinal, lease.sibling), None)
@@ -470,6 +508,82 @@ class Run:
         self._open_check()
         return self.journal.poll()
 
+    # -- preemption -------------------------------------------------------------
+
+    def notice(self, seconds: float) -> None:
+        """A termination notice: the process will be stopped in ``seconds``
+        (a spot instance's reclaim notice, a scheduler's grace period).
+        From now on ``take`` hands out nothing; call ``drain`` from your
+        loop. A later notice can only bring the deadline closer."""
+        if not isinstance(seconds, (int, float)) or not seconds >= 0:
+            raise ValueError(f"seconds must be a number >= 0, got {seconds!r:.40}")
+        deadline = time.monotonic() + float(seconds)
+        if self._deadline is None or deadline < self._deadline:
+            self._deadline = deadline
+
+    def watch(self, *signals: int, seconds: float = 30.0) -> None:
+        """Take ``signals`` (default ``SIGTERM``) as a termination notice of
+        ``seconds``: the handler only records it (``notice``), so nothing is
+        interrupted half-way; your loop sees ``preempted`` and calls
+        ``drain``. The previous handlers come back at ``close``. From the
+        main thread only (Python's rule for signal handlers)."""
+        if not isinstance(seconds, (int, float)) or not seconds >= 0:
+            raise ValueError(f"seconds must be a number >= 0, got {seconds!r:.40}")
+        for sig in signals or (signal.SIGTERM,):
+            previous = signal.signal(sig, lambda _s, _f: self.notice(seconds))
+            self._handlers.setdefault(sig, previous)
+
+    @property
+    def preempted(self) -> bool:
+        """Whether a termination notice came (``notice``, ``watch``)."""
+        return self._deadline is not None
+
+    def drain(
+        self,
+        *,
+        step: int | None = None,
+        json_parts: Mapping[str, Any] | None = None,
+        tensor_parts: Mapping[str, Any] | None = None,
+    ) -> Drained:
+        """Use what is left of the notice (no notice: take the time it
+        needs), then close the run. In order, so that what matters most is
+        durable first: dispatch stops (``take`` hands out nothing); every
+        running sample's latest progress that the journal lacks is
+        journaled and the journal synced (a resume continues each from
+        there); then, if the time left allows it (at least twice the last
+        checkpoint's duration), a checkpoint at ``step`` (default: the
+        run's) with your parts. Returns what was done in time
+        (``Drained``)."""
+        self._open_check()
+        began = time.monotonic()
+        if self._deadline is None:
+            self._deadline = math.inf
+        records = running = 0
+        for lease, sample in list(self._latest.items()):
+            if self.collector.current(lease):
+                running += 1
+                records += self._journal_progress(lease, sample, force=True)
+        self.journal.writer.sync()
+        synced = time.monotonic()
+        left = self._deadline - synced
+        last = self._counters.checkpoint_seconds
+        need = 2 * last if not math.isnan(last) else 1.0
+        checkpointed = False
+        if left >= need:
+            at = self.step if step is None else step
+            self.checkpoint(at, json_parts=json_parts, tensor_parts=tensor_parts)
+            checkpointed = True
+        ended = time.monotonic()
+        self.close()
+        return Drained(
+            running=running,
+            progress_records=records,
+            synced_seconds=synced - began,
+            checkpointed=checkpointed,
+            seconds=ended - began,
+            in_time=ended <= self._deadline,
+        )
+
     # -- observing ---------------------------------------------------------------
 
     def metrics(self) -> dict[str, float]:
@@ -506,10 +620,14 @@ class Run:
     # -- life ------------------------------------------------------------------
 
     def close(self) -> None:
-        """Sync and close the journal. What was not checkpointed is kept in
-        the journal for the next life."""
+        """Sync and close the journal (what was not checkpointed is kept in
+        it for the next life) and give back the signal handlers ``watch``
+        replaced."""
         if not self._closed:
             self._closed = True
+            for sig, previous in self._handlers.items():
+                signal.signal(sig, previous)
+            self._handlers.clear()
             self.journal.close()
 
     def __enter__(self) -> Run:

@@ -235,3 +235,62 @@ def test_a_config_without_fingerprint_is_refused(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="fingerprint"):
         Run.open(tmp_path, source(), LedgerConfig(stream_len=8, samples=2))
     assert not (tmp_path / "journal").exists()
+
+
+# -- preemption ------------------------------------------------------------------
+
+
+def test_a_drain_journals_every_running_sample_and_checkpoints_in_time(tmp_path: Path) -> None:
+    cfg = config(4, samples=2)
+    run = Run.open(tmp_path, source(4), cfg, progress_every=1000)  # cadence never due
+    leases = [lease for t in run.take(2) for lease in t.leases]
+    for lease in leases:  # every sample has tokens the journal does not hold yet
+        assert run.progress(lease, payload(full(lease.ordinal, lease.sibling)[:5]))
+    run.notice(30.0)
+    assert run.preempted and run.take(2) == []  # dispatch stopped
+    drained = run.drain(step=7, json_parts={"trainer": {"step": 7}})
+    assert drained.running == drained.progress_records == len(leases)
+    assert drained.checkpointed and drained.in_time
+    with pytest.raises(RuntimeError, match="closed"):
+        run.take(1)
+
+    with Run.open(tmp_path, source(4), cfg) as run:
+        assert run.step == 7 and run.resumed is not None
+        assert run.resumed.json_parts["trainer"] == {"step": 7}
+        again = [lease for t in run.take(2) for lease in t.leases]
+        assert len(again) == len(leases)
+        for lease in again:  # each continues from exactly what was reported
+            prefix = run.prefix(lease)
+            assert prefix is not None
+            assert list(prefix.tokens()) == full(lease.ordinal, lease.sibling)[:5]
+
+
+def test_a_drain_without_time_for_a_checkpoint_still_keeps_the_samples(tmp_path: Path) -> None:
+    cfg = config(2, samples=1)
+    run = Run.open(tmp_path, source(2), cfg, progress_every=1000)
+    (t,) = run.take(1)
+    run.progress(t.leases[0], payload([5, 6, 7]))
+    run.notice(0)
+    drained = run.drain()
+    assert not drained.checkpointed and drained.progress_records == 1
+    with Run.open(tmp_path, source(2), cfg) as run:
+        assert run.step == 0
+        (t,) = run.take(1)
+        prefix = run.prefix(t.leases[0])
+        assert prefix is not None and list(prefix.tokens()) == [5, 6, 7]
+
+
+def test_a_watched_signal_is_a_notice_and_close_restores_the_handler(tmp_path: Path) -> None:
+    import os
+    import signal
+
+    before = signal.getsignal(signal.SIGUSR1)
+    run = Run.open(tmp_path, source(), config())
+    run.watch(signal.SIGUSR1, seconds=20.0)
+    assert not run.preempted
+    os.kill(os.getpid(), signal.SIGUSR1)
+    assert run.preempted and run.take(1) == []
+    run.close()
+    assert signal.getsignal(signal.SIGUSR1) is before
+    with Run.open(tmp_path, source(), config()) as run, pytest.raises(ValueError):
+        run.notice(-1)

@@ -18,6 +18,7 @@ import sys
 import time
 from pathlib import Path
 
+import attrs
 import pytest
 from frontier_adapters import Run, SequenceSource
 
@@ -27,6 +28,9 @@ from frontier_core.journal import TokenPayload
 PROMPTS, SAMPLES, FP = 24, 3, "run-kill-v1"
 #: A life that neither finishes nor is killed within this is a hang.
 LIFE_DEADLINE = 120.0
+#: The termination notice a SIGTERM gives a life (a spot instance's is
+#: 30 to 120 s; a drain here needs well under a second).
+NOTICE = 10.0
 
 
 def full(o: int, s: int) -> list[int]:
@@ -51,10 +55,14 @@ def life(root: Path) -> None:
             sys.stdout.write(".")
             sys.stdout.flush()
 
+        run.watch(signal.SIGTERM, seconds=NOTICE)
         line({"resume": run.step})
         step = run.step
         buffer: dict[int, dict[int, list[int]]] = {}
         while not run.drained:
+            if run.preempted:  # the notice came between two samples
+                line({"drain": attrs.asdict(run.drain())})
+                return
             taken = run.take(2)
             for t in taken:
                 got = buffer.setdefault(t.ordinal, {})
@@ -63,6 +71,8 @@ def life(root: Path) -> None:
                 for lease in t.leases:
                     want = full(lease.ordinal, lease.sibling)
                     prefix = run.prefix(lease)
+                    if prefix is not None:
+                        line({"continue": [lease.ordinal, lease.sibling, len(prefix)]})
                     sample = prefix or TokenPayload.of([], [], step)
                     while len(sample) < len(want):
                         k = len(sample)
@@ -71,6 +81,11 @@ def life(root: Path) -> None:
                         sample = sample.followed_by(more)
                         run.progress(lease, sample)
                         beat()
+                        if run.preempted:  # a SIGTERM: drain in the notice, then exit
+                            line({"drained": [lease.ordinal, lease.sibling, len(sample)]})
+                            drained = run.drain()
+                            line({"drain": attrs.asdict(drained)})
+                            return
                     effect = run.seal(lease, sample)
                     assert lease in effect.sealed
                     got[lease.sibling] = list(sample.tokens())
@@ -91,9 +106,19 @@ def audit(log: Path) -> dict[int, list[list[int]]]:
     """The groups trained on the surviving lineage: a life resumed from
     step k discards what the dead branch logged after k."""
     steps: list[tuple[int, dict[str, list[list[int]]]]] = []
+    drained: dict[tuple[int, int], int] = {}
     for raw in log.read_text().splitlines():
         entry = json.loads(raw)
-        if "resume" in entry:
+        if "drained" in entry:
+            o, s, n = entry["drained"]
+            drained[(o, s)] = n
+        elif "continue" in entry:
+            o, s, n = entry["continue"]
+            if (o, s) in drained:  # a drained sample continues from all it had
+                assert n == drained.pop((o, s)), f"sample {(o, s)} lost tokens at a drain"
+        elif "drain" in entry:
+            assert entry["drain"]["in_time"] and entry["drain"]["checkpointed"], entry
+        elif "resume" in entry:
             steps = [(k, g) for k, g in steps if k <= entry["resume"]]
         else:
             steps.append((entry["step"], entry["groups"]))
@@ -105,11 +130,12 @@ def audit(log: Path) -> dict[int, list[list[int]]]:
     return trained
 
 
-def run_life(cmd: list[str], env: dict[str, str], beats: int | None) -> bool:
+def run_life(cmd: list[str], env: dict[str, str], beats: int | None, *, term: bool = False) -> bool:
     """One life: killed (SIGKILL, its whole process group) after ``beats``
-    units of work, or run to its end (``beats=None``). Returns whether it
-    was killed; fails the test if it neither finishes nor reaches its kill
-    within ``LIFE_DEADLINE``."""
+    units of work, or given a termination notice then (``term``: SIGTERM,
+    and it must drain and exit 0 within the notice), or run to its end
+    (``beats=None``). Returns whether it was stopped; fails the test if it
+    neither finishes nor reaches its kill within ``LIFE_DEADLINE``."""
     child = subprocess.Popen(
         cmd, env=env, start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE
     )
@@ -129,8 +155,13 @@ def run_life(cmd: list[str], env: dict[str, str], beats: int | None) -> bool:
                 break
             seen += len(chunk)
         if beats is not None and seen >= beats:
-            os.killpg(child.pid, signal.SIGKILL)
-            child.wait(timeout=30)
+            if not term:
+                os.killpg(child.pid, signal.SIGKILL)
+                child.wait(timeout=30)
+                return True
+            child.send_signal(signal.SIGTERM)
+            _, err = child.communicate(timeout=NOTICE)
+            assert child.returncode == 0, err.decode()[-3000:]
             return True
         _, err = child.communicate(timeout=max(deadline - time.monotonic(), 1))
         assert child.returncode == 0, err.decode()[-3000:]
@@ -147,7 +178,10 @@ def test_a_run_killed_at_random_trains_every_sample_exactly_once(tmp_path: Path)
     code = f"import pathlib; from {__name__} import life; life(pathlib.Path({str(tmp_path)!r}))"
     cmd = [sys.executable, "-c", code]
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[3])}
-    killed = sum(run_life(cmd, env, rng.randint(0, 40)) for _ in range(kills))
+    # Every third life gets a termination notice (SIGTERM) instead.
+    killed = sum(
+        run_life(cmd, env, rng.randint(i % 3 == 2, 40), term=i % 3 == 2) for i in range(kills)
+    )
     # The last life runs to the end (a life killed after its work was all
     # done would have finished: the audit below counts what it trained).
     run_life(cmd, env, None)
