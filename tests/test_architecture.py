@@ -3,9 +3,9 @@
 Every ``import`` and ``from ... import`` in ``src/`` (lazy ones inside
 functions included) is resolved to an absolute module name and checked
 against the table: the core imports no adapter, a binding imports neither
-another binding nor the examples or benchmarks, the adapters' root imports
-no binding (its command module excepted), and each framework stays in the
-binding that owns it.
+another binding nor the examples, the verification rig or the benchmarks,
+the adapters' root imports no binding (its command module excepted), and
+each framework stays in the binding that owns it.
 """
 
 from __future__ import annotations
@@ -28,14 +28,14 @@ BINDINGS = ("torch", "rollout", "ray", "trl")
 BUILDS_ON = {"trl": {"torch"}}
 #: framework -> the adapter packages allowed to import it
 FRAMEWORKS = {
-    "torch": {"torch", "trl", "examples", "bench"},
-    "torchdata": {"torch", "trl", "examples", "bench"},
-    "ray": {"ray", "examples", "bench"},
-    "vllm": {"rollout", "examples", "bench"},
-    "transformers": {"trl", "examples", "bench"},
-    "trl": {"trl", "examples", "bench"},
-    "accelerate": {"trl", "examples", "bench"},
-    "datasets": {"trl", "examples", "bench"},
+    "torch": {"torch", "trl", "examples", "verify", "bench"},
+    "torchdata": {"torch", "trl", "examples", "verify", "bench"},
+    "ray": {"ray", "examples", "verify", "bench"},
+    "vllm": {"rollout", "examples", "verify", "bench"},
+    "transformers": {"trl", "examples", "verify", "bench"},
+    "trl": {"trl", "examples", "verify", "bench"},
+    "accelerate": {"trl", "examples", "verify", "bench"},
+    "datasets": {"trl", "examples", "verify", "bench"},
 }
 
 
@@ -77,11 +77,11 @@ def sources() -> list[Path]:
 
 def area(module: str) -> str:
     """Where a module of ours lives: ``core``, ``core.testing``, ``root``, a
-    binding's name, ``examples`` or ``bench``."""
+    binding's name, ``examples``, ``verify`` or ``bench``."""
     parts = module.split(".")
     if parts[0] == "frontier_core":
         return "core.testing" if parts[1:2] == ["testing"] else "core"
-    if len(parts) > 1 and parts[1] in (*BINDINGS, "examples", "bench"):
+    if len(parts) > 1 and parts[1] in (*BINDINGS, "examples", "verify", "bench"):
         return parts[1]
     return "root"
 
@@ -137,6 +137,7 @@ def test_the_checker_sees_lazy_and_relative_imports(tmp_path: Path) -> None:
     assert "frontier_adapters._service" in found
     assert "ray" in found
     assert area("frontier_adapters.examples.cpu_engine") == "examples"
+    assert area("frontier_adapters.verify.demo") == "verify"
     assert area("frontier_adapters._collector") == "root"
     assert area("frontier_core.testing._harness") == "core.testing"
 
@@ -149,7 +150,8 @@ def test_the_checker_sees_lazy_and_relative_imports(tmp_path: Path) -> None:
             "frontier_core/_x.py",
             "the core imports",
         ),
-        ("from ..examples import demo\n", "adapters/torch/_x.py", "the torch binding imports"),
+        ("from ..examples import grpo\n", "adapters/torch/_x.py", "the torch binding imports"),
+        ("from ..verify import demo\n", "adapters/torch/_x.py", "the torch binding imports"),
         ("from ..rollout import RolloutLoop\n", "adapters/ray/_x.py", "the ray binding imports"),
         ("def f():\n    import torch\n", "adapters/rollout/_x.py", "imports torch"),
         ("from .torch import SeekableSource\n", "adapters/_x.py", "the adapters' root imports"),
