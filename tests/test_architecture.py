@@ -4,8 +4,10 @@ Every ``import`` and ``from ... import`` in ``src/`` (lazy ones inside
 functions included) is resolved to an absolute module name and checked
 against the table: the core imports no adapter, a binding imports neither
 another binding nor the examples, the verification rig or the benchmarks,
-the adapters' root imports no binding (its command module excepted), and
-each framework stays in the binding that owns it.
+the adapters' root imports no binding (its command module excepted), the
+examples import public names only (no module or name with a component that
+starts with ``_``, ours or a framework's, and nothing of the rig or the
+benchmarks), and each framework stays in the binding that owns it.
 """
 
 from __future__ import annotations
@@ -86,6 +88,14 @@ def area(module: str) -> str:
     return "root"
 
 
+def private(module: str) -> bool:
+    """Whether a dotted name (a module, or a module and a name imported from
+    it) has a component that starts with ``_``; ``__future__`` excepted."""
+    return module.split(".")[0] != "__future__" and any(
+        part.startswith("_") for part in module.split(".")
+    )
+
+
 def existing(module: str) -> bool:
     """Whether a dotted name of ours is a module (not an attribute)."""
     top, *rest = module.split(".")
@@ -101,6 +111,8 @@ def violations() -> list[str]:
         where = path.relative_to(ROOT)
         for line, target in imports(path):
             top = target.split(".")[0]
+            if mine == "examples" and private(target):
+                found.append(f"{where}:{line}: the examples import a private name ({target})")
             if top in PACKAGES:
                 if not existing(target):
                     continue  # an attribute imported from a module, checked as its module
@@ -112,6 +124,8 @@ def violations() -> list[str]:
                 elif mine == "root" and theirs not in ("core", "root"):
                     if me != "frontier_adapters._cli":
                         found.append(f"{where}:{line}: the adapters' root imports {target}")
+                elif mine == "examples" and theirs in ("verify", "bench"):
+                    found.append(f"{where}:{line}: the examples import the rig or bench ({target})")
                 elif mine in BINDINGS and theirs not in (
                     "core",
                     "root",
@@ -138,6 +152,9 @@ def test_the_checker_sees_lazy_and_relative_imports(tmp_path: Path) -> None:
     assert "ray" in found
     assert area("frontier_adapters.examples.cpu_engine") == "examples"
     assert area("frontier_adapters.verify.demo") == "verify"
+    assert not private("__future__.annotations")
+    assert private("frontier_adapters.rollout._engine.STOP")
+    assert private("frontier_adapters.rollout._x") and private("ray._private")
     assert area("frontier_adapters._collector") == "root"
     assert area("frontier_core.testing._harness") == "core.testing"
 
@@ -152,6 +169,31 @@ def test_the_checker_sees_lazy_and_relative_imports(tmp_path: Path) -> None:
         ),
         ("from ..examples import grpo\n", "adapters/torch/_x.py", "the torch binding imports"),
         ("from ..verify import demo\n", "adapters/torch/_x.py", "the torch binding imports"),
+        (
+            "from ..rollout._engine import STOP\n",
+            "adapters/examples/planted.py",
+            "the examples import a private name",
+        ),
+        (
+            "from ..rollout import _engine\n",
+            "adapters/examples/planted.py",
+            "the examples import a private name",
+        ),
+        (
+            "def f():\n    from ray._private import services\n",
+            "adapters/examples/planted.py",
+            "the examples import a private name",
+        ),
+        (
+            "from .cpu_engine import _sample\n",
+            "adapters/examples/planted.py",
+            "the examples import a private name",
+        ),
+        (
+            "from ..verify.demo import run_demo\n",
+            "adapters/examples/planted.py",
+            "the examples import the rig or bench",
+        ),
         ("from ..rollout import RolloutLoop\n", "adapters/ray/_x.py", "the ray binding imports"),
         ("def f():\n    import torch\n", "adapters/rollout/_x.py", "imports torch"),
         ("from .torch import SeekableSource\n", "adapters/_x.py", "the adapters' root imports"),
@@ -170,6 +212,28 @@ def test_a_planted_violation_is_caught(
     monkeypatch.setattr(Path, "read_text", read_text)
     monkeypatch.setitem(globals(), "sources", lambda: [*real_sources, planted])
     assert any(expected in v for v in violations()), violations()
+
+
+def test_an_example_of_public_names_passes(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The examples' rule flags private names only: ``__future__``, public
+    modules and names of ours and of a framework pass."""
+    planted = ROOT / "src" / "adapters" / "examples" / "planted.py"
+    code = (
+        "from __future__ import annotations\n"
+        "import torch.nn.functional as F\n"
+        "from frontier_core import LedgerConfig\n"
+        "from ..rollout import STOP, RolloutLoop\n"
+        "from .cpu_engine import CpuEngine\n"
+    )
+    real_sources = sources()
+    real_read = Path.read_text
+
+    def read_text(self: Path, *args: object, **kwargs: object) -> str:
+        return code if self == planted else real_read(self)
+
+    monkeypatch.setattr(Path, "read_text", read_text)
+    monkeypatch.setitem(globals(), "sources", lambda: [*real_sources, planted])
+    assert violations() == []
 
 
 def test_architecture_md_names_every_package_directory() -> None:
