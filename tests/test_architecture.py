@@ -3,11 +3,13 @@
 Every ``import`` and ``from ... import`` in ``src/`` (lazy ones inside
 functions included) is resolved to an absolute module name and checked
 against the table: the core imports no adapter, a binding imports neither
-another binding nor the examples or benchmarks, the adapters' root imports
-no binding (its command module excepted), the checkpoint protocol
-(``frontier_adapters.checkpoints``) imports only the core, the root's errors,
-the standard library and attrs, and each framework stays in the binding
-that owns it.
+another binding nor the examples, the verification rig or the benchmarks,
+the adapters' root imports no binding (its command module excepted), the
+checkpoint protocol (``frontier_adapters.checkpoints``) imports only the
+core, the root's errors, the standard library and attrs, the examples
+import public names only (no module or name with a component that starts
+with ``_``, ours or a framework's, and nothing of the rig or the
+benchmarks), and each framework stays in the binding that owns it.
 """
 
 from __future__ import annotations
@@ -36,14 +38,14 @@ CHECKPOINTS_ROOT_IMPORTS = {"frontier_adapters._errors"}
 CHECKPOINTS_PACKAGES = {"attrs"}
 #: framework -> the adapter packages allowed to import it
 FRAMEWORKS = {
-    "torch": {"torch", "trl", "examples", "bench"},
-    "torchdata": {"torch", "trl", "examples", "bench"},
-    "ray": {"ray", "examples", "bench"},
-    "vllm": {"rollout", "examples", "bench"},
-    "transformers": {"trl", "examples", "bench"},
-    "trl": {"trl", "examples", "bench"},
-    "accelerate": {"trl", "examples", "bench"},
-    "datasets": {"trl", "examples", "bench"},
+    "torch": {"torch", "trl", "examples", "verify", "bench"},
+    "torchdata": {"torch", "trl", "examples", "verify", "bench"},
+    "ray": {"ray", "examples", "verify", "bench"},
+    "vllm": {"rollout", "examples", "verify", "bench"},
+    "transformers": {"trl", "examples", "verify", "bench"},
+    "trl": {"trl", "examples", "verify", "bench"},
+    "accelerate": {"trl", "examples", "verify", "bench"},
+    "datasets": {"trl", "examples", "verify", "bench"},
 }
 
 
@@ -85,13 +87,21 @@ def sources() -> list[Path]:
 
 def area(module: str) -> str:
     """Where a module of ours lives: ``core``, ``core.testing``, ``root``,
-    ``checkpoints``, a binding's name, ``examples`` or ``bench``."""
+    ``checkpoints``, a binding's name, ``examples``, ``verify`` or ``bench``."""
     parts = module.split(".")
     if parts[0] == "frontier_core":
         return "core.testing" if parts[1:2] == ["testing"] else "core"
-    if len(parts) > 1 and parts[1] in (*BINDINGS, CHECKPOINTS, "examples", "bench"):
+    if len(parts) > 1 and parts[1] in (*BINDINGS, CHECKPOINTS, "examples", "verify", "bench"):
         return parts[1]
     return "root"
+
+
+def private(module: str) -> bool:
+    """Whether a dotted name (a module, or a module and a name imported from
+    it) has a component that starts with ``_``; ``__future__`` excepted."""
+    return module.split(".")[0] != "__future__" and any(
+        part.startswith("_") for part in module.split(".")
+    )
 
 
 def existing(module: str) -> bool:
@@ -109,6 +119,8 @@ def violations() -> list[str]:
         where = path.relative_to(ROOT)
         for line, target in imports(path):
             top = target.split(".")[0]
+            if mine == "examples" and private(target):
+                found.append(f"{where}:{line}: the examples import a private name ({target})")
             if top in PACKAGES:
                 if not existing(target):
                     continue  # an attribute imported from a module, checked as its module
@@ -123,6 +135,8 @@ def violations() -> list[str]:
                 elif mine == "root" and theirs not in ("core", "root", CHECKPOINTS):
                     if me != "frontier_adapters._cli":
                         found.append(f"{where}:{line}: the adapters' root imports {target}")
+                elif mine == "examples" and theirs in ("verify", "bench"):
+                    found.append(f"{where}:{line}: the examples import the rig or bench ({target})")
                 elif mine in BINDINGS and theirs not in (
                     "core",
                     "root",
@@ -152,6 +166,10 @@ def test_the_checker_sees_lazy_and_relative_imports(tmp_path: Path) -> None:
     assert "frontier_adapters._service" in found
     assert "ray" in found
     assert area("frontier_adapters.examples.cpu_engine") == "examples"
+    assert area("frontier_adapters.verify.demo") == "verify"
+    assert not private("__future__.annotations")
+    assert private("frontier_adapters.rollout._engine.STOP")
+    assert private("frontier_adapters.rollout._x") and private("ray._private")
     assert area("frontier_adapters._collector") == "root"
     assert area("frontier_adapters.checkpoints._lineage") == "checkpoints"
     found = {target for _, target in imports(PACKAGES["frontier_adapters"] / "torch" / "_files.py")}
@@ -167,7 +185,33 @@ def test_the_checker_sees_lazy_and_relative_imports(tmp_path: Path) -> None:
             "frontier_core/_x.py",
             "the core imports",
         ),
-        ("from ..examples import demo\n", "adapters/torch/_x.py", "the torch binding imports"),
+        ("from ..examples import grpo\n", "adapters/torch/_x.py", "the torch binding imports"),
+        ("from ..verify import demo\n", "adapters/torch/_x.py", "the torch binding imports"),
+        (
+            "from ..rollout._engine import STOP\n",
+            "adapters/examples/planted.py",
+            "the examples import a private name",
+        ),
+        (
+            "from ..rollout import _engine\n",
+            "adapters/examples/planted.py",
+            "the examples import a private name",
+        ),
+        (
+            "def f():\n    from ray._private import services\n",
+            "adapters/examples/planted.py",
+            "the examples import a private name",
+        ),
+        (
+            "from .cpu_engine import _sample\n",
+            "adapters/examples/planted.py",
+            "the examples import a private name",
+        ),
+        (
+            "from ..verify.demo import run_demo\n",
+            "adapters/examples/planted.py",
+            "the examples import the rig or bench",
+        ),
         ("from ..rollout import RolloutLoop\n", "adapters/ray/_x.py", "the ray binding imports"),
         ("def f():\n    import torch\n", "adapters/rollout/_x.py", "imports torch"),
         ("from .torch import SeekableSource\n", "adapters/_x.py", "the adapters' root imports"),
@@ -194,6 +238,28 @@ def test_a_planted_violation_is_caught(
     monkeypatch.setattr(Path, "read_text", read_text)
     monkeypatch.setitem(globals(), "sources", lambda: [*real_sources, planted])
     assert any(expected in v for v in violations()), violations()
+
+
+def test_an_example_of_public_names_passes(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The examples' rule flags private names only: ``__future__``, public
+    modules and names of ours and of a framework pass."""
+    planted = ROOT / "src" / "adapters" / "examples" / "planted.py"
+    code = (
+        "from __future__ import annotations\n"
+        "import torch.nn.functional as F\n"
+        "from frontier_core import LedgerConfig\n"
+        "from ..rollout import STOP, RolloutLoop\n"
+        "from .cpu_engine import CpuEngine\n"
+    )
+    real_sources = sources()
+    real_read = Path.read_text
+
+    def read_text(self: Path, *args: object, **kwargs: object) -> str:
+        return code if self == planted else real_read(self)
+
+    monkeypatch.setattr(Path, "read_text", read_text)
+    monkeypatch.setitem(globals(), "sources", lambda: [*real_sources, planted])
+    assert violations() == []
 
 
 def test_architecture_md_names_every_package_directory() -> None:

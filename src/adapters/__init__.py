@@ -22,8 +22,10 @@ imported:
 * ``frontier_adapters.ray``: the ledger service as a Ray actor and a fleet of
   rollout actors.
 
-``frontier_adapters.examples`` (the CPU engine, demos, torture jobs) and
-``frontier_adapters.bench`` (``frontier bench``) are not library API.
+``frontier_adapters.examples`` (the CPU engine, the toy GRPO trainer, the
+tiny Llama), ``frontier_adapters.verify`` (the verification rig: tortures,
+kill points, audits, the demo) and ``frontier_adapters.bench``
+(``frontier bench``) are not library API.
 Installed as ``frontier_adapters``; the directory is ``src/adapters``.
 Adapters hold handles and translate events; every coverage decision is the
 ledger's.

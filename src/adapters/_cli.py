@@ -1,7 +1,7 @@
 """The subcommands the adapters contribute to ``frontier``: ``demo`` and ``bench``.
 
-The one command-line module of ``frontier_adapters`` (the examples' own
-runnable commands are in ``frontier_adapters.examples.__main__``).
+The one command-line module of ``frontier_adapters`` (the verification
+rig's own commands are in ``frontier_adapters.verify.__main__``).
 pyproject.toml registers each command object in the entry-point group
 ``frontier.commands``, with the extras it needs::
 
@@ -66,7 +66,7 @@ def _configure_demo(parser: argparse.ArgumentParser) -> None:
 
 
 def _run_demo(args: argparse.Namespace) -> int:
-    from .examples.demo import JOURNAL_MODES, MODES, run_demo
+    from .verify.demo import JOURNAL_MODES, MODES, run_demo
 
     if args.plot and not _have("matplotlib"):
         print(

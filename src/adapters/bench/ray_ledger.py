@@ -16,7 +16,7 @@ Three runs per round on the same Ray cluster, interleaved:
 Rows have the shape of ``frontier bench`` rows (section ``ray``); the entry
 point for the suite is ``bench_ray(quick=..., rounds=...)``. Wall time: the
 actors and Ray's IPC are what is measured. Needs the ``ray`` extra; starts a
-local 2-CPU cluster bound to 127.0.0.1 (``examples.local_ray.init_ray``)
+local 2-CPU cluster bound to 127.0.0.1 (``verify.local_ray.init_ray``)
 unless Ray is already initialised.
 
     frontier bench --only ray [--quick] [--rounds 3]
@@ -35,9 +35,9 @@ from frontier_core import LedgerConfig
 
 from .._service import PromptLease
 from .._sources import SequenceSource
-from ..examples.local_ray import init_ray
-from ..examples.ray_workers import _trajectory
 from ..ray._fleet import LedgerActor
+from ..verify.local_ray import init_ray
+from ..verify.ray_workers import _trajectory
 
 WORKERS = 8
 

@@ -1,11 +1,12 @@
-"""Runnable examples, not library API: the CPU engine and toy GRPO model
-that let the rollout loop run without a GPU, stand-in rollout workers, and
-the jobs behind ``frontier demo`` and the torture commands.
+"""Small examples and reusable example parts, not library API: the CPU
+engine (``cpu_engine``: vLLM's ``AsyncLLM`` contract over a tiny torch
+model) and the toy GRPO trainer (``grpo``: a task, its reward, one update)
+that let the rollout loop run without a GPU, and the tiny Llama built
+offline for vLLM and transformers (``tiny_llm``).
 
-They may import anything in the project; nothing in the bindings imports
-them. Their runnable commands share one command-line module
-(``__main__.py``): ``python -m frontier_adapters.examples COMMAND``, with
-COMMAND one of ``grpo-worker``, ``torch-run``, ``torch-torture``,
-``ray-run``, ``ray-torture``. ``local_ray`` starts the Ray cluster of the
-examples, the benchmark and the tests on 127.0.0.1 only.
+They import public names only (``tests/test_architecture.py`` enforces it):
+no private module or name of the project or of a framework, nothing of
+``frontier_adapters.verify`` or ``frontier_adapters.bench``. Nothing in the
+bindings imports them. The torture jobs, kill points, audits, stand-in
+workers and the demo are the verification rig, ``frontier_adapters.verify``.
 """

@@ -5,7 +5,7 @@ initialised from a seed (nothing is downloaded). ``CpuEngine.generate``
 samples real tokens from it, one decoding step at a time, and yields to the
 event loop between steps, so concurrent requests interleave the way they do
 in a serving engine; ``end-of-sequence`` (``EOS``) ends a sample early, so
-completion lengths vary. It honours the contract of ``_engine.AsyncEngine``:
+completion lengths vary. It honours the contract of ``rollout.AsyncEngine``:
 
 * ``n`` samples per request, one final ``RequestOutput`` with all of them
   (``output_kind="final_only"``) or a cumulative output after every step;
@@ -33,7 +33,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..rollout._engine import ABORT, LENGTH, STOP, Completion, RequestOutput
+from ..rollout import ABORT, LENGTH, STOP, Completion, RequestOutput
 
 PAD: Final = 0
 EOS: Final = 1

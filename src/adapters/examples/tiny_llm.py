@@ -270,7 +270,7 @@ def tiny_vllm_engine(
     ``rpc_base_path`` (``loopback_environ``). Call it in the process's main
     module under ``if __name__ == "__main__":`` or from a test: vLLM starts
     engine-core processes of its own."""
-    from ..rollout._vllm import VllmEngine, loopback_environ
+    from ..rollout import VllmEngine, loopback_environ
 
     os.environ.update(OFFLINE_ENV)
     os.environ.pop("VLLM_CPU_KVCACHE_SPACE", None)

@@ -15,7 +15,7 @@ continuation) and does no I/O. This package owns the rest, once:
   the reuse policy and reserves this life's attempts (``Recovered``).
 
 Every binding (the rollout loop, the ledger service and its Ray actor,
-the examples) imports the journal from here; nothing restates its API.
+the verification rig) imports the journal from here; nothing restates its API.
 Errors: the core's ``JournalError`` family, ``JournalFileError`` for the
 file itself (a directory, a symlink, a FIFO, a second writer at the path),
 ``JournalWriterError`` for a writer a failed write or fsync left unusable,

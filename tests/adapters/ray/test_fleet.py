@@ -20,10 +20,6 @@ pytest.importorskip("ray")
 pytest.importorskip("torch")
 
 import ray
-from frontier_adapters.examples._lives import Life
-from frontier_adapters.examples.local_ray import is_loopback, loopback_env
-from frontier_adapters.examples.ray_job import Chaos, JobConfig, audit, run_job, torture
-from frontier_adapters.examples.ray_workers import StandInRollout
 from frontier_adapters.ray import (
     LedgerActor,
     LedgerLostError,
@@ -33,6 +29,10 @@ from frontier_adapters.ray import (
     rollout_actor,
 )
 from frontier_adapters.ray._actors import LedgerTimeoutError
+from frontier_adapters.verify._lives import Life
+from frontier_adapters.verify.local_ray import is_loopback, loopback_env
+from frontier_adapters.verify.ray_job import Chaos, JobConfig, audit, run_job, torture
+from frontier_adapters.verify.ray_workers import StandInRollout
 
 from frontier_core import FailurePolicy, LedgerConfig
 
@@ -289,7 +289,7 @@ def test_ray_listens_on_loopback_only(cluster: str) -> None:
 
     code = (
         "import sys\n"
-        "from frontier_adapters.examples.local_ray import init_ray\n"
+        "from frontier_adapters.verify.local_ray import init_ray\n"
         f"init_ray({cluster!r})\n"
         "print('joined', flush=True)\n"
         "sys.stdin.read()\n"

@@ -20,14 +20,6 @@ import pytest
 pytest.importorskip("ray")
 
 import ray
-from frontier_adapters.examples.ray_sample_job import (
-    SampleChaos,
-    SampleJobConfig,
-    audit_samples,
-    run_sample_job,
-    sample_torture,
-)
-from frontier_adapters.examples.ray_workers import StandInSampleRollout
 from frontier_adapters.journal import RolloutJournal
 from frontier_adapters.ray import (
     SampleFleet,
@@ -36,6 +28,14 @@ from frontier_adapters.ray import (
     ledger_call,
     sample_rollout_actor,
 )
+from frontier_adapters.verify.ray_sample_job import (
+    SampleChaos,
+    SampleJobConfig,
+    audit_samples,
+    run_sample_job,
+    sample_torture,
+)
+from frontier_adapters.verify.ray_workers import StandInSampleRollout
 
 from frontier_core import FailurePolicy, LedgerConfig
 from frontier_core.journal import TokenPayload

@@ -1,6 +1,6 @@
 """A real kill on real vLLM: ``frontier demo --engine vllm``, frontier mode.
 
-A worker process runs the async GRPO loop of ``examples.grpo_worker`` on a
+A worker process runs the async GRPO loop of ``verify.grpo_worker`` on a
 real ``AsyncLLM`` (the tiny Llama, trained by torch through transformers,
 its weights pushed into the engine after every step). It is SIGKILLed with
 requests in flight, as a whole process tree (the worker and vLLM's

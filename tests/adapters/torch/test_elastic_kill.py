@@ -6,7 +6,7 @@ no process of any life may be left behind, and every socket the job
 listened on must be on the loopback interface.
 
 The long run is a command, not a test:
-    python -m frontier_adapters.examples elastic-torture --workdir /tmp/elastic --kills 12
+    python -m frontier_adapters.verify elastic-torture --workdir /tmp/elastic --kills 12
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import pytest
 pytest.importorskip("torch")
 pytest.importorskip("torchdata")
 
-from frontier_adapters.examples.elastic_job import is_loopback, per_rank_batch, torture
+from frontier_adapters.verify.elastic_job import is_loopback, per_rank_batch, torture
 
 
 def test_a_torchrun_job_resumes_exactly_once_on_any_world_size(tmp_path: Path) -> None:

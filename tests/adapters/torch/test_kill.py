@@ -4,7 +4,7 @@ inside a checkpoint write) and resumed until its stream is done; then
 trained or dropped exactly once.
 
 The long run is a command, not a test:
-    python -m frontier_adapters.examples torch-torture --workdir /tmp/torture --kills 100
+    python -m frontier_adapters.verify torch-torture --workdir /tmp/torture --kills 100
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import pytest
 pytest.importorskip("torch")
 pytest.importorskip("torchdata")
 
-from frontier_adapters.examples.torch_job import torture
+from frontier_adapters.verify.torch_job import torture
 
 
 def test_sigkilled_training_run_covers_every_prompt_once(tmp_path: Path) -> None:
@@ -37,7 +37,7 @@ def test_sigkilled_training_run_covers_every_prompt_once(tmp_path: Path) -> None
 def test_the_torture_reports_the_audit_verdict(tmp_path: Path) -> None:
     """The torture's audit is the ``frontier audit`` command: a violated log
     gives exit 1 and its report, an unreadable one raises."""
-    from frontier_adapters.examples.torch_job import run_audit
+    from frontier_adapters.verify.torch_job import run_audit
 
     log = tmp_path / "train_log.jsonl"
     log.write_text('{"step": 0, "ordinals": [0, 1]}\n{"step": 1, "ordinals": [1]}\n')

@@ -6,7 +6,7 @@ resume, at random moments, at boot and inside checkpoint writes; then
 every sample of the surviving lineage, and counts the tokens generated again.
 
 The long run is a command, not a test:
-    python -m frontier_adapters.examples torch-torture --journal --workdir /tmp/t --kills 100
+    python -m frontier_adapters.verify torch-torture --journal --workdir /tmp/t --kills 100
 """
 
 from __future__ import annotations
@@ -22,9 +22,9 @@ import pytest
 pytest.importorskip("torch")
 pytest.importorskip("torchdata")
 
-from frontier_adapters.examples import _killpoints as kp
-from frontier_adapters.examples.durable_job import audit_log, digest, full_sample, read_lines
-from frontier_adapters.examples.torch_job import (
+from frontier_adapters.verify import _killpoints as kp
+from frontier_adapters.verify.durable_job import audit_log, digest, full_sample, read_lines
+from frontier_adapters.verify.torch_job import (
     GENERATED_LOG,
     JOURNAL_KILLS,
     LOG_NAME,

@@ -17,7 +17,7 @@ from ._need import need_trl
 
 need_trl()
 
-from frontier_adapters.examples.trl_job import (  # noqa: E402
+from frontier_adapters.verify.trl_job import (  # noqa: E402
     JobConfig,
     Kill,
     LifePlan,

@@ -14,7 +14,7 @@ from ._need import need_trl
 need_trl()
 
 from frontier_adapters.examples.tiny_llm import OFFLINE_ENV, tiny_llm  # noqa: E402
-from frontier_adapters.examples.trl_job import make_rows, reward  # noqa: E402
+from frontier_adapters.verify.trl_job import make_rows, reward  # noqa: E402
 
 from frontier_core._audit import audit_log  # noqa: E402
 

@@ -16,7 +16,6 @@ from ._need import need_trl
 need_trl()
 
 from frontier_adapters.examples.tiny_llm import OFFLINE_ENV, tiny_llm  # noqa: E402
-from frontier_adapters.examples.trl_job import make_rows, reward  # noqa: E402
 from frontier_adapters.trl import (  # noqa: E402
     LOG_NAME,
     ORDINAL_COLUMN,
@@ -25,6 +24,7 @@ from frontier_adapters.trl import (  # noqa: E402
     latest_checkpoint,
     read_state,
 )
+from frontier_adapters.verify.trl_job import make_rows, reward  # noqa: E402
 
 from frontier_core import CheckpointMismatchError  # noqa: E402
 from frontier_core._audit import audit_log  # noqa: E402

@@ -16,7 +16,7 @@ public ``durable``, and the journal's reopen the public ``torn`` and
 ``commit`` kill must still leave the group's frames whole but the last,
 torn).
 
-Not API: a test fixture of the example jobs.
+Not API: a test fixture of the verification jobs.
 """
 
 from __future__ import annotations

@@ -47,9 +47,9 @@ import attrs
 from frontier_core import TrainLogWriter, fold_lineage, read_train_log
 from frontier_core._audit import audit_lineage, audit_log
 
+from ..examples.tiny_llm import OFFLINE_ENV
 from ._lives import Life
 from ._lives import life_deadline as _life_deadline
-from .tiny_llm import OFFLINE_ENV
 
 MODES: Final = ("frontier", "trl")
 PHASES: Final = (
@@ -152,8 +152,8 @@ def life(
     from transformers.trainer_utils import get_last_checkpoint  # type: ignore[import-not-found]
     from trl import GRPOConfig, GRPOTrainer  # type: ignore[import-not-found]
 
+    from ..examples.tiny_llm import tiny_llm
     from ..trl import FrontierGRPOTrainer, latest_checkpoint
-    from .tiny_llm import tiny_llm
 
     torch.set_num_threads(1)
     transformers.logging.set_verbosity_error()
@@ -421,7 +421,7 @@ def run_lives(
         cmd = [
             sys.executable,
             "-m",
-            "frontier_adapters.examples",
+            "frontier_adapters.verify",
             "trl-life",
             "--workdir",
             str(work),

@@ -20,8 +20,8 @@ Ray's own signals:
 ``chaos`` kills workers and the ledger actor from inside the driver;
 ``torture`` SIGKILLs driver processes::
 
-    python -m frontier_adapters.examples ray-run --workdir /tmp/rj --rows 64
-    python -m frontier_adapters.examples ray-torture --workdir /tmp/rt --kills 5
+    python -m frontier_adapters.verify ray-run --workdir /tmp/rj --rows 64
+    python -m frontier_adapters.verify ray-torture --workdir /tmp/rt --kills 5
 
 Without ``--address`` both start a local 2-CPU cluster bound to 127.0.0.1
 (``local_ray.init_ray``); the torture's driver processes join it with the

@@ -35,7 +35,7 @@ loopback interface. When the kills are spent, the last life runs to the
 end, and ``frontier audit`` checks the training log: every ordinal trained
 exactly once or dropped exactly once.
 
-    python -m frontier_adapters.examples elastic-torture --workdir /tmp/e --kills 12
+    python -m frontier_adapters.verify elastic-torture --workdir /tmp/e --kills 12
 """
 
 from __future__ import annotations
@@ -79,7 +79,7 @@ _LINE = re.compile(r"^r(\d+) (\w+)(?: (.*))?$")
 
 @attrs.frozen
 class RankArgs:
-    """One rank of one life (``python -m frontier_adapters.examples
+    """One rank of one life (``python -m frontier_adapters.verify
     elastic-rank``, under torchrun)."""
 
     workdir: str
@@ -498,7 +498,7 @@ def torture(
     lives: list[Life] = []
     listening: set[str] = set()
     killed = leftovers = 0
-    launcher = [sys.executable, "-m", "frontier_adapters.examples", "torchrun-loopback", "--"]
+    launcher = [sys.executable, "-m", "frontier_adapters.verify", "torchrun-loopback", "--"]
     env = {
         **os.environ,
         "GLOO_SOCKET_IFNAME": "lo",  # gloo's pairs on the loopback interface only
@@ -527,7 +527,7 @@ def torture(
             "--monitor-interval",
             "0.05",
             "-m",
-            "frontier_adapters.examples",
+            "frontier_adapters.verify",
             "elastic-rank",
             "--workdir",
             str(workdir),

@@ -23,7 +23,7 @@ The audit itself (``audit_log``, over the log's records) is shared with the
 torch job's journal torture (``torch_job.run_journal``) and the Ray sample
 job (``ray_sample_job.audit_samples``), which write the same per-sample log.
 
-Not API: an example and a test fixture, like the other jobs here.
+Not API: a test fixture, like the other jobs here.
 """
 
 from __future__ import annotations
@@ -388,7 +388,7 @@ def audit(args: DurableArgs) -> Audit:
 
 
 def _life_command(args: DurableArgs) -> list[str]:
-    cmd = [sys.executable, "-m", "frontier_adapters.examples", "durable-run"]
+    cmd = [sys.executable, "-m", "frontier_adapters.verify", "durable-run"]
     for f in attrs.fields(DurableArgs):
         cmd += [f"--{f.name.replace('_', '-')}", str(getattr(args, f.name))]
     return cmd

@@ -1,4 +1,4 @@
-"""Rollout worker actors for the Ray examples, benchmark and tests.
+"""Rollout worker actors for the rig's Ray jobs, the benchmark and the tests.
 
 ``StandInRollout`` sleeps a random time per prompt and returns a
 deterministic fake trajectory; ``CpuEngineRollout`` samples from the
@@ -105,7 +105,7 @@ class CpuEngineRollout:
     def __init__(
         self, *, seed: int = 0, n: int = 4, max_tokens: int = 8, token_latency: float = 0.0
     ) -> None:
-        from .cpu_engine import CpuEngine, CpuSamplingParams, TinyCausalLM
+        from ..examples.cpu_engine import CpuEngine, CpuSamplingParams, TinyCausalLM
 
         self.engine = CpuEngine(TinyCausalLM(seed=seed), seed=seed, token_latency=token_latency)
         self.params = CpuSamplingParams(n=n, max_tokens=max_tokens)

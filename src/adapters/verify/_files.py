@@ -1,4 +1,4 @@
-"""The example jobs' own files: JSON-lines logs, atomic writes, a first
+"""The verification jobs' own files: JSON-lines logs, atomic writes, a first
 training-data log, the run's lineage id, and the order of writes of a
 checkpoint that refers to a rollout journal (``commit_checkpoint``).
 
@@ -8,7 +8,7 @@ they are written to survive a SIGKILL anywhere: one ``write`` per line
 (a kill leaves at most a torn last line, which the next life cuts off and
 a reader ignores), fsynced where a checkpoint will count them.
 
-Not API: a test fixture of the example jobs.
+Not API: a test fixture of the verification jobs.
 """
 
 from __future__ import annotations

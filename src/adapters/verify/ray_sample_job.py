@@ -34,11 +34,11 @@ siblings, each sealed by one attempt, no attempt twice, each exactly the
 stand-in's full token sequence (nothing lost or doubled across a
 continuation); and it counts the tokens generated again::
 
-    python -m frontier_adapters.examples ray-samples-run --workdir /tmp/rs \\
+    python -m frontier_adapters.verify ray-samples-run --workdir /tmp/rs \\
         --worker-kills 4 --ledger-kills 3
-    python -m frontier_adapters.examples ray-samples-torture --workdir /tmp/rst --kills 4
+    python -m frontier_adapters.verify ray-samples-torture --workdir /tmp/rst --kills 4
 
-Not API: an example and a test fixture, like the other jobs here.
+Not API: a test fixture, like the other jobs here.
 """
 
 from __future__ import annotations

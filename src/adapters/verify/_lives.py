@@ -1,7 +1,7 @@
 """One life of a demo or torture: a child process in a process group of its
 own, whose output is read and whose exit is awaited under a deadline.
 
-Every demo and torture of the examples starts its lives as a ``Life``:
+Every demo and torture of the rig starts its lives as a ``Life``:
 ``frontier demo``'s workers, the torch, durable, elastic, TRL and Ray
 tortures' lives and drivers. A life that passes its deadline (a worker
 whose trainer waits for a batch that never fills, a driver stuck on a dead
@@ -18,7 +18,7 @@ The process-group helpers (``group_members``, ``kill_group``,
 ``await_group_gone``) are ``frontier demo``'s: a kill is a SIGKILL of the
 whole group, and nothing of it may be left running after.
 
-Not API: a test fixture of the example jobs.
+Not API: a test fixture of the verification jobs.
 """
 
 from __future__ import annotations

@@ -27,8 +27,8 @@ a compaction, just after one, right after a resume) and audits every sample
 of the surviving lineage (``durable_job.audit_log``) besides ``frontier
 audit``'s coverage, counting the tokens generated again.
 
-    python -m frontier_adapters.examples torch-torture --workdir /tmp/t --kills 100
-    python -m frontier_adapters.examples torch-torture --journal --workdir /tmp/t --kills 100
+    python -m frontier_adapters.verify torch-torture --workdir /tmp/t --kills 100
+    python -m frontier_adapters.verify torch-torture --journal --workdir /tmp/t --kills 100
 """
 
 from __future__ import annotations
@@ -91,7 +91,7 @@ def make_dataset(rows: int) -> list[torch.Tensor]:
 @attrs.frozen
 class RunArgs:
     """The arguments of one life of the run (``python -m
-    frontier_adapters.examples torch-run``)."""
+    frontier_adapters.verify torch-run``)."""
 
     workdir: str
     rows: int = 40
@@ -676,7 +676,7 @@ def torture(
     cmd = [
         sys.executable,
         "-m",
-        "frontier_adapters.examples",
+        "frontier_adapters.verify",
         "torch-run",
         "--workdir",
         str(workdir),

@@ -1,4 +1,4 @@
-"""Every life of a demo or torture has a deadline (``examples._lives``): a
+"""Every life of a demo or torture has a deadline (``verify._lives``): a
 life that hangs is SIGKILLed with its whole process tree and the parent's
 wait raises ``LifeDeadlineError`` naming it, within the deadline; and
 ``frontier demo`` exits 2 naming a worker life that hung, rather than
@@ -14,8 +14,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from frontier_adapters.examples import demo
-from frontier_adapters.examples._lives import (
+from frontier_adapters.verify import demo
+from frontier_adapters.verify._lives import (
     DEADLINE_ENV,
     DEFAULT_DEADLINE,
     PIPE,

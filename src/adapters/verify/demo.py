@@ -70,8 +70,8 @@ from ._lives import kill_group as kill_group
 from ._lives import life_deadline as _life_deadline
 from ._lives import shared_memory_of as shared_memory_of
 
-#: One life of a mode: ``python -m frontier_adapters.examples grpo-worker ...``.
-WORKER = ("-m", "frontier_adapters.examples", "grpo-worker")
+#: One life of a mode: ``python -m frontier_adapters.verify grpo-worker ...``.
+WORKER = ("-m", "frontier_adapters.verify", "grpo-worker")
 MODES = ("legacy", "frontier")
 #: Worker options of the sample-level modes: the injected failure and
 #: stall rates are per request, and a request is one sample there, so that

@@ -27,15 +27,15 @@ import pytest
 pytest.importorskip("torch")
 pytest.importorskip("torchdata")
 
-from frontier_adapters.examples import _killpoints as kp
-from frontier_adapters.examples.demo import (
+from frontier_adapters.journal import RolloutJournal, read_journal
+from frontier_adapters.verify import _killpoints as kp
+from frontier_adapters.verify.demo import (
     COUNTS,
     KILL_KINDS,
     audit_samples,
     journal_kill_schedule,
     run_demo,
 )
-from frontier_adapters.journal import RolloutJournal, read_journal
 
 from frontier_core import Lease, _cli
 from frontier_core.journal import CommitPolicy, Mark, Progress, Sealed, TokenPayload

@@ -3,7 +3,7 @@ per sample (every prompt once, exactly its n siblings, each from its own
 attempt, each exactly the engine's full token sequence), and the tokens
 generated again are bounded by what could not yet be durable.
 
-The long run: ``python -m frontier_adapters.examples durable-torture
+The long run: ``python -m frontier_adapters.verify durable-torture
 --workdir DIR --kills 200 --prompts 200 --tick 0.002``."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from frontier_adapters.examples.durable_job import DurableArgs, audit, run_life, torture
+from frontier_adapters.verify.durable_job import DurableArgs, audit, run_life, torture
 
 
 @pytest.mark.parametrize(

@@ -1,6 +1,6 @@
 """One life of the async GRPO demo: train, checkpoint every step, die any time.
 
-``python -m frontier_adapters.examples grpo-worker --workdir DIR --mode frontier|legacy``
+``python -m frontier_adapters.verify grpo-worker --workdir DIR --mode frontier|legacy``
 resumes from ``DIR``'s latest checkpoint (or starts fresh) and trains until
 the prompt stream is done, printing ``ready``, one ``step`` line after each
 committed checkpoint and ``done`` at the end. ``frontier demo`` SIGKILLs it
@@ -80,6 +80,8 @@ from frontier_core.journal import (
 
 from .._collector import StreamCollector
 from .._samples import SampleCollector
+from ..examples.cpu_engine import CUMULATIVE, CpuEngine, CpuSamplingParams, TinyCausalLM
+from ..examples.grpo import grpo_step, make_prompts, reward
 from ..journal import RolloutJournal, read_journal
 from ..rollout._buffer import ReplayBuffer
 from ..rollout._engine import AsyncEngine, RequestOutputLike
@@ -97,8 +99,6 @@ from ._files import (
     write_atomic,
 )
 from ._killpoints import KillPoint, KillPointJournal
-from .cpu_engine import CUMULATIVE, CpuEngine, CpuSamplingParams, TinyCausalLM
-from .grpo import grpo_step, make_prompts, reward
 
 LOG_NAME = "train_log.jsonl"
 CKPT_DIR = "checkpoints"
@@ -230,8 +230,8 @@ class LiveCursorCollector:
 
 @attrs.frozen
 class WorkerArgs:
-    """The arguments of one life (``python -m frontier_adapters.examples
-    grpo-worker``, parsed in ``frontier_adapters.examples.__main__``)."""
+    """The arguments of one life (``python -m frontier_adapters.verify
+    grpo-worker``, parsed in ``frontier_adapters.verify.__main__``)."""
 
     workdir: str
     mode: str = "frontier"  # or "legacy"
@@ -330,8 +330,8 @@ def _vllm_backend(args: WorkerArgs) -> Backend:
     import importlib
     import tempfile
 
+    from ..examples import tiny_llm
     from ..rollout._vllm import vllm_sampling_params
-    from . import tiny_llm
 
     os.environ.update(tiny_llm.OFFLINE_ENV)
     # stdout is the demo's protocol (ready, step, done): vLLM logs to stdout

@@ -1,6 +1,6 @@
 """A local Ray cluster bound to the loopback interface only.
 
-The examples, the Ray benchmark and the tests start Ray through ``init_ray``.
+The rig's Ray jobs, the Ray benchmark and the tests start Ray through ``init_ray``.
 Left alone, Ray on Linux takes the machine's outward-facing address as its
 node IP and its servers (GCS, raylet, object manager, the workers' gRPC
 servers, the agents) listen on it or on every interface. With the node IP
@@ -12,7 +12,7 @@ the outward address on Linux (``ray._private.services
 mode is off, which is its default on macOS and Windows and is set on Linux
 by ``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0``. Ray reads that variable when it
 is imported (``ray_constants.ENABLE_RAY_CLUSTER``), so ``init_ray`` sets it
-in the environment (for every process Ray or the examples spawn) and on the
+in the environment (for every process Ray or the rig spawns) and on the
 imported constant (for a process that imported Ray before), and then checks
 the node IP Ray settled on: anything but loopback raises. A job that must
 reach other machines connects to a real cluster with ``address=``.

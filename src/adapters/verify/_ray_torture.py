@@ -6,7 +6,7 @@ driver processes SIGKILLed one after another, and a run on a cluster.
 The jobs differ in what they train on, what they checkpoint and how they
 audit; each says that through a small ``Driver`` and its own arguments.
 
-Not API: a test fixture of the example jobs.
+Not API: a test fixture of the verification jobs.
 """
 
 from __future__ import annotations
@@ -215,12 +215,12 @@ def kill_drivers(
 
 
 def driver_command(command: str, workdir: Path, address: str, args: Sequence[str]) -> list[str]:
-    """``python -m frontier_adapters.examples COMMAND`` for a driver of the
+    """``python -m frontier_adapters.verify COMMAND`` for a driver of the
     job in ``workdir`` joined to the cluster at ``address``."""
     return [
         sys.executable,
         "-m",
-        "frontier_adapters.examples",
+        "frontier_adapters.verify",
         command,
         f"--workdir={workdir}",
         f"--address={address}",

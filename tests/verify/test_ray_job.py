@@ -10,8 +10,8 @@ import pytest
 
 pytest.importorskip("ray")
 
-from frontier_adapters.examples.ray_job import JobConfig, check_kills
-from frontier_adapters.examples.ray_sample_job import SampleJobConfig, check_sample_kills
+from frontier_adapters.verify.ray_job import JobConfig, check_kills
+from frontier_adapters.verify.ray_sample_job import SampleJobConfig, check_sample_kills
 
 
 def test_a_stream_too_short_for_the_kills_is_refused_up_front() -> None:
@@ -37,7 +37,7 @@ def test_the_command_exits_2_naming_the_fix_before_starting_ray(
 ) -> None:
     argv = [command, f"--workdir={tmp_path}", "--kills=10"]
     proc = subprocess.run(
-        [sys.executable, "-m", "frontier_adapters.examples", *argv],
+        [sys.executable, "-m", "frontier_adapters.verify", *argv],
         capture_output=True,
         text=True,
         timeout=120,

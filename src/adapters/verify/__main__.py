@@ -1,6 +1,6 @@
-"""The examples' runnable commands: ``python -m frontier_adapters.examples COMMAND``.
+"""The verification rig's commands: ``python -m frontier_adapters.verify COMMAND``.
 
-The one command-line module of ``frontier_adapters.examples``; the example
+The one command-line module of ``frontier_adapters.verify``; the rig's
 modules expose plain functions. Commands:
 
 * ``grpo-worker``: one life of the async GRPO demo (``frontier demo`` spawns
@@ -41,7 +41,7 @@ from typing import Any
 
 import attrs
 
-PROG = "python -m frontier_adapters.examples"
+PROG = "python -m frontier_adapters.verify"
 
 # -- grpo-worker ----------------------------------------------------------------------
 
@@ -564,7 +564,7 @@ COMMANDS: dict[
 def main(argv: Sequence[str] | None = None) -> int:
     args_list = list(sys.argv[1:] if argv is None else argv)
     selected = next((a for a in args_list if not a.startswith("-")), None)
-    parser = argparse.ArgumentParser(prog=PROG, description="The examples' runnable commands.")
+    parser = argparse.ArgumentParser(prog=PROG, description="The verification rig's commands.")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for name, (help_text, configure, run) in COMMANDS.items():
         p = sub.add_parser(name, help=help_text, description=help_text)

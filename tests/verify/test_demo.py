@@ -19,7 +19,7 @@ import pytest
 pytest.importorskip("torch")
 pytest.importorskip("torchdata")
 
-from frontier_adapters.examples.demo import buckets, kill_schedule, sparkline
+from frontier_adapters.verify.demo import buckets, kill_schedule, sparkline
 
 from frontier_core import _cli
 
@@ -48,12 +48,12 @@ def test_demo_rejects_bad_options(capsys: pytest.CaptureFixture[str]) -> None:
     assert "must be >=" in capsys.readouterr().err
 
 
-def test_the_examples_commands_import_only_what_they_run() -> None:
-    """``python -m frontier_adapters.examples``: the listing imports no
+def test_the_rigs_commands_import_only_what_they_run() -> None:
+    """``python -m frontier_adapters.verify``: the listing imports no
     framework, and a demo worker's options never import Ray."""
     code = (
         "import sys\n"
-        "from frontier_adapters.examples.__main__ import main\n"
+        "from frontier_adapters.verify.__main__ import main\n"
         "for argv in (['--help'], ['grpo-worker', '--help']):\n"
         "    try:\n"
         "        main(argv)\n"
