@@ -81,6 +81,7 @@ from ._errors import StoreObjectError as StoreObjectError
 from ._errors import StoreUnavailableError as StoreUnavailableError
 from ._object import ObjectStore as ObjectStore
 from ._open import is_url as is_url
+from ._open import local_path as local_path
 from ._open import open_store as open_store
 from ._posix import PosixStore as PosixStore
 
@@ -99,5 +100,6 @@ __all__ = [
     "Versioned",
     "check_key",
     "is_url",
+    "local_path",
     "open_store",
 ]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from datetime import timedelta
+from pathlib import Path
 from typing import Any, Final
 from urllib.parse import unquote, urlsplit
 
@@ -25,6 +26,20 @@ _TRUE: Final = ("1", "true", "yes", "on")
 def is_url(location: object) -> bool:
     """Whether ``location`` is a URL (``scheme://...``) rather than a path."""
     return isinstance(location, str) and "://" in location
+
+
+def local_path(location: str | os.PathLike[str]) -> Path | None:
+    """The directory a path or a ``file://`` URL names, ``None`` for
+    another URL. Raises ``ValueError`` for a ``file://`` URL with a host."""
+    if not is_url(location):
+        return Path(location)
+    assert isinstance(location, str)
+    parts = urlsplit(location)
+    if parts.scheme.lower() != "file":
+        return None
+    if parts.netloc not in ("", "localhost"):
+        raise ValueError(f"a file:// URL names a local path, not host {parts.netloc!r}")
+    return Path(unquote(parts.path))
 
 
 def open_store(
@@ -63,15 +78,12 @@ def open_store(
     times within ``retry_deadline_s``. Raises ``ValueError`` for another
     scheme or an S3 URL without a bucket, and ``ImportError`` naming the
     ``s3`` extra when ``obstore`` is not installed."""
-    if not is_url(location):
-        return PosixStore(location)
+    local = local_path(location)
+    if local is not None:
+        return PosixStore(local)
     assert isinstance(location, str)
     parts = urlsplit(location)
     scheme = parts.scheme.lower()
-    if scheme == "file":
-        if parts.netloc not in ("", "localhost"):
-            raise ValueError(f"a file:// URL names a local path, not host {parts.netloc!r}")
-        return PosixStore(unquote(parts.path))
     if scheme not in ("s3", "s3a", *_OBJECT_SCHEMES):
         raise ValueError(f"{location[:200]!r}: not a path, file://, s3://, gs:// or az:// URL")
     client: Any = {
