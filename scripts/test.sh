@@ -7,10 +7,12 @@
 # The TRL binding's tests run the same way in ./.venv-trl (scripts/setup-trl.sh,
 # FRONTIER_REQUIRE_TRL=1); FRONTIER_TRL_TESTS=0 leaves them out. The docs site
 # (mkdocs.yml) is built strict before the tests: a broken link, snippet or nav
-# entry fails the run.
+# entry fails the run. The s3 extra installs obstore and SeaweedFS (`weed`):
+# the store and checkpoint tests start that server on 127.0.0.1, and
+# FRONTIER_REQUIRE_S3=1 makes a server that cannot start a failure.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/setup.sh torch,dev,ray,docs
+bash scripts/setup.sh torch,dev,ray,docs,s3
 vllm_tests="${FRONTIER_VLLM_TESTS:-1}"
 if [ "$vllm_tests" != 0 ]; then
     bash scripts/setup-vllm.sh
@@ -24,7 +26,9 @@ fi
 docs_site=$(mktemp -d -t frontier-docs-XXXXXX)
 trap 'rm -rf "$docs_site"' EXIT
 NO_MKDOCS_2_WARNING=1 .venv/bin/mkdocs build --strict --quiet --site-dir "$docs_site"
-.venv/bin/python -m pytest "$@"
+# The object-store tests start a real SeaweedFS server (the s3 extra's
+# `weed`) on loopback: here one that cannot start fails the run, not a skip.
+FRONTIER_REQUIRE_S3=1 .venv/bin/python -m pytest "$@"
 if [ "$vllm_tests" != 0 ]; then
     FRONTIER_REQUIRE_VLLM=1 .venv-vllm/bin/python -m pytest -p no:cacheprovider \
         tests/adapters/rollout/test_vllm.py tests/adapters/rollout/test_vllm_kill.py \

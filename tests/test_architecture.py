@@ -6,10 +6,13 @@ against the table: the core imports no adapter, a binding imports neither
 another binding nor the examples, the verification rig or the benchmarks,
 the adapters' root imports no binding (its command module excepted), the
 checkpoint protocol (``frontier_adapters.checkpoints``) imports only the
-core, the root's errors, the standard library and attrs, the examples
-import public names only (no module or name with a component that starts
-with ``_``, ours or a framework's, and nothing of the rig or the
-benchmarks), and each framework stays in the binding that owns it.
+core, the root's errors, the store, the standard library and attrs, the
+store (``frontier_adapters.store``) only the core, the root's errors, the
+standard library and attrs (and ``obstore``, lazily, in its object-store
+module), the examples import public names only (no module or name with a
+component that starts with ``_``, ours or a framework's, and nothing of the
+rig or the benchmarks), and each framework stays in the binding that owns
+it.
 """
 
 from __future__ import annotations
@@ -36,6 +39,14 @@ BUILDS_ON = {"trl": {"torch"}}
 CHECKPOINTS = "checkpoints"
 CHECKPOINTS_ROOT_IMPORTS = {"frontier_adapters._errors"}
 CHECKPOINTS_PACKAGES = {"attrs"}
+#: The storage seam: a root-level package that the root modules, the
+#: checkpoint protocol and every binding may import; it imports the core,
+#: these root modules, the standard library and attrs, and obstore only
+#: inside functions of its object-store module.
+STORE = "store"
+STORE_ROOT_IMPORTS = {"frontier_adapters._errors"}
+STORE_PACKAGES = {"attrs"}
+STORE_OBSTORE_MODULE = "frontier_adapters.store._object"
 #: framework -> the adapter packages allowed to import it
 FRAMEWORKS = {
     "torch": {"torch", "trl", "examples", "verify", "bench"},
@@ -87,11 +98,19 @@ def sources() -> list[Path]:
 
 def area(module: str) -> str:
     """Where a module of ours lives: ``core``, ``core.testing``, ``root``,
-    ``checkpoints``, a binding's name, ``examples``, ``verify`` or ``bench``."""
+    ``checkpoints``, ``store``, a binding's name, ``examples``, ``verify`` or
+    ``bench``."""
     parts = module.split(".")
     if parts[0] == "frontier_core":
         return "core.testing" if parts[1:2] == ["testing"] else "core"
-    if len(parts) > 1 and parts[1] in (*BINDINGS, CHECKPOINTS, "examples", "verify", "bench"):
+    if len(parts) > 1 and parts[1] in (
+        *BINDINGS,
+        CHECKPOINTS,
+        STORE,
+        "examples",
+        "verify",
+        "bench",
+    ):
         return parts[1]
     return "root"
 
@@ -111,12 +130,30 @@ def existing(module: str) -> bool:
     return base.with_suffix(".py").is_file() or (base / "__init__.py").is_file()
 
 
+def top_level_imports(path: Path) -> set[str]:
+    """The modules ``path`` imports at module level (not inside a function)."""
+    found: set[str] = set()
+    for node in ast.parse(path.read_text(), str(path)).body:
+        for sub in ast.walk(node) if not isinstance(node, ast.FunctionDef | ast.ClassDef) else ():
+            if isinstance(sub, ast.Import):
+                found.update(alias.name for alias in sub.names)
+            elif isinstance(sub, ast.ImportFrom) and sub.level == 0 and sub.module:
+                found.add(sub.module)
+        if isinstance(node, ast.ClassDef):
+            for item in node.body:
+                if isinstance(item, ast.Import | ast.ImportFrom):
+                    found.add("(a class-level import)")
+    return found
+
+
 def violations() -> list[str]:
     found = []
     for path in sources():
         me, _ = module_name(path)
         mine = area(me)
         where = path.relative_to(ROOT)
+        if mine == STORE and any(t.split(".")[0] == "obstore" for t in top_level_imports(path)):
+            found.append(f"{where}: {me} imports obstore at module level, not lazily")
         for line, target in imports(path):
             top = target.split(".")[0]
             if mine == "examples" and private(target):
@@ -129,10 +166,13 @@ def violations() -> list[str]:
                     found.append(f"{where}:{line}: the core imports {target}")
                 elif mine == "core" and theirs == "core.testing":
                     found.append(f"{where}:{line}: the core imports its testing tools ({target})")
-                elif mine == CHECKPOINTS and theirs not in ("core", CHECKPOINTS):
+                elif mine == CHECKPOINTS and theirs not in ("core", CHECKPOINTS, STORE):
                     if target not in CHECKPOINTS_ROOT_IMPORTS:
                         found.append(f"{where}:{line}: the checkpoints package imports {target}")
-                elif mine == "root" and theirs not in ("core", "root", CHECKPOINTS):
+                elif mine == STORE and theirs not in ("core", STORE):
+                    if target not in STORE_ROOT_IMPORTS:
+                        found.append(f"{where}:{line}: the store package imports {target}")
+                elif mine == "root" and theirs not in ("core", "root", CHECKPOINTS, STORE):
                     if me != "frontier_adapters._cli":
                         found.append(f"{where}:{line}: the adapters' root imports {target}")
                 elif mine == "examples" and theirs in ("verify", "bench"):
@@ -141,6 +181,7 @@ def violations() -> list[str]:
                     "core",
                     "root",
                     CHECKPOINTS,
+                    STORE,
                     mine,
                     *BUILDS_ON.get(mine, ()),
                 ):
@@ -150,6 +191,11 @@ def violations() -> list[str]:
                     found.append(f"{where}:{line}: {me} ({mine}) imports {top}")
             elif mine == CHECKPOINTS and top not in sys.stdlib_module_names:
                 if top not in CHECKPOINTS_PACKAGES:
+                    found.append(f"{where}:{line}: {me} ({mine}) imports {top}")
+            elif mine == STORE and top not in sys.stdlib_module_names:
+                if top not in STORE_PACKAGES and not (
+                    top == "obstore" and me == STORE_OBSTORE_MODULE
+                ):
                     found.append(f"{where}:{line}: {me} ({mine}) imports {top}")
     return found
 
@@ -172,6 +218,7 @@ def test_the_checker_sees_lazy_and_relative_imports(tmp_path: Path) -> None:
     assert private("frontier_adapters.rollout._x") and private("ray._private")
     assert area("frontier_adapters._collector") == "root"
     assert area("frontier_adapters.checkpoints._lineage") == "checkpoints"
+    assert area("frontier_adapters.store._posix") == "store"
     found = {target for _, target in imports(PACKAGES["frontier_adapters"] / "torch" / "_files.py")}
     assert "frontier_adapters.checkpoints" in found
     assert area("frontier_core.testing._harness") == "core.testing"
@@ -223,6 +270,11 @@ def test_the_checker_sees_lazy_and_relative_imports(tmp_path: Path) -> None:
             "the checkpoints package imports",
         ),
         ("from ..torch import TENSOR_PARTS\n", "adapters/checkpoints/_x.py", "imports"),
+        ("import obstore\n", "adapters/store/_object.py", "not lazily"),
+        ("def f():\n    import obstore\n", "adapters/store/_x.py", "imports obstore"),
+        ("import numpy\n", "adapters/store/_x.py", "imports numpy"),
+        ("from ..checkpoints import X\n", "adapters/store/_x.py", "the store package imports"),
+        ("from .._collector import X\n", "adapters/store/_x.py", "the store package imports"),
     ],
 )
 def test_a_planted_violation_is_caught(

@@ -71,6 +71,22 @@ another storage (an object store) can stand behind the same protocol.
 
 One writer per root: two processes writing the same root concurrently are
 not supported (the second would prune the first's directory).
+
+On an object store: a root may also be a URL (``s3://bucket/prefix``,
+``gs://...``, ``az://...``; ``file://`` and plain paths are directories),
+opened with ``frontier_adapters.store.open_store``. There nothing is
+renamed: a checkpoint is immutable objects under ``ckpt-000012-<random>/``
+(the parts, then the manifest, each created if absent), and ``LATEST``
+(the same file, through the same lineage code) is moved only by a
+compare-and-swap against the version read at the start of the write. Two
+writers publishing at once cannot both win: the loser gets
+``CheckpointConflictError`` and its objects are garbage that the next
+successful write removes; a write overtaken by a newer resume's write is
+refused the same way. Reads validate exactly as on a directory. The paths
+returned (``write_checkpoint``, ``LoadedCheckpoint.path``,
+``published_checkpoints``) are then names relative to the root (what
+``parent=`` takes); ``read_checkpoint_dir`` takes directories only.
+Details: ``_objects``'s docstring.
 """
 
 from __future__ import annotations
@@ -85,9 +101,11 @@ from ._dirs import published_checkpoints as published_checkpoints
 from ._dirs import read_checkpoint as read_checkpoint
 from ._dirs import read_checkpoint_dir as read_checkpoint_dir
 from ._dirs import write_checkpoint as write_checkpoint
+from ._objects import CheckpointConflictError as CheckpointConflictError
 from ._parts import PartCodec as PartCodec
 
 __all__ = [
+    "CheckpointConflictError",
     "CheckpointFileError",
     "CheckpointFileVersionError",
     "DatasetChangedError",

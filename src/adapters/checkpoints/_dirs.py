@@ -14,6 +14,7 @@ from typing import Any, Final
 import attrs
 
 from .._errors import CheckpointFileError
+from ..store import local_path
 from . import _fs
 from ._lineage import (
     LineageFile,
@@ -91,11 +92,17 @@ def checkpoint_name(step: int, branch: int = 0) -> str:
 
 
 def _parse_entry(shown: Path, raw: object) -> _Entry:
+    return parse_entry_named(_NAME, shown, raw)
+
+
+def parse_entry_named(names: re.Pattern[str], shown: Path, raw: object) -> _Entry:
+    """A ``LATEST`` entry whose checkpoint name ``names`` matches (group 1:
+    the step, which the entry's step must equal)."""
     if (
         not isinstance(raw, dict)
         or set(raw) != _ENTRY_KEYS
         or not isinstance(raw["name"], str)
-        or not (m := _NAME.match(raw["name"]))
+        or not (m := names.match(raw["name"]))
         or not is_int(raw["step"])
         or int(m.group(1)) != raw["step"]
         or not isinstance(raw["manifest_sha256"], str)
@@ -137,7 +144,12 @@ def published_checkpoints(root: str | os.PathLike[str]) -> list[Path]:
     ``CheckpointFileError`` for a missing, empty, garbled or forged
     ``LATEST`` next to checkpoint directories (an empty lineage beside more
     than one of them included)."""
-    return lineage_dirs(root, PUBLISHED)
+    local = local_path(root)
+    if local is None:
+        from ._objects import published_in_store
+
+        return published_in_store(str(root))
+    return lineage_dirs(local, PUBLISHED)
 
 
 def latest_checkpoint(root: str | os.PathLike[str]) -> Path | None:
@@ -173,12 +185,24 @@ def read_checkpoint(
     ``k``-th previous one), ``CheckpointFileVersionError`` and
     ``DatasetChangedError``, each naming the file."""
 
+    local = local_path(root)
+    if local is None:
+        from ._objects import read_from_store
+
+        return read_from_store(
+            str(root),
+            fingerprint=fingerprint,
+            require=require,
+            previous=previous,
+            codec=codec,
+        )
+
     def read(root: Path, root_fd: int, entry: _Entry) -> LoadedCheckpoint:
         return _read_dir(
             root, root_fd, entry.name, entry, fingerprint=fingerprint, require=require, codec=codec
         )
 
-    return read_previous(root, PUBLISHED, previous, read)
+    return read_previous(local, PUBLISHED, previous, read)
 
 
 def read_checkpoint_dir(
@@ -212,6 +236,21 @@ def _read_manifest(
         raw = _fs.read_file(MANIFEST, dir_fd=ckpt_fd, shown=shown, limit=MAX_MANIFEST_BYTES)
     except FileNotFoundError:
         raise CheckpointFileError(shown, "missing: the checkpoint is incomplete") from None
+    return check_manifest(shown, raw, name, entry, codec, _NAME)
+
+
+def check_manifest(
+    shown: Path | str,
+    raw: bytes,
+    name: str,
+    entry: _Entry | None,
+    codec: PartCodec | None,
+    names: re.Pattern[str],
+) -> tuple[int, str, list[dict[str, Any]], str]:
+    """(step, fingerprint, parts, sha256) of the manifest ``raw`` of the
+    checkpoint ``name`` (a name ``names`` matches, its group 1 the step),
+    validated: its seal, the SHA-256 ``entry`` saved for it, the step
+    against the name, every part entry."""
     manifest = parse_json(raw, shown, "truncated or corrupted")
     if not isinstance(manifest, dict):
         raise CheckpointFileError(shown, "not a JSON object")
@@ -222,7 +261,7 @@ def _read_manifest(
             shown, f"is not the manifest {LATEST} published for {name} (SHA-256 differs)"
         )
     step, saved_fp, parts = manifest["step"], manifest["fingerprint"], manifest["parts"]
-    m = _NAME.match(name)
+    m = names.match(name)
     if not is_int(step) or step < 0 or m is None or int(m.group(1)) != step:
         raise CheckpointFileError(shown, f"saved step {step!r} does not match the directory {name}")
     if not isinstance(saved_fp, str):
@@ -290,6 +329,24 @@ def _read_dir(
 # -- writing --------------------------------------------------------------------------
 
 
+def part_entry(filename: str, data: bytes) -> dict[str, Any]:
+    """A part's entry in its manifest."""
+    return {"name": filename, "size": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+
+
+def manifest_bytes(step: int, fingerprint: str, parts: list[dict[str, Any]]) -> tuple[bytes, str]:
+    """A manifest's bytes and its SHA-256 (what ``LATEST`` saves for it)."""
+    manifest: dict[str, Any] = {
+        "format": FORMAT,
+        "version": VERSION,
+        "step": step,
+        "fingerprint": fingerprint,
+        "parts": parts,
+    }
+    manifest["sha256"] = digest(manifest)
+    return json.dumps(manifest, sort_keys=True, indent=1).encode(), manifest["sha256"]
+
+
 def write_checkpoint(
     root: str | os.PathLike[str],
     step: int,
@@ -336,8 +393,6 @@ def write_checkpoint(
         raise TypeError(f"fingerprint must be a str, got {type(fingerprint).__name__}")
     if tensor_parts and codec is None:
         raise TypeError("tensor_parts need a codec= to encode them (the torch binding's for .pt)")
-    root = Path(root)
-    parent_name = None if parent is None else parent_dir(root, parent, "parent")
     blobs: list[tuple[str, bytes]] = []
     for key, value in json_parts.items():
         blobs.append((f"{key}.{JSON_SUFFIX}", encode_json(value)))
@@ -351,7 +406,21 @@ def write_checkpoint(
             raise ValueError(f"bad part name {filename!r}")
     if len(set(names)) != len(names) or len(names) > MAX_PARTS:
         raise ValueError(f"part names must be unique and at most {MAX_PARTS}: {names}")
+    local = local_path(root)
+    if local is None:
+        from ._objects import write_to_store
 
+        return write_to_store(
+            str(root),
+            step,
+            fingerprint,
+            blobs,
+            keep=keep,
+            between_parts=between_parts,
+            parent=parent,
+        )
+    root = local
+    parent_name = None if parent is None else parent_dir(root, parent, "parent")
     _fs.make_root(root)
     root_fd = _fs.root_fd(root)
     assert root_fd is not None
@@ -372,26 +441,11 @@ def write_checkpoint(
             parts: list[dict[str, Any]] = []
             for filename, data in blobs:
                 _fs.write_new(filename, data, dir_fd=tmp_fd)
-                parts.append(
-                    {
-                        "name": filename,
-                        "size": len(data),
-                        "sha256": hashlib.sha256(data).hexdigest(),
-                    }
-                )
+                parts.append(part_entry(filename, data))
                 if between_parts is not None:
                     between_parts(filename)
-            manifest: dict[str, Any] = {
-                "format": FORMAT,
-                "version": VERSION,
-                "step": step,
-                "fingerprint": fingerprint,
-                "parts": parts,
-            }
-            manifest["sha256"] = digest(manifest)
-            _fs.write_new(
-                MANIFEST, json.dumps(manifest, sort_keys=True, indent=1).encode(), dir_fd=tmp_fd
-            )
+            manifest, manifest_sha = manifest_bytes(step, fingerprint, parts)
+            _fs.write_new(MANIFEST, manifest, dir_fd=tmp_fd)
             _fs.fsync_fd(tmp_fd)
         finally:
             _fs.close(tmp_fd)
@@ -405,7 +459,7 @@ def write_checkpoint(
         _fs.rename_into(root, root_fd, tmp, name)
         if between_parts is not None:
             between_parts(LATEST)
-        new = _Entry(name, step, manifest["sha256"])
+        new = _Entry(name, step, manifest_sha)
         publish_next(root, root_fd, PUBLISHED, new, continued, keep)
         return root / name
     finally:

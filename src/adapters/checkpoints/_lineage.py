@@ -9,7 +9,7 @@ import re
 import threading
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Final, Generic, TypeVar
+from typing import Any, Final, Generic, TypeVar, cast
 
 import attrs
 
@@ -96,14 +96,46 @@ def read_lineage(root: Path, root_fd: int, kind: LineageFile[_E]) -> list[Link[_
     try:
         data = _fs.read_file(kind.name, dir_fd=root_fd, shown=shown, limit=kind.max_bytes)
     except FileNotFoundError:
-        dirs = sorted(n for n in _fs.listing(root_fd, root) if kind.dirs.match(n))
-        if dirs:
-            raise CheckpointFileError(
-                shown,
-                f"missing, but the root holds {kind.dirs_are} ({', '.join(dirs[:3])}"
-                f"{', ...' if len(dirs) > 3 else ''}): refusing to treat it as a fresh start",
-            ) from None
+        refuse_unlisted(shown, kind, None, _fs.listing(root_fd, root))
         return None
+    links = parse_lineage(shown, data, kind)
+    if not links:
+        refuse_unlisted(shown, kind, links, _fs.listing(root_fd, root))
+    return links
+
+
+def refuse_unlisted(
+    shown: Path | str, kind: LineageFile[_E], links: list[Link[_E]] | None, names: list[str]
+) -> None:
+    """Raise ``CheckpointFileError`` when a root whose lineage file is
+    missing (``links`` is ``None``) holds checkpoint directories among
+    ``names``, or one whose lineage is empty holds more of them than a
+    kill leaves (``kind.unlisted_when_empty``)."""
+    dirs = sorted(n for n in names if kind.dirs.match(n))
+    some = f"{', '.join(dirs[:3])}{', ...' if len(dirs) > 3 else ''}"
+    if links is None and dirs:
+        raise CheckpointFileError(
+            shown,
+            f"missing, but the root holds {kind.dirs_are} ({some}): "
+            "refusing to treat it as a fresh start",
+        )
+    bound = kind.unlisted_when_empty
+    if links == [] and bound is not None and len(dirs) > bound:
+        raise CheckpointFileError(
+            shown,
+            f"lists no checkpoint, but the root holds {len(dirs)} {kind.dirs_are} "
+            f"({some}); a killed write leaves at most {bound}: refusing to treat it as a "
+            "fresh start",
+        )
+
+
+def parse_lineage(shown: Path | str, data: bytes, kind: LineageFile[_E]) -> list[Link[_E]]:
+    """The lineage a lineage file's bytes list, newest first, validated:
+    ``CheckpointFileError`` naming ``shown`` for an empty, garbled or
+    forged file, entries that do not form a chain of parents or whose
+    steps do not strictly decrease (``CheckpointFileVersionError`` for
+    another format or version). Where the bytes come from (a directory, a
+    store) is the caller's."""
     if not data.strip():
         raise CheckpointFileError(shown, f"empty: it must list the {kind.lineage_is} checkpoints")
     doc = parse_json(data, shown, "garbled")
@@ -119,14 +151,17 @@ def read_lineage(root: Path, root_fd: int, kind: LineageFile[_E]) -> list[Link[_
             if not isinstance(raw, dict) or "parent" not in raw:
                 raise CheckpointFileError(shown, f"bad lineage entry {str(raw)[:200]}")
             parent = raw["parent"]
-            entry = kind.parse_entry(shown, {k: v for k, v in raw.items() if k != "parent"})
+            # The entry parsers only name ``shown`` in their errors.
+            entry = kind.parse_entry(
+                cast(Path, shown), {k: v for k, v in raw.items() if k != "parent"}
+            )
             if parent is not None and _dir_step(kind, parent) is None:
                 raise CheckpointFileError(
                     shown, f"entry {kind.dir_of(entry)}: bad parent {str(parent)[:80]!r}"
                 )
             links.append(Link(entry, parent))
     else:  # an older version: the chain it lists, its last parent unrecorded
-        entries = [kind.parse_entry(shown, raw) for raw in lineage]
+        entries = [kind.parse_entry(cast(Path, shown), raw) for raw in lineage]
         links = [
             Link(e, kind.dir_of(entries[i + 1]) if i + 1 < len(entries) else None)
             for i, e in enumerate(entries)
@@ -146,15 +181,6 @@ def read_lineage(root: Path, root_fd: int, kind: LineageFile[_E]) -> list[Link[_
         step = _dir_step(kind, link.parent)
         if step is not None and step >= kind.step_of(link.entry):
             raise CheckpointFileError(shown, f"entry {name}: its parent is not of a lower step")
-    if not links and kind.unlisted_when_empty is not None:
-        dirs = sorted(n for n in _fs.listing(root_fd, root) if kind.dirs.match(n))
-        if len(dirs) > kind.unlisted_when_empty:
-            raise CheckpointFileError(
-                shown,
-                f"lists no checkpoint, but the root holds {len(dirs)} {kind.dirs_are} "
-                f"({', '.join(dirs[:3])}{', ...' if len(dirs) > 3 else ''}); a killed write "
-                f"leaves at most {kind.unlisted_when_empty}: refusing to treat it as a fresh start",
-            )
     return links
 
 
@@ -174,34 +200,37 @@ def lineage_dirs(root: str | os.PathLike[str], kind: LineageFile[_E]) -> list[Pa
 # What each root was last resumed from or written in this process, so that
 # a write continues the checkpoint its run continues without being told:
 # (lineage file, the root's identity) -> that checkpoint's entry.
-_RESUMED: dict[tuple[str, tuple[int, int]], Any] = {}
+_RESUMED: dict[tuple[str, object], Any] = {}
 _RESUMED_LOCK: Final = threading.Lock()
 
 
-def _root_key(kind: LineageFile[_E], root_fd: int) -> tuple[str, tuple[int, int]]:
-    return (kind.name, _fs.root_identity(root_fd))
+def _root_key(kind: LineageFile[_E], root: int | str) -> tuple[str, object]:
+    """A root's key: a directory's identity for a descriptor, else the
+    store's location (a URL)."""
+    return (kind.name, _fs.root_identity(root) if isinstance(root, int) else root)
 
 
-def note_resumed(kind: LineageFile[_E], root_fd: int, entry: _E) -> None:
-    """Record ``entry`` as what this process's run in this root continues."""
+def note_resumed(kind: LineageFile[_E], root_fd: int | str, entry: _E) -> None:
+    """Record ``entry`` as what this process's run in this root (a
+    directory's descriptor, or a store's location) continues."""
     key = _root_key(kind, root_fd)
     with _RESUMED_LOCK:
         _RESUMED[key] = entry
 
 
-def _noted_resumed(kind: LineageFile[_E], root_fd: int) -> object:
+def _noted_resumed(kind: LineageFile[_E], root_fd: int | str) -> object:
     key = _root_key(kind, root_fd)
     with _RESUMED_LOCK:
         return _RESUMED.get(key)
 
 
-def on_lineage(root: Path, kind: LineageFile[_E], lineage: list[Link[_E]], name: str) -> int:
+def on_lineage(root: Path | str, kind: LineageFile[_E], lineage: list[Link[_E]], name: str) -> int:
     """The index of directory ``name`` on ``lineage``; ``CheckpointFileError``
     naming the lineage file when it is not there."""
     names = [kind.dir_of(link.entry) for link in lineage]
     if name not in names:
         raise CheckpointFileError(
-            root / kind.name,
+            f"{root}/{kind.name}",
             f"{name[:80]} is not on the {kind.lineage_is} lineage "
             f"({', '.join(names[:3])}{', ...' if len(names) > 3 else ''}): "
             "a new checkpoint continues one of its checkpoints",
@@ -210,8 +239,8 @@ def on_lineage(root: Path, kind: LineageFile[_E], lineage: list[Link[_E]], name:
 
 
 def ancestry(
-    root: Path,
-    root_fd: int,
+    root: Path | str,
+    root_fd: int | str,
     kind: LineageFile[_E],
     old: list[Link[_E]],
     step: int,
@@ -294,12 +323,17 @@ def publish_lineage(
     root: Path, root_fd: int, kind: LineageFile[_E], lineage: list[Link[_E]]
 ) -> None:
     """Replace the lineage file ``kind`` names with one that lists ``lineage``."""
+    _fs.replace_file(root, root_fd, kind.name, lineage_bytes(kind, lineage))
+
+
+def lineage_bytes(kind: LineageFile[_E], lineage: list[Link[_E]]) -> bytes:
+    """The bytes of a lineage file ``kind`` that lists ``lineage``."""
     doc: dict[str, Any] = {
         "format": kind.format,
         "version": kind.version,
         "lineage": [{**kind.to_json(link.entry), "parent": link.parent} for link in lineage],
     }
-    _fs.replace_file(root, root_fd, kind.name, sealed_bytes(doc))
+    return sealed_bytes(doc)
 
 
 def publish_next(

@@ -7,7 +7,7 @@ import hashlib
 import json
 import re
 from collections.abc import Callable
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any, Final
 
 import attrs
@@ -75,18 +75,27 @@ def read_part(name: str, *, dir_fd: int, shown: Path, size: int, sha256: str) ->
         data = _fs.read_file(name, dir_fd=dir_fd, shown=shown, size=size)
     except FileNotFoundError:
         raise CheckpointFileError(shown, "missing part of the checkpoint") from None
+    return check_part(data, shown, size=size, sha256=sha256)
+
+
+def check_part(data: bytes, shown: Path | str, *, size: int, sha256: str) -> bytes:
+    """``data`` if it has the ``size`` and ``sha256`` saved for a part."""
+    if len(data) != size:
+        state = "truncated" if len(data) < size else "too long"
+        raise CheckpointFileError(shown, f"{state}: {len(data)} bytes, {size} bytes saved")
     if hashlib.sha256(data).hexdigest() != sha256:
         raise CheckpointFileError(shown, "corrupted: SHA-256 differs from the saved one")
     return data
 
 
-def decode_part(data: bytes, shown: Path, codec: PartCodec | None) -> Any:
+def decode_part(data: bytes, shown: Path | str, codec: PartCodec | None) -> Any:
     """A part's content by its name's suffix: a ``.json`` part parsed, a
     part of the codec's suffix decoded by it."""
-    if shown.suffix == f".{JSON_SUFFIX}":
+    suffix = PurePosixPath(str(shown)).suffix
+    if suffix == f".{JSON_SUFFIX}":
         return parse_json(data, shown, "not JSON")
-    if codec is None or shown.suffix != f".{codec.suffix}":
-        raise CheckpointFileError(shown, f"no codec given reads {shown.suffix} parts")
+    if codec is None or suffix != f".{codec.suffix}":
+        raise CheckpointFileError(shown, f"no codec given reads {suffix} parts")
     try:
         return codec.decode(data)
     except Exception as exc:

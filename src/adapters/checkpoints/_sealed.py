@@ -33,7 +33,7 @@ def sealed_bytes(doc: Mapping[str, Any]) -> bytes:
     return (json.dumps(sealed, sort_keys=True, indent=1) + "\n").encode()
 
 
-def parse_json(data: bytes, shown: Path, what: str) -> Any:
+def parse_json(data: bytes, shown: Path | str, what: str) -> Any:
     try:
         return json.loads(data.decode("utf-8"))
     except UnicodeDecodeError:
@@ -45,7 +45,7 @@ def parse_json(data: bytes, shown: Path, what: str) -> Any:
 
 
 def check_sealed(
-    shown: Path,
+    shown: Path | str,
     doc: dict[str, Any],
     fmt: str,
     version: int,
@@ -69,7 +69,7 @@ def check_sealed(
         raise CheckpointFileError(shown, "corrupted: its SHA-256 does not match its content")
 
 
-def check_fingerprint(shown: Path, expected: str | None, saved: str) -> None:
+def check_fingerprint(shown: Path | str, expected: str | None, saved: str) -> None:
     """Raise ``DatasetChangedError`` naming ``shown`` unless the checkpoint
     was saved for the ``expected`` dataset (``None``: not checked)."""
     if expected is not None and saved != expected:

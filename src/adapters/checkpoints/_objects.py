@@ -1,0 +1,277 @@
+"""Checkpoints on an object store (``s3://...``, ``gs://...``, ``az://...``
+roots): the same files, lineage and validation as a directory, committed
+with conditional writes instead of renames.
+
+Layout under the root (a bucket and prefix)::
+
+    LATEST                                   the published lineage (the same JSON)
+    ckpt-000012-<12 hex>/state.json          parts, each created once
+    ckpt-000012-<12 hex>/manifest.json       created after every part
+
+A write reads ``LATEST`` and its version first, creates every part and
+then the manifest under a fresh random name (``create``: if-absent, so
+nothing is ever overwritten), and publishes by ``swap``ping ``LATEST``
+against the version it read. So of two writers publishing at once one
+wins and the other gets ``CheckpointConflictError`` (its objects are
+garbage), and a write that a newer resume's write overtook is refused the
+same way. Only after its swap does a writer delete garbage: the
+checkpoint directories it listed *before* its swap that the new lineage
+does not keep (a writer's objects created after that listing are never
+touched, and one whose objects were listed read ``LATEST`` before the
+swap, so its own swap must fail). A first write creates an empty
+``LATEST`` before any part, so objects beside a missing ``LATEST`` are
+damage, refused as on a directory; unlisted directories beside a
+``LATEST`` are garbage of losers or killed writes (no bound, unlike a
+directory's). Reads validate exactly as on a directory: ``LATEST``'s
+seal and chain of parents, the manifest's seal and SHA-256 as ``LATEST``
+saved it, the step against the name, each part's size and SHA-256."""
+
+from __future__ import annotations
+
+import re
+import secrets
+from collections.abc import Callable, Collection
+from pathlib import Path
+from typing import Any, Final
+
+from frontier_core import FrontierError
+
+from .._errors import CheckpointFileError
+from ..store import Store, StoreConflictError, StoreError, StoreLimitError, open_store
+from ._dirs import (
+    LATEST,
+    MANIFEST,
+    MAX_KEEP,
+    MAX_LATEST_BYTES,
+    MAX_MANIFEST_BYTES,
+    ROOT_FORMAT,
+    ROOT_VERSION,
+    ROOT_VERSIONS_READ,
+    LoadedCheckpoint,
+    _Entry,
+    check_manifest,
+    manifest_bytes,
+    parse_entry_named,
+    part_entry,
+)
+from ._lineage import (
+    LineageFile,
+    Link,
+    ancestry,
+    lineage_bytes,
+    note_resumed,
+    parse_lineage,
+    refuse_unlisted,
+)
+from ._parts import JSON_SUFFIX, PartCodec, check_part, decode_part
+from ._sealed import check_fingerprint, is_int
+
+#: A checkpoint directory on an object store: its step, then a random tag.
+_OBJECT_NAME: Final = re.compile(r"^ckpt-(\d{6,})-([0-9a-f]{12})$")
+#: The most objects a root's listing may hold.
+MAX_OBJECTS: Final = 1 << 18
+
+
+class CheckpointConflictError(FrontierError, RuntimeError):
+    """Another writer moved the published lineage while this write was in
+    progress (two writers publishing at once, or a newer resume's write):
+    this checkpoint was not published, and its objects are garbage the
+    next successful write removes. ``path`` names ``LATEST``."""
+
+    def __init__(self, path: str, reason: str) -> None:
+        super().__init__(f"{path}: {reason}")
+        self.path = path
+
+
+def _parse(shown: Path, raw: object) -> _Entry:
+    return parse_entry_named(_OBJECT_NAME, shown, raw)
+
+
+#: ``LATEST`` on an object store: the same file, with random-tagged names.
+PUBLISHED_OBJECTS: Final = LineageFile(
+    name=LATEST,
+    format=ROOT_FORMAT,
+    version=ROOT_VERSION,
+    also_reads=ROOT_VERSIONS_READ,
+    max_bytes=MAX_LATEST_BYTES,
+    max_entries=MAX_KEEP,
+    dirs=_OBJECT_NAME,
+    dirs_are="checkpoint directories",
+    lineage_is="published",
+    unlisted_when_empty=None,
+    leftovers=(),
+    parse_entry=_parse,
+    step_of=lambda e: e.step,
+    dir_of=lambda e: e.name,
+    to_json=_Entry.to_json,
+)
+
+
+def _dirs_of(keys: list[str]) -> list[str]:
+    return sorted({k.split("/", 1)[0] for k in keys if "/" in k})
+
+
+def _read_lineage(store: Store, shown: str) -> tuple[list[Link[_Entry]] | None, str | None]:
+    """(the published lineage or ``None`` if nothing was ever published,
+    ``LATEST``'s version)."""
+    try:
+        got = store.get_versioned(LATEST, max_bytes=MAX_LATEST_BYTES)
+    except StoreLimitError:
+        raise CheckpointFileError(
+            shown, f"more than the {MAX_LATEST_BYTES} bytes allowed"
+        ) from None
+    if got is None:
+        refuse_unlisted(shown, PUBLISHED_OBJECTS, None, _dirs_of(store.list(limit=MAX_OBJECTS)))
+        return None, None
+    return parse_lineage(shown, got.data, PUBLISHED_OBJECTS), got.version
+
+
+def published_in_store(root: str) -> list[Path]:
+    """The published lineage's names (relative paths), newest first."""
+    store = open_store(root)
+    lineage, _ = _read_lineage(store, f"{store.where}/{LATEST}")
+    return [Path(link.entry.name) for link in lineage or []]
+
+
+def _parent_name(parent: object) -> str:
+    path = getattr(parent, "path", parent)
+    if not isinstance(path, str | Path):
+        raise TypeError(
+            f"parent must be a loaded checkpoint or a path, got {type(parent).__name__}"
+        )
+    path = Path(path)
+    if path.parent != Path("."):
+        raise ValueError(
+            f"parent {str(path)[:200]}: on an object store a checkpoint is named relative "
+            "to its root (what write_checkpoint returns, a LoadedCheckpoint's path)"
+        )
+    return path.name
+
+
+def write_to_store(
+    root: str,
+    step: int,
+    fingerprint: str,
+    blobs: list[tuple[str, bytes]],
+    *,
+    keep: int,
+    between_parts: Callable[[str], None] | None,
+    parent: object,
+) -> Path:
+    """``write_checkpoint`` on an object store; the new checkpoint's name
+    relative to ``root`` (a relative ``Path``)."""
+    parent_name = None if parent is None else _parent_name(parent)
+    store = open_store(root)
+    shown = f"{store.where}/{LATEST}"
+    old, version = _read_lineage(store, shown)
+    continued = ancestry(store.where, store.where, PUBLISHED_OBJECTS, old or [], step, parent_name)
+    try:
+        if old is None:
+            old = []
+            version = store.swap(LATEST, lineage_bytes(PUBLISHED_OBJECTS, []), expected=None)
+        name = f"ckpt-{step:06d}-{secrets.token_hex(6)}"
+        parts: list[dict[str, Any]] = []
+        for filename, data in blobs:
+            store.create(f"{name}/{filename}", data)
+            parts.append(part_entry(filename, data))
+            if between_parts is not None:
+                between_parts(filename)
+        manifest, manifest_sha = manifest_bytes(step, fingerprint, parts)
+        store.create(f"{name}/{MANIFEST}", manifest)
+        if between_parts is not None:
+            between_parts(LATEST)
+        before = store.list(limit=MAX_OBJECTS)
+        new = _Entry(name, step, manifest_sha)
+        lineage = [
+            Link(new, continued[0].entry.name if continued else None),
+            *continued[: keep - 1],
+        ]
+        store.swap(LATEST, lineage_bytes(PUBLISHED_OBJECTS, lineage), expected=version)
+    except StoreConflictError as exc:
+        raise CheckpointConflictError(
+            shown,
+            f"another writer published while checkpoint {step} was written ({exc}): not published",
+        ) from None
+    note_resumed(PUBLISHED_OBJECTS, store.where, new)
+    kept = {link.entry.name for link in lineage}
+    for key in before:
+        if key.split("/", 1)[0] not in kept and _OBJECT_NAME.match(key.split("/", 1)[0]):
+            try:
+                store.delete(key)
+            except StoreError:
+                pass  # garbage is removed best effort; the lineage is published
+    return Path(name)
+
+
+def read_from_store(
+    root: str,
+    *,
+    fingerprint: str | None,
+    require: Collection[str],
+    previous: int,
+    codec: PartCodec | None,
+) -> LoadedCheckpoint | None:
+    """``read_checkpoint`` on an object store."""
+    if not is_int(previous) or previous < 0:
+        raise ValueError(f"previous must be an int >= 0, got {previous!r}")
+    store = open_store(root)
+    shown = f"{store.where}/{LATEST}"
+    lineage, _ = _read_lineage(store, shown)
+    if not lineage:
+        return None
+    if previous >= len(lineage):
+        raise CheckpointFileError(
+            shown,
+            f"the published lineage holds {len(lineage)} checkpoint(s); "
+            f"there is no checkpoint {previous} back",
+        )
+    entry = lineage[previous].entry
+    loaded = _read_one(store, entry, fingerprint=fingerprint, require=require, codec=codec)
+    note_resumed(PUBLISHED_OBJECTS, store.where, entry)
+    return loaded
+
+
+def _read_one(
+    store: Store,
+    entry: _Entry,
+    *,
+    fingerprint: str | None,
+    require: Collection[str],
+    codec: PartCodec | None,
+) -> LoadedCheckpoint:
+    name = entry.name
+    where = f"{store.where}/{name}"
+    shown = f"{where}/{MANIFEST}"
+    try:
+        raw = store.get(f"{name}/{MANIFEST}", max_bytes=MAX_MANIFEST_BYTES)
+    except StoreLimitError:
+        raise CheckpointFileError(
+            shown, f"more than the {MAX_MANIFEST_BYTES} bytes allowed"
+        ) from None
+    if raw is None:
+        raise CheckpointFileError(shown, "missing: the checkpoint is incomplete")
+    step, saved_fp, parts, _ = check_manifest(shown, raw, name, entry, codec, _OBJECT_NAME)
+    check_fingerprint(shown, fingerprint, saved_fp)
+    stems = {p["name"].rpartition(".")[0] for p in parts}
+    missing = [n for n in require if n not in stems]
+    if missing:
+        raise CheckpointFileError(shown, f"saved no part(s) {missing}")
+    json_parts: dict[str, Any] = {}
+    tensor_parts: dict[str, Any] = {}
+    for part in parts:
+        file = f"{where}/{part['name']}"
+        try:
+            data = store.get(f"{name}/{part['name']}", max_bytes=part["size"])
+        except StoreLimitError:
+            raise CheckpointFileError(
+                file, f"too long: more than {part['size']} bytes saved"
+            ) from None
+        if data is None:
+            raise CheckpointFileError(file, "missing part of the checkpoint")
+        check_part(data, file, size=part["size"], sha256=part["sha256"])
+        stem, _, ext = part["name"].rpartition(".")
+        target = json_parts if ext == JSON_SUFFIX else tensor_parts
+        target[stem] = decode_part(data, file, codec)
+    return LoadedCheckpoint(
+        path=Path(name), step=step, json_parts=json_parts, tensor_parts=tensor_parts
+    )

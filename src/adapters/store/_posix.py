@@ -1,0 +1,379 @@
+"""``PosixStore``: the store interface over a directory."""
+
+from __future__ import annotations
+
+import builtins
+import errno
+import fcntl
+import os
+import secrets
+import stat
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Final
+
+from ._api import DEFAULT_LIST_LIMIT, Versioned, check_key, check_limit
+from ._errors import (
+    StoreConflictError,
+    StoreLimitError,
+    StoreObjectError,
+    StoreUnavailableError,
+)
+
+_CLOEXEC: Final = getattr(os, "O_CLOEXEC", 0)
+_DIR: Final = os.O_RDONLY | os.O_DIRECTORY | _CLOEXEC
+_READ: Final = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | _CLOEXEC
+_NEW: Final = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | _CLOEXEC
+#: The lock file that serialises ``swap`` and ``delete`` (a name no key can have).
+LOCK: Final = ".store-lock"
+#: The prefix of a write in progress (a killed write leaves it behind).
+TMP_PREFIX: Final = ".tmp-"
+#: How long a ``swap`` or ``delete`` waits for the lock.
+LOCK_WAIT_S: Final = 30.0
+#: Errors of ``link`` on a filesystem without hard links.
+_NO_LINKS: Final = {errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EMLINK, errno.ENOSYS}
+
+
+def _version(st: os.stat_result) -> str:
+    # A write replaces the file by a new one (a new inode); mtime and size
+    # tell apart an inode number reused after a delete.
+    return f"{st.st_ino:x}-{st.st_mtime_ns:x}-{st.st_size:x}"
+
+
+class PosixStore:
+    """The store interface over a directory (``directory`` may itself be a
+    symlink: it is the caller's choice of place; nothing under it is
+    followed).
+
+    A key ``a/b/c`` is the file ``directory/a/b/c``. Writes go to a
+    temporary file under a random name (``O_EXCL | O_NOFOLLOW``), fsynced,
+    then ``link``ed (``create``: atomic create-if-absent, no lock needed)
+    or ``rename``d (``swap``) into place, and the directory is fsynced;
+    directories a key needs are created and fsynced into their parent.
+    Reads open the file with ``O_NOFOLLOW | O_NONBLOCK`` through
+    descriptors opened the same way, so a symlink (at the key or in a
+    component) is refused and a FIFO or device is refused without
+    blocking; the size is checked with ``fstat`` before a byte is read.
+
+    The version is the file's (inode, mtime, size). ``swap`` and
+    ``delete`` hold an ``flock`` on ``directory/.store-lock`` while they
+    compare and write, so compare-and-swap holds between processes of one
+    host, and on a shared filesystem only where ``flock`` is honoured
+    across hosts (NFSv4 with lock support; not every network filesystem).
+    ``create`` relies on ``link`` failing for an existing name; on a
+    filesystem without hard links it falls back to the lock. Empty
+    directories left by ``delete`` are kept (removing them could race a
+    ``create`` into them)."""
+
+    def __init__(self, directory: str | os.PathLike[str]) -> None:
+        self.directory = Path(directory)
+
+    @property
+    def where(self) -> str:
+        return str(self.directory)
+
+    def __repr__(self) -> str:
+        return f"PosixStore({str(self.directory)!r})"
+
+    # -- descriptors ---------------------------------------------------------
+
+    def _root(self, create: bool) -> int | None:
+        if create:
+            try:
+                self.directory.mkdir(parents=True, exist_ok=True)
+            except OSError as exc:
+                raise self._unavailable(None, exc) from None
+        try:
+            return os.open(self.directory, _DIR)
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            raise self._unavailable(None, exc) from None
+
+    def _unavailable(self, key: str | None, exc: OSError) -> StoreUnavailableError:
+        return StoreUnavailableError(self.where, key, f"{exc.strerror or exc}")
+
+    @contextmanager
+    def _parent(self, key: str, *, create: bool) -> Iterator[tuple[int, str] | None]:
+        """(descriptor of the key's directory, the key's last component),
+        ``None`` when a directory on the way is absent and not created."""
+        *dirs, name = key.split("/")
+        fd = self._root(create)
+        if fd is None:
+            yield None
+            return
+        try:
+            for i, part in enumerate(dirs):
+                if create:
+                    try:
+                        os.mkdir(part, 0o755, dir_fd=fd)
+                        os.fsync(fd)
+                    except FileExistsError:
+                        pass
+                try:
+                    nxt = os.open(part, _DIR | os.O_NOFOLLOW, dir_fd=fd)
+                except FileNotFoundError:
+                    yield None
+                    return
+                except OSError as exc:
+                    if exc.errno in (errno.ELOOP, errno.ENOTDIR):
+                        raise StoreObjectError(
+                            self.where,
+                            "/".join(dirs[: i + 1]),
+                            "not a directory (a symlink or a file); refusing to follow it",
+                        ) from None
+                    raise self._unavailable(key, exc) from None
+                os.close(fd)
+                fd = nxt
+            yield fd, name
+        finally:
+            os.close(fd)
+
+    @contextmanager
+    def _locked(self) -> Iterator[None]:
+        fd = self._root(True)
+        assert fd is not None
+        try:
+            flags = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | _CLOEXEC
+            lock = os.open(LOCK, flags, 0o644, dir_fd=fd)
+        except OSError as exc:
+            raise StoreObjectError(self.where, None, f"{LOCK} cannot be opened: {exc}") from None
+        finally:
+            os.close(fd)
+        try:
+            deadline = time.monotonic() + LOCK_WAIT_S
+            while True:
+                try:
+                    fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except BlockingIOError:
+                    if time.monotonic() > deadline:
+                        raise StoreUnavailableError(
+                            self.where, None, f"{LOCK} held by another writer for {LOCK_WAIT_S}s"
+                        ) from None
+                    time.sleep(0.005)
+            yield
+        finally:
+            os.close(lock)  # releases the flock
+
+    def _write_tmp(self, fd: int, data: bytes) -> tuple[str, str]:
+        """A temporary file in ``fd`` holding ``data``, fsynced: (name, version)."""
+        tmp = f"{TMP_PREFIX}{secrets.token_hex(8)}"
+        out = os.open(tmp, _NEW, 0o644, dir_fd=fd)
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(out, view) :]
+            os.fsync(out)
+            return tmp, _version(os.fstat(out))
+        except BaseException:
+            os.close(out)
+            out = -1
+            _unlink(tmp, fd)
+            raise
+        finally:
+            if out >= 0:
+                os.close(out)
+
+    def _stat(self, key: str, fd: int, name: str) -> os.stat_result | None:
+        try:
+            st = os.stat(name, dir_fd=fd, follow_symlinks=False)
+        except FileNotFoundError:
+            return None
+        if not stat.S_ISREG(st.st_mode):
+            raise StoreObjectError(self.where, key, _not_regular(st.st_mode))
+        return st
+
+    # -- the interface -------------------------------------------------------
+
+    def get(self, key: str, *, max_bytes: int) -> bytes | None:
+        got = self.get_versioned(key, max_bytes=max_bytes)
+        return None if got is None else got.data
+
+    def get_versioned(self, key: str, *, max_bytes: int) -> Versioned | None:
+        check_key(self.where, key)
+        check_limit(max_bytes, "max_bytes")
+        with self._parent(key, create=False) as at:
+            if at is None:
+                return None
+            fd, name = at
+            try:
+                f = os.open(name, _READ, dir_fd=fd)
+            except FileNotFoundError:
+                return None
+            except OSError as exc:
+                if exc.errno == errno.ELOOP:
+                    raise StoreObjectError(
+                        self.where, key, "is a symlink; refusing to follow it"
+                    ) from None
+                raise self._unavailable(key, exc) from None
+            try:
+                st = os.fstat(f)
+                if not stat.S_ISREG(st.st_mode):
+                    raise StoreObjectError(self.where, key, _not_regular(st.st_mode))
+                if st.st_size > max_bytes:
+                    raise StoreLimitError(
+                        self.where, key, f"{st.st_size} bytes, more than the {max_bytes} allowed"
+                    )
+                chunks: list[bytes] = []
+                got = 0
+                while got < st.st_size:
+                    chunk = os.read(f, min(st.st_size - got, 1 << 24))
+                    if not chunk:
+                        break
+                    chunks.append(chunk)
+                    got += len(chunk)
+                if got != st.st_size or os.read(f, 1):
+                    raise StoreObjectError(self.where, key, "changed size while being read")
+                return Versioned(b"".join(chunks), _version(st))
+            except OSError as exc:
+                if isinstance(exc, StoreLimitError | StoreObjectError):
+                    raise
+                raise self._unavailable(key, exc) from None
+            finally:
+                os.close(f)
+
+    def head(self, key: str) -> str | None:
+        check_key(self.where, key)
+        with self._parent(key, create=False) as at:
+            if at is None:
+                return None
+            st = self._stat(key, *at)
+            return None if st is None else _version(st)
+
+    def create(self, key: str, data: bytes) -> str:
+        check_key(self.where, key)
+        data = bytes(data)
+        with self._parent(key, create=True) as at:
+            assert at is not None
+            fd, name = at
+            tmp, version = self._write_tmp(fd, data)
+            try:
+                try:
+                    os.link(tmp, name, src_dir_fd=fd, dst_dir_fd=fd, follow_symlinks=False)
+                except FileExistsError:
+                    return self._same_bytes(key, data)
+                except OSError as exc:
+                    if exc.errno not in _NO_LINKS:
+                        raise self._unavailable(key, exc) from None
+                    with self._locked():
+                        if self._stat(key, fd, name) is not None:
+                            return self._same_bytes(key, data)
+                        os.rename(tmp, name, src_dir_fd=fd, dst_dir_fd=fd)
+            finally:
+                _unlink(tmp, fd)
+            os.fsync(fd)
+            return version
+
+    def _same_bytes(self, key: str, data: bytes) -> str:
+        """A create found ``key``: its version if it holds ``data`` (a
+        retried create), else ``StoreConflictError``."""
+        try:
+            got = self.get_versioned(key, max_bytes=len(data))
+        except StoreLimitError:  # larger: not ours
+            got = None
+        if got is None or got.data != data:
+            raise StoreConflictError(self.where, key, "exists already (create-if-absent lost)")
+        return got.version
+
+    def swap(self, key: str, data: bytes, *, expected: str | None) -> str:
+        check_key(self.where, key)
+        if expected is None:
+            return self.create(key, data)
+        data = bytes(data)
+        with self._locked(), self._parent(key, create=False) as at:
+            if at is None:
+                raise StoreConflictError(self.where, key, "absent: it was deleted (swap lost)")
+            fd, name = at
+            st = self._stat(key, fd, name)
+            if st is None:
+                raise StoreConflictError(self.where, key, "absent: it was deleted (swap lost)")
+            if _version(st) != expected:
+                raise StoreConflictError(
+                    self.where, key, "moved: its version is not the one expected (swap lost)"
+                )
+            tmp, version = self._write_tmp(fd, data)
+            try:
+                os.rename(tmp, name, src_dir_fd=fd, dst_dir_fd=fd)
+            except BaseException:
+                _unlink(tmp, fd)
+                raise
+            os.fsync(fd)
+            return version
+
+    def list(self, prefix: str = "", *, limit: int = DEFAULT_LIST_LIMIT) -> list[str]:
+        check_key(self.where, prefix, prefix=True)
+        check_limit(limit, "limit")
+        keys: list[str] = []
+        if prefix:
+            with self._parent(f"{prefix}/x", create=False) as at:
+                if at is not None:
+                    self._walk(at[0], f"{prefix}/", keys, limit)
+        else:
+            fd = self._root(False)
+            if fd is not None:
+                try:
+                    self._walk(fd, "", keys, limit)
+                finally:
+                    os.close(fd)
+        return sorted(keys)
+
+    def _walk(self, fd: int, base: str, keys: builtins.list[str], limit: int) -> None:
+        try:
+            entries = sorted(os.listdir(fd))
+        except OSError as exc:
+            raise self._unavailable(base or None, exc) from None
+        for name in entries:
+            if name.startswith("."):
+                continue
+            st = os.stat(name, dir_fd=fd, follow_symlinks=False)
+            if stat.S_ISDIR(st.st_mode):
+                sub = os.open(name, _DIR | os.O_NOFOLLOW, dir_fd=fd)
+                try:
+                    self._walk(sub, f"{base}{name}/", keys, limit)
+                finally:
+                    os.close(sub)
+            else:
+                keys.append(f"{base}{name}")
+                if len(keys) > limit:
+                    raise StoreLimitError(self.where, base or None, f"more than {limit} keys")
+
+    def delete(self, key: str) -> None:
+        check_key(self.where, key)
+        with self._locked(), self._parent(key, create=False) as at:
+            if at is None:
+                return
+            fd, name = at
+            try:
+                os.unlink(name, dir_fd=fd)
+            except FileNotFoundError:
+                return
+            except IsADirectoryError:
+                raise StoreObjectError(self.where, key, "is a directory") from None
+            except OSError as exc:
+                if exc.errno == errno.EPERM:  # unlink of a directory on Linux
+                    raise StoreObjectError(self.where, key, "is a directory") from None
+                raise self._unavailable(key, exc) from None
+            os.fsync(fd)
+
+
+def _unlink(name: str, fd: int) -> None:
+    try:
+        os.unlink(name, dir_fd=fd)
+    except FileNotFoundError:
+        pass
+
+
+def _not_regular(mode: int) -> str:
+    kind = (
+        "a symlink"
+        if stat.S_ISLNK(mode)
+        else "a directory"
+        if stat.S_ISDIR(mode)
+        else "a FIFO"
+        if stat.S_ISFIFO(mode)
+        else "a device or socket"
+    )
+    return f"not a regular file ({kind}); refused"

@@ -1,0 +1,306 @@
+"""Both stores, the same tests: what a missing object reads as, bounded
+reads, create-if-absent and compare-and-swap under races, listing,
+idempotent deletes, hostile keys; then what only one store has (a POSIX
+directory's planted symlinks and FIFOs, an object store's server killed
+mid-write)."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from frontier_adapters.store import (
+    ObjectStore,
+    PosixStore,
+    Store,
+    StoreConflictError,
+    StoreError,
+    StoreKeyError,
+    StoreLimitError,
+    StoreObjectError,
+    StoreUnavailableError,
+    open_store,
+)
+
+from ..._seaweed import Seaweed
+
+HOSTILE = [
+    "",
+    "/abs",
+    "a//b",
+    "a/",
+    "..",
+    "a/../b",
+    "./a",
+    "a/.hidden",
+    ".store-lock",
+    ".tmp-x",
+    "nul\x00byte",
+    "ctl\nline",
+    "back\\slash",
+    "x" * 513,
+]
+
+
+def race(n: int, act: Callable[[int], Any]) -> list[Any]:
+    """Run ``act(i)`` for ``i < n`` in threads released together: each
+    result, or the exception it raised."""
+    barrier = threading.Barrier(n)
+    out: list[Any] = [None] * n
+
+    def run(i: int) -> None:
+        barrier.wait()
+        try:
+            out[i] = act(i)
+        except Exception as exc:
+            out[i] = exc
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    return out
+
+
+def test_a_missing_object_is_none(store: Store) -> None:
+    assert store.get("nothing/here", max_bytes=10) is None
+    assert store.get_versioned("nothing", max_bytes=10) is None
+    assert store.head("nothing") is None
+    assert store.list() == [] and store.list("nothing") == []
+
+
+def test_create_reads_back_and_refuses_a_second_create(store: Store) -> None:
+    version = store.create("a/b/c.json", b'{"x": 1}')
+    got = store.get_versioned("a/b/c.json", max_bytes=100)
+    assert got is not None and got.data == b'{"x": 1}' and got.version == version
+    assert store.head("a/b/c.json") == version
+    with pytest.raises(StoreConflictError) as info:
+        store.create("a/b/c.json", b"other")
+    assert info.value.key == "a/b/c.json" and "a/b/c.json" in str(info.value)
+    with pytest.raises(StoreConflictError):
+        store.create("a/b/c.json", b'{"x": 1, "longer": true}')
+    # The same bytes again: what a retry whose first answer was lost finds.
+    assert store.create("a/b/c.json", b'{"x": 1}') == version
+    assert store.get("a/b/c.json", max_bytes=100) == b'{"x": 1}'
+    assert store.create("empty", b"") and store.get("empty", max_bytes=0) == b""
+
+
+def test_two_racing_creates_one_wins(store: Store) -> None:
+    for round_ in range(3):
+        key = f"race/{round_}"
+        out = race(4, lambda i, key=key: store.create(key, f"writer {i}".encode()))
+        winners = [i for i, r in enumerate(out) if isinstance(r, str)]
+        assert len(winners) == 1, out
+        assert all(isinstance(r, StoreConflictError) for r in out if not isinstance(r, str)), out
+        assert store.get(key, max_bytes=100) == f"writer {winners[0]}".encode()
+
+
+def test_swap_fences_a_stale_version(store: Store) -> None:
+    v1 = store.swap("LATEST", b"one", expected=None)
+    with pytest.raises(StoreConflictError):
+        store.swap("LATEST", b"again", expected=None)
+    v2 = store.swap("LATEST", b"two", expected=v1)
+    assert v2 != v1 and store.head("LATEST") == v2
+    with pytest.raises(StoreConflictError, match="swap lost"):
+        store.swap("LATEST", b"stale", expected=v1)
+    assert store.get("LATEST", max_bytes=10) == b"two"
+    store.delete("LATEST")
+    with pytest.raises(StoreConflictError):
+        store.swap("LATEST", b"gone", expected=v2)
+    with pytest.raises(StoreConflictError):
+        store.swap("never/written", b"x", expected=v2)
+    assert store.get("LATEST", max_bytes=10) is None
+
+
+def test_racing_swaps_from_one_version_one_wins(store: Store) -> None:
+    version = store.create("LATEST", b"base")
+    out = race(4, lambda i: store.swap("LATEST", f"writer {i}".encode(), expected=version))
+    winners = [i for i, r in enumerate(out) if isinstance(r, str)]
+    assert len(winners) == 1, out
+    assert all(isinstance(r, StoreConflictError) for r in out if not isinstance(r, str)), out
+    got = store.get_versioned("LATEST", max_bytes=100)
+    assert got is not None and got.data == f"writer {winners[0]}".encode()
+    assert got.version == out[winners[0]]
+
+
+def test_get_is_bounded_before_reading(store: Store) -> None:
+    store.create("big", b"x" * 1000)
+    assert store.get("big", max_bytes=1000) == b"x" * 1000
+    with pytest.raises(StoreLimitError, match="1000 bytes, more than the 999 allowed"):
+        store.get("big", max_bytes=999)
+    with pytest.raises(StoreLimitError):
+        store.get_versioned("big", max_bytes=0)
+    with pytest.raises(ValueError, match="max_bytes"):
+        store.get("big", max_bytes=-1)
+
+
+def test_list_is_sorted_by_components_and_bounded(store: Store) -> None:
+    for key in ("b/2", "a/x/1", "a/1", "ab/1", "c"):
+        store.create(key, b"")
+    assert store.list() == ["a/1", "a/x/1", "ab/1", "b/2", "c"]
+    assert store.list("a") == ["a/1", "a/x/1"]
+    assert store.list("a/x") == ["a/x/1"] and store.list("zz") == []
+    assert store.list(limit=5) == store.list()
+    with pytest.raises(StoreLimitError, match="more than 4 keys"):
+        store.list(limit=4)
+    with pytest.raises(StoreKeyError):
+        store.list("../a")
+
+
+def test_delete_is_idempotent(store: Store) -> None:
+    store.create("a/b", b"1")
+    store.delete("a/b")
+    store.delete("a/b")
+    store.delete("never/was")
+    assert store.get("a/b", max_bytes=1) is None and store.list() == []
+    store.create("a/b", b"2")  # a deleted key can be created again
+    assert store.get("a/b", max_bytes=1) == b"2"
+
+
+@pytest.mark.parametrize("key", HOSTILE)
+def test_hostile_keys_are_refused(store: Store, key: str) -> None:
+    for call in (
+        lambda: store.get(key, max_bytes=10),
+        lambda: store.head(key),
+        lambda: store.create(key, b"x"),
+        lambda: store.swap(key, b"x", expected="v"),
+        lambda: store.delete(key),
+    ):
+        with pytest.raises(StoreKeyError) as info:
+            call()
+        assert isinstance(info.value, ValueError) and isinstance(info.value, StoreError)
+    with pytest.raises(StoreKeyError):
+        store.get(7, max_bytes=1)  # type: ignore[arg-type]
+    assert store.list() == []
+
+
+def test_open_store_picks_the_store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    assert isinstance(open_store(tmp_path), PosixStore)
+    posix = open_store(f"file://{tmp_path}/sub")
+    assert isinstance(posix, PosixStore) and posix.where == f"{tmp_path}/sub"
+    monkeypatch.setenv("AWS_ENDPOINT_URL", "http://127.0.0.1:9")
+    s3 = open_store("s3://bucket/some/prefix/")
+    assert isinstance(s3, ObjectStore) and s3.where == "s3://bucket/some/prefix"
+    for bad in ("ftp://x/y", "s3:///prefix", "file://host/x"):
+        with pytest.raises(ValueError):
+            open_store(bad)
+
+
+def test_an_unreachable_store_is_a_typed_error_in_bounded_time(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "x")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "x")
+    store = open_store(
+        "s3://bucket/p",
+        endpoint="http://127.0.0.1:9",  # discard: nothing listens
+        allow_http=True,
+        region="us-east-1",
+        max_retries=2,
+        retry_deadline_s=2.0,
+        connect_timeout_s=1.0,
+    )
+    t0 = time.monotonic()
+    with pytest.raises(StoreUnavailableError):
+        store.create("k", b"x")
+    with pytest.raises(StoreUnavailableError):
+        store.get("k", max_bytes=1)
+    assert time.monotonic() - t0 < 20
+
+
+# -- a POSIX directory: what is planted in it ---------------------------------------
+
+
+def test_posix_refuses_planted_symlinks_fifos_and_directories(tmp_path: Path) -> None:
+    root = tmp_path / "store"
+    store = PosixStore(root)
+    store.create("d/real", b"secret")
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "f").write_bytes(b"outside")
+    os.symlink(outside / "f", root / "link")
+    os.symlink(outside, root / "dirlink")
+    os.mkfifo(root / "fifo")
+    (root / "dir").mkdir()
+    for key, kind in (("link", "symlink"), ("fifo", "FIFO"), ("dir", "directory")):
+        t0 = time.monotonic()
+        with pytest.raises(StoreObjectError, match=kind):
+            store.get(key, max_bytes=100)
+        assert time.monotonic() - t0 < 5  # a FIFO is never opened blocking
+        with pytest.raises(StoreObjectError):
+            store.head(key)
+        with pytest.raises(StoreObjectError):
+            store.create(key, b"x")
+        with pytest.raises(StoreObjectError):
+            store.swap(key, b"x", expected="v")
+    with pytest.raises(StoreObjectError, match="refusing to follow"):
+        store.get("dirlink/f", max_bytes=100)
+    with pytest.raises(StoreObjectError, match="refusing to follow"):
+        store.create("dirlink/new", b"x")
+    assert not (outside / "new").exists() and (outside / "f").read_bytes() == b"outside"
+    with pytest.raises(StoreObjectError, match="directory"):
+        store.delete("dir")
+    store.delete("link")  # removes the link, never its target
+    assert (outside / "f").read_bytes() == b"outside"
+
+
+def test_posix_writes_leave_no_temporary_files_and_list_skips_them(tmp_path: Path) -> None:
+    store = PosixStore(tmp_path)
+    v = store.create("a/b", b"1")
+    store.swap("a/b", b"2", expected=v)
+    with pytest.raises(StoreConflictError):
+        store.create("a/b", b"3")
+    assert sorted(os.listdir(tmp_path / "a")) == ["b"]
+    (tmp_path / "a" / ".tmp-killed").write_bytes(b"left by a kill")
+    assert store.list() == ["a/b"]
+
+
+def test_posix_version_changes_on_every_write(tmp_path: Path) -> None:
+    store = PosixStore(tmp_path)
+    seen = {store.create("k", b"same")}
+    for _ in range(5):
+        seen.add(store.swap("k", b"same", expected=store.head("k")))
+    assert len(seen) == 6
+
+
+# -- an object store: the server killed mid-write -----------------------------------
+
+
+def test_every_acknowledged_create_survives_a_server_sigkill(seaweed: Seaweed, s3_url: str) -> None:
+    store = open_store(s3_url, max_retries=1, retry_deadline_s=2.0)
+    acknowledged: list[str] = []
+    stop = threading.Event()
+
+    def writer() -> None:
+        i = 0
+        while not stop.is_set():
+            key = f"obj/{i:05d}"
+            try:
+                store.create(key, key.encode() * 50)
+            except StoreError:
+                return  # the server is gone: what was acknowledged is what counts
+            acknowledged.append(key)
+            i += 1
+
+    thread = threading.Thread(target=writer)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while len(acknowledged) < 20 and time.monotonic() < deadline and thread.is_alive():
+        time.sleep(0.05)
+    seaweed.kill()
+    stop.set()
+    thread.join(timeout=60)
+    assert not thread.is_alive()
+    assert len(acknowledged) >= 20
+    seaweed.start()
+    reader = open_store(s3_url)
+    for key in acknowledged:
+        assert reader.get(key, max_bytes=1 << 16) == key.encode() * 50, key
+    listed = set(reader.list("obj"))
+    assert set(acknowledged) <= listed and len(listed) <= len(acknowledged) + 1
