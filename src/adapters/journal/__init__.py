@@ -12,13 +12,22 @@ continuation) and does no I/O. This package owns the rest, once:
   and its glue to a ``SampleLedger``: seals and progress as they happen, a
   mark before each checkpoint, compaction after it, and ``recover`` at
   every start, which checks the journal against the checkpoint, applies
-  the reuse policy and reserves this life's attempts (``Recovered``).
+  the reuse policy and reserves this life's attempts (``Recovered``);
+* ``Shipper`` (``_ship``): the journal off the node. Given to
+  ``RolloutJournal(ship_to=...)``, it ships every written group to a store
+  (``frontier_adapters.store``: a bucket or a shared directory) as
+  immutable segments rolled by size and time, on its own thread, and waits
+  for them at every mark and reservation; a compaction ships a base and
+  deletes what it supersedes. A life whose node was lost restores the
+  local file from the shipped objects (``restore``; ``Restored`` says which
+  copy a life started from).
 
 Every binding (the rollout loop, the ledger service and its Ray actor,
 the verification rig) imports the journal from here; nothing restates its API.
 Errors: the core's ``JournalError`` family, ``JournalFileError`` for the
 file itself (a directory, a symlink, a FIFO, a second writer at the path),
 ``JournalWriterError`` for a writer a failed write or fsync left unusable,
+``JournalShipError`` for a journal the store could not take in time,
 and ``frontier_adapters.JournalWithoutCheckpointError`` for a journal that
 holds samples when there is no checkpoint.
 """
@@ -31,14 +40,28 @@ from ._rollout import RESERVE as RESERVE
 from ._rollout import Recovered as Recovered
 from ._rollout import RolloutJournal as RolloutJournal
 from ._rollout import resumed_sample as resumed_sample
+from ._ship import SEGMENT_BYTES as SEGMENT_BYTES
+from ._ship import SEGMENT_SECONDS as SEGMENT_SECONDS
+from ._ship import JournalShipError as JournalShipError
+from ._ship import Restored as Restored
+from ._ship import Shipped as Shipped
+from ._ship import Shipper as Shipper
+from ._ship import restore as restore
 
 __all__ = [
     "RESERVE",
+    "SEGMENT_BYTES",
+    "SEGMENT_SECONDS",
     "JournalFileError",
     "JournalWriter",
+    "JournalShipError",
     "JournalWriterError",
     "Recovered",
+    "Restored",
     "RolloutJournal",
+    "Shipped",
+    "Shipper",
     "read_journal",
+    "restore",
     "resumed_sample",
 ]

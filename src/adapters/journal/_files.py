@@ -85,7 +85,7 @@ import time
 import weakref
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 import attrs
 
@@ -104,6 +104,9 @@ from frontier_core.journal import (
 )
 from frontier_core.journal._format import append_frame, append_frames
 from frontier_core.journal._records import JOURNAL_ID_SIZE
+
+if TYPE_CHECKING:
+    from ._ship import Shipper
 
 #: The default bound on a journal file read whole at open.
 DEFAULT_MAX_BYTES: Final = 4 << 30
@@ -444,6 +447,7 @@ class JournalWriter:
         max_bytes: int = DEFAULT_MAX_BYTES,
         clock: Callable[[], float] = time.monotonic,
         fsync_timeout: float = FSYNC_TIMEOUT,
+        ship: Shipper | None = None,
     ) -> None:
         if not isinstance(header, JournalHeader):
             raise TypeError(f"header must be a JournalHeader, got {type(header).__name__}")
@@ -456,6 +460,9 @@ class JournalWriter:
         self._max_bytes = max_bytes
         self._clock = clock
         self._fd = -1
+        #: Where every written group and every whole new file also goes
+        #: (``frontier_adapters.journal.Shipper``: off the node), or ``None``.
+        self.ship = ship
         # A failure of this writer's own calls (a write, a compaction), or
         # the commit thread's once it was raised.
         self._failed: BaseException | None = None
@@ -496,6 +503,10 @@ class JournalWriter:
             # make it durable before calling it so.
             os.fsync(self._fd)
             self._remove_leftovers()
+            if ship is not None:
+                # The file as this life starts it, tail cut: what the last
+                # life wrote and did not ship goes up with it.
+                ship.replaced(data[: self.recovered.end], self.recovered.last_seq)
         except BaseException:
             self.close()
             raise
@@ -639,6 +650,8 @@ class JournalWriter:
         self.path = target
         self._written = self._syncer.durable = header.base + len(records)
         self._next = self._written + 1
+        if self.ship is not None:
+            self.ship.replaced(data, self._written)
         try:
             fd = _open(target, os.O_RDWR | os.O_APPEND)
             self._fd = fd
@@ -721,12 +734,15 @@ class JournalWriter:
         done here when the group came due within ``_OVERLAP_MIN`` (either
         way after the previous group's fsync has returned)."""
         self._syncer.check_process()
+        group = b"".join(self._pending)
         try:
-            _write_all(self._fd, b"".join(self._pending))
+            _write_all(self._fd, group)
         except BaseException as exc:
             self._failed = exc
             raise
-        self._written = self._next - 1
+        first, self._written = self._written + 1, self._next - 1
+        if self.ship is not None:
+            self.ship.committed(group, first, self._written)
         self._pending = []
         self._pending_bytes = 0
         inline = time.perf_counter() - self._handed < _OVERLAP_MIN

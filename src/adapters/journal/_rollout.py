@@ -38,8 +38,10 @@ Ordering, which the invariants rely on (``proofs/SAMPLES.md``):
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Container, Mapping
+from pathlib import Path
 from typing import Final
 
 import attrs
@@ -72,6 +74,7 @@ from frontier_core.journal import (
 
 from .._errors import JournalWithoutCheckpointError
 from ._files import JournalWriter
+from ._ship import Restored, Shipper, restore_local
 
 #: Attempts reserved at a time (``recover``, ``cover``): one synced record
 #: per block; a life that ends skips what is left of its block.
@@ -138,11 +141,23 @@ class RolloutJournal:
         lineage: str,
         policy: CommitPolicy | None = None,
         progress_every: int = 256,
+        ship_to: Shipper | None = None,
+        ship_timeout: float = 60.0,
     ) -> None:
         if type(progress_every) is not int or progress_every < 1:
             raise ValueError(f"progress_every must be an int >= 1, got {progress_every!r}")
+        if not isinstance(ship_timeout, int | float) or not 0 < ship_timeout < math.inf:
+            raise ValueError(f"ship_timeout must be a number of seconds > 0, got {ship_timeout!r}")
         self.progress_every = progress_every
-        self.writer = JournalWriter(path, JournalHeader(fingerprint, lineage), policy)
+        #: Where the journal is shipped off the node (``None``: it stays in
+        #: the local file), and how long a mark or a reservation waits for it.
+        self.shipper = ship_to
+        self.ship_timeout = float(ship_timeout)
+        #: Which copy this life's journal came from (``Restored``), when shipped.
+        self.restored: Restored | None = None
+        if ship_to is not None:
+            self.restored = restore_local(Path(path), ship_to, fingerprint, lineage)
+        self.writer = JournalWriter(path, JournalHeader(fingerprint, lineage), policy, ship=ship_to)
         #: The attempts this life deals start here (``recover`` sets it);
         #: ``None`` until the journal is recovered.
         self.attempt_floor: int | None = None
@@ -183,7 +198,7 @@ class RolloutJournal:
         previous incarnation, even one never journaled, is fenced. Returns
         its position. ``cover`` reserves in blocks for a ledger."""
         position = self.writer.append(Reserve(below))
-        self.writer.sync()
+        self._durable()
         self.reserved = max(self.reserved, below)
         return position
 
@@ -224,8 +239,16 @@ class RolloutJournal:
         returns the journal position the checkpoint records. Call it just
         before writing the checkpoint."""
         position = self.writer.append(Mark(checkpoint))
-        self.writer.sync()
+        self._durable()
         return position
+
+    def _durable(self) -> None:
+        """Sync, and when the journal is shipped, wait until it is up: a
+        checkpoint's mark and an attempt reservation must survive the node
+        (``JournalShipError`` after ``ship_timeout``)."""
+        self.writer.sync()
+        if self.shipper is not None:
+            self.shipper.flush(self.ship_timeout)
 
     def compact(self, window: Container[int]) -> int:
         """Rewrite the journal with only the state of the ordinals in
@@ -309,7 +332,13 @@ class RolloutJournal:
         )
 
     def close(self) -> None:
-        self.writer.close()
+        """Close the file, then ship what is left (up to ``ship_timeout``;
+        what could not be shipped stays in the local file)."""
+        try:
+            self.writer.close()
+        finally:
+            if self.shipper is not None:
+                self.shipper.close(self.ship_timeout)
 
 
 def _check_block(reserve: object) -> None:

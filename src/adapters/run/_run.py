@@ -64,7 +64,8 @@ from .._collector import StreamSource
 from .._samples import SampleCollector, Taken
 from .._state import KEY_FORMAT, KEY_VERSION, check_state
 from ..checkpoints import LoadedCheckpoint, PartCodec, read_checkpoint, write_checkpoint
-from ..journal import RESERVE, Recovered, RolloutJournal
+from ..journal import RESERVE, SEGMENT_SECONDS, JournalShipError, Recovered, RolloutJournal, Shipper
+from ..store import open_store
 
 #: The checkpoint part the run keeps its own state in (``frontier.json``).
 PART: Final = "frontier"
@@ -87,12 +88,15 @@ class Drained:
     """What ``Run.drain`` did before the deadline: the samples that were
     running (``running``; each continues from its journaled progress after
     a resume), the progress records it journaled for them, how long until
-    the journal was synced, whether a checkpoint was written, the whole
+    the journal was synced (and shipped), whether all of it is ``shipped``
+    off the node (``True`` without a ``remote``: nothing to ship), whether a
+    checkpoint was written, the whole
     drain's ``seconds`` and whether it ended ``in_time``."""
 
     running: int
     progress_records: int
     synced_seconds: float
+    shipped: bool
     checkpointed: bool
     seconds: float
     in_time: bool
@@ -132,6 +136,7 @@ class Run:
         self,
         *,
         root: Path,
+        checkpoints: str | Path,
         collector: SampleCollector,
         journal: RolloutJournal,
         recovered: Recovered,
@@ -145,6 +150,8 @@ class Run:
         """Use ``Run.open``: a ``Run`` built any other way skipped the
         recovery its invariants rely on."""
         self.root = root
+        #: Where the checkpoints are: ``root/checkpoints``, or under ``remote``.
+        self.checkpoints = checkpoints
         self.collector = collector
         self.journal = journal
         self.recovered = recovered
@@ -192,6 +199,8 @@ class Run:
         keep: int = 2,
         codec: PartCodec | None = None,
         logger: Callable[[dict[str, float]], object] | None = None,
+        remote: str | os.PathLike[str] | None = None,
+        segment_seconds: float = SEGMENT_SECONDS,
     ) -> Run:
         """Start the run at ``root``, or resume it: always recovered, never
         a silent fresh start (see the module doc).
@@ -214,6 +223,17 @@ class Run:
         ``wandb.log``), which also go to the ``frontier_adapters.run``
         logger at INFO.
 
+        ``remote`` (a URL, ``s3://bucket/prefix``, ``gs://...``,
+        ``file://...``, or a path on a shared filesystem) is where the run
+        survives the loss of its node: the checkpoints are written there
+        (``remote/checkpoints``), and the journal, kept locally at
+        ``root/journal`` with its group commit, is shipped there
+        (``remote/journal``) in segments rolled every ``segment_seconds``,
+        and before every checkpoint and every attempt reservation completes.
+        A life on a new node (no local journal) restores the journal from
+        the shipped segments (``run.journal.restored`` says which copy was
+        used): only what the lost node had not shipped is generated again.
+
         Raises the checkpoint reader's ``CheckpointError``s (a damaged,
         foreign or mismatched checkpoint: nothing is written), the journal's
         ``JournalError``s (another run's journal, one behind its checkpoint,
@@ -232,8 +252,10 @@ class Run:
                 "LedgerConfig(fingerprint=...)"
             )
         root.mkdir(parents=True, exist_ok=True)
+        store = None if remote is None else open_store(remote)
+        checkpoints = root / "checkpoints" if remote is None else _under(remote, "checkpoints")
         loaded = read_checkpoint(
-            root / "checkpoints",
+            checkpoints,
             fingerprint=fingerprint,
             require=(PART,),
             previous=previous,
@@ -255,6 +277,7 @@ class Run:
             lineage=lineage,
             policy=policy,
             progress_every=progress_every,
+            ship_to=None if store is None else Shipper(store, segment_seconds=segment_seconds),
         )
         try:
             if loaded is None or saved is None:
@@ -291,6 +314,7 @@ class Run:
             collector.journal = journal
             run = cls(
                 root=root,
+                checkpoints=checkpoints,
                 collector=collector,
                 journal=journal,
                 recovered=recovered,
@@ -482,7 +506,7 @@ class Run:
             _KEY_LINEAGE: self.lineage,
         }
         path = write_checkpoint(
-            self.root / "checkpoints",
+            self.checkpoints,
             step,
             fingerprint=self.collector.config.fingerprint,
             json_parts=json_parts,
@@ -564,6 +588,7 @@ class Run:
                 running += 1
                 records += self._journal_progress(lease, sample, force=True)
         self.journal.writer.sync()
+        shipped = self._ship(self._deadline - time.monotonic())
         synced = time.monotonic()
         left = self._deadline - synced
         last = self._counters.checkpoint_seconds
@@ -579,10 +604,22 @@ class Run:
             running=running,
             progress_records=records,
             synced_seconds=synced - began,
+            shipped=shipped,
             checkpointed=checkpointed,
             seconds=ended - began,
             in_time=ended <= self._deadline,
         )
+
+    def _ship(self, left: float) -> bool:
+        """Ship the journal's tail within ``left`` seconds; whether it is up."""
+        shipper = self.journal.shipper
+        if shipper is None:
+            return True
+        try:
+            shipper.flush(max(min(left, self.journal.ship_timeout), 0.001))
+        except JournalShipError:
+            return False
+        return True
 
     # -- observing ---------------------------------------------------------------
 
@@ -594,12 +631,13 @@ class Run:
         ``sealed``, ``checkpoints``, ``checkpoint_seconds`` and
         ``journal_sync_seconds`` (the last checkpoint's, and of it the
         journal's fsync), ``journal_unsynced`` (records appended but not yet
-        durable), ``cut`` (every ordinal below it is trained or dropped),
+        durable), ``journal_unshipped`` (records not yet off the node, with
+        a ``remote``; 0 without), ``cut`` (every ordinal below it is trained or dropped),
         ``window`` (the live ordinals: pending, generating or buffered),
         ``in_flight`` (groups generating), ``attempts_reserved`` and ``step``."""
         c = self._counters
         ledger = self.collector.samples
-        writer = self.journal.writer
+        writer, shipper = self.journal.writer, self.journal.shipper
         return {
             "tokens_reused": float(c.tokens_reused),
             "samples_reused": float(c.samples_reused),
@@ -610,6 +648,9 @@ class Run:
             "checkpoint_seconds": c.checkpoint_seconds,
             "journal_sync_seconds": c.journal_sync_seconds,
             "journal_unsynced": float(writer.position - writer.durable),
+            "journal_unshipped": float(
+                0 if shipper is None else max(writer.position - shipper.shipped, 0)
+            ),
             "cut": float(ledger.cut),
             "window": float(ledger.ledger.in_flight()),
             "in_flight": float(ledger.ledger.count(Status.OUTSTANDING)),
@@ -639,6 +680,13 @@ class Run:
     def _open_check(self) -> None:
         if self._closed:
             raise RuntimeError("this run is closed: Run.open it again")
+
+
+def _under(remote: str | os.PathLike[str], name: str) -> str | Path:
+    """``name`` under ``remote``: a URL's path or a directory's."""
+    if isinstance(remote, str) and "://" in remote:
+        return remote.rstrip("/") + "/" + name
+    return Path(remote) / name
 
 
 def _read_part(loaded: LoadedCheckpoint) -> Mapping[str, Any]:

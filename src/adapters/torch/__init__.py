@@ -46,6 +46,7 @@ from ._distributed import WrittenPart as WrittenPart
 from ._distributed import committed_checkpoints as committed_checkpoints
 from ._distributed import owned_groups as owned_groups
 from ._distributed import read_distributed_checkpoint as read_distributed_checkpoint
+from ._files import TENSOR_PARTS as TENSOR_PARTS
 from ._files import LoadedCheckpoint as LoadedCheckpoint
 from ._files import dataset_fingerprint as dataset_fingerprint
 from ._files import latest_checkpoint as latest_checkpoint
@@ -126,6 +127,7 @@ __all__ = [
     "CheckpointFileVersionError",
     "DatasetChangedError",
     "LoadedCheckpoint",
+    "TENSOR_PARTS",
     "OrdinalBatch",
     "OrdinalDataset",
     "Pull",

@@ -1,0 +1,380 @@
+"""The journal off the node: committed groups shipped to a store as
+immutable segments, in the background; a lost local file restored from them.
+
+Layout under the store's ``prefix``::
+
+    prefix/base-00000000000000000042-<sha>   a whole journal file (header and
+                                             records) whose last record is 42
+    prefix/seg-00000000000000000043-00000000000000000057
+                                             the frames of records 43 to 57,
+                                             exactly as the file holds them
+
+Theory of operation. The journal's writer hands every group it writes
+(``committed``: the group's frames and their first and last sequence
+numbers) and every whole new file it puts in place (``replaced``: the file
+it opened, after its torn tail was cut, and each compaction) to the
+``Shipper``. Groups are gathered into the open segment, which is rolled
+(queued for upload) when it holds ``segment_bytes`` or its oldest group has
+waited ``segment_seconds``; a whole file becomes a base, and once a base is
+up, every object it supersedes (bases and segments ending at or below it)
+is deleted: compaction deletes the segments below the window. One daemon
+thread uploads the queue in order, each object with ``Store.create``
+(create-if-absent: an object is immutable, and a retried upload whose
+answer was lost finds its own bytes), retrying a failed upload with
+backoff; ``shipped`` is the last record that is up. ``flush(timeout)``
+rolls the open segment and waits until the queue is up: the rollout
+journal calls it after every mark and every attempt reservation, so a
+checkpoint never relies on a record that only the node holds, and no
+attempt of a lost node's life is dealt again.
+
+Restoring. ``restore`` reads the newest base and the segments that
+continue it without a gap, and joins them into the bytes of a journal file,
+which the core then decodes with every check a file gets (frames bound to
+their journal, sequence numbers, torn tails). A gap between two segments
+that both exist, a segment overlapping its base, an object whose name is
+not one of these, are errors; segments after the last one of an unbroken
+chain cannot exist (uploads go in order and each waits for the one before).
+
+What it assumes of the store: ``create`` is atomic and durable on return
+(a reader sees all of an object or nothing) and ``list`` sees every object
+created before it was called (read-after-write: S3 since December 2020, GCS,
+Azure, SeaweedFS, a POSIX directory).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import threading
+import time
+from collections import deque
+from pathlib import Path
+from typing import TYPE_CHECKING, Final
+
+import attrs
+
+from frontier_core.journal import (
+    JournalCorruptError,
+    JournalError,
+    JournalMismatchError,
+    JournalSequenceError,
+)
+
+if TYPE_CHECKING:
+    from ..store import Store
+
+#: Roll the open segment at this size, or when its oldest group is this old.
+SEGMENT_BYTES: Final = 4 << 20
+SEGMENT_SECONDS: Final = 2.0
+#: The largest object ``restore`` reads (a base is a compacted journal).
+MAX_OBJECT_BYTES: Final = 1 << 30
+#: A failed upload is tried again after this (doubling up to the cap).
+_RETRY_FIRST, _RETRY_CAP = 0.05, 5.0
+_SEQ = 20
+_BASE = re.compile(r"base-(\d{20})-([0-9a-f]{16})")
+_SEG = re.compile(r"seg-(\d{20})-(\d{20})")
+
+
+class JournalShipError(JournalError):
+    """The shipped journal is behind and could not catch up in time (the
+    store refuses or is unreachable): ``flush`` names the last error."""
+
+
+def base_key(prefix: str, last: int, data: bytes) -> str:
+    return f"{prefix}/base-{last:0{_SEQ}d}-{hashlib.sha256(data).hexdigest()[:16]}"
+
+
+def segment_key(prefix: str, first: int, last: int) -> str:
+    return f"{prefix}/seg-{first:0{_SEQ}d}-{last:0{_SEQ}d}"
+
+
+@attrs.frozen
+class _Upload:
+    key: str
+    data: bytes
+    last: int
+    #: For a base: delete every object this one supersedes once it is up.
+    base: bool = False
+
+
+class Shipper:
+    """Ships a journal's groups to ``store`` under ``prefix`` (see the module
+    doc). Give it to ``RolloutJournal(ship_to=...)``, which wires it to the
+    writer; ``shipped`` and ``error`` report how far it is."""
+
+    def __init__(
+        self,
+        store: Store,
+        prefix: str = "journal",
+        *,
+        segment_bytes: int = SEGMENT_BYTES,
+        segment_seconds: float = SEGMENT_SECONDS,
+    ) -> None:
+        if type(segment_bytes) is not int or segment_bytes < 1:
+            raise ValueError(f"segment_bytes must be an int >= 1, got {segment_bytes!r:.40}")
+        if not isinstance(segment_seconds, int | float) or not 0 < segment_seconds < float("inf"):
+            raise ValueError(f"segment_seconds must be > 0, got {segment_seconds!r:.40}")
+        if not isinstance(prefix, str) or not prefix.strip("/"):
+            raise ValueError(f"prefix must be a non-empty str, got {prefix!r:.60}")
+        self.store = store
+        self.prefix = prefix.strip("/")
+        self.segment_bytes = segment_bytes
+        self.segment_seconds = float(segment_seconds)
+        self._cond = threading.Condition()
+        self._queue: deque[_Upload] = deque()
+        self._open: list[bytes] = []
+        self._open_bytes = 0
+        self._open_first = 0
+        self._open_last = 0
+        self._open_since = 0.0
+        #: The last record whose object is up (-1: none yet).
+        self._shipped = -1
+        #: The last upload failure (kept until an upload succeeds).
+        self.error: BaseException | None = None
+        self._stopping = False
+        self._thread: threading.Thread | None = None
+
+    # -- what the writer hands over (the caller's thread) ------------------------
+
+    def committed(self, data: bytes, first: int, last: int) -> None:
+        """The writer wrote records ``first`` to ``last`` (their frames are
+        ``data``)."""
+        with self._cond:
+            if not self._open:
+                self._open_first, self._open_since = first, time.monotonic()
+            elif first != self._open_last + 1:  # the writer's invariant, checked
+                raise JournalSequenceError(self._open_bytes, self._open_last + 1, first)
+            self._open.append(data)
+            self._open_bytes += len(data)
+            self._open_last = last
+            if self._open_bytes >= self.segment_bytes:
+                self._roll()
+            self._start()
+            self._cond.notify_all()
+
+    def replaced(self, data: bytes, last: int) -> None:
+        """The writer put a whole new journal file in place (``data``, its
+        last record ``last``): the file it opened, or a compaction."""
+        with self._cond:
+            self._roll()
+            self._queue.append(_Upload(base_key(self.prefix, last, data), data, last, base=True))
+            self._start()
+            self._cond.notify_all()
+
+    # -- state ------------------------------------------------------------------
+
+    @property
+    def shipped(self) -> int:
+        """The last record whose object is up in the store (-1: none)."""
+        return self._shipped
+
+    def flush(self, timeout: float) -> int:
+        """Roll the open segment and wait until everything handed over is
+        up; ``shipped``. Raises ``JournalShipError`` when ``timeout``
+        seconds pass first."""
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            self._roll()
+            self._start()
+            self._cond.notify_all()
+            while self._queue:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise JournalShipError(
+                        f"the journal is shipped to {self.store.where} up to record "
+                        f"{self._shipped}, and {len(self._queue)} objects could not be "
+                        f"uploaded within {timeout:g} s (last error: {self.error!r:.300})"
+                    )
+                self._cond.wait(left)
+            return self._shipped
+
+    def close(self, timeout: float = 30.0) -> None:
+        """Ship what is left (up to ``timeout`` s), then stop the thread.
+        What could not be shipped stays in the local file."""
+        try:
+            if self._thread is not None:
+                self.flush(timeout)
+        finally:
+            with self._cond:
+                self._stopping = True
+                self._cond.notify_all()
+            if self._thread is not None:
+                self._thread.join(timeout)
+
+    # -- internals ----------------------------------------------------------------
+
+    def _roll(self) -> None:
+        """Queue the open segment (the lock is held)."""
+        if self._open:
+            key = segment_key(self.prefix, self._open_first, self._open_last)
+            self._queue.append(_Upload(key, b"".join(self._open), self._open_last))
+            self._open, self._open_bytes = [], 0
+
+    def _start(self) -> None:
+        if self._thread is None:
+            self._thread = threading.Thread(
+                target=self._run, name="frontier-journal-shipper", daemon=True
+            )
+            self._thread.start()
+
+    def _run(self) -> None:
+        delay = _RETRY_FIRST
+        while True:
+            with self._cond:
+                while not self._queue and not self._stopping:
+                    if self._open:
+                        due = self._open_since + self.segment_seconds - time.monotonic()
+                        if due <= 0:
+                            self._roll()
+                            continue
+                        self._cond.wait(due)
+                    else:
+                        self._cond.wait(self.segment_seconds)
+                if not self._queue:
+                    return  # stopping, and nothing left
+                upload = self._queue[0]
+            try:
+                self.store.create(upload.key, upload.data)
+                if upload.base:
+                    self._prune(upload.last, upload.key)
+            except Exception as exc:  # kept, reported, and tried again
+                with self._cond:
+                    self.error = exc
+                    if self._stopping:
+                        return
+                    self._cond.wait(delay)
+                delay = min(delay * 2, _RETRY_CAP)
+                continue
+            delay = _RETRY_FIRST
+            with self._cond:
+                self._queue.popleft()
+                self._shipped = max(self._shipped, upload.last)
+                self.error = None
+                self._cond.notify_all()
+
+    def _prune(self, last: int, keep: str) -> None:
+        """Delete the objects a base ending at ``last`` supersedes."""
+        for key in self.store.list(self.prefix):
+            name = key.rsplit("/", 1)[-1]
+            base, seg = _BASE.fullmatch(name), _SEG.fullmatch(name)
+            end = int(base.group(1)) if base else int(seg.group(2)) if seg else None
+            if end is not None and end <= last and key != keep:
+                self.store.delete(key)
+
+
+@attrs.frozen
+class Shipped:
+    """A journal as its shipped objects hold it: the bytes of the journal
+    file they join into, and the last record they hold."""
+
+    data: bytes
+    last: int
+    objects: int
+
+
+def restore(
+    store: Store, prefix: str = "journal", *, max_bytes: int = MAX_OBJECT_BYTES
+) -> Shipped | None:
+    """The journal shipped under ``prefix`` (see the module doc), ``None``
+    if nothing was shipped. Raises ``JournalCorruptError`` for an object
+    that is not a base or a segment, ``JournalSequenceError`` for a gap or
+    an overlap, and the store's errors."""
+    prefix = prefix.strip("/")
+    bases: list[tuple[int, str]] = []
+    segments: list[tuple[int, int, str]] = []
+    for key in store.list(prefix):
+        name = key[len(prefix) + 1 :]
+        if (m := _BASE.fullmatch(name)) is not None:
+            bases.append((int(m.group(1)), key))
+        elif (m := _SEG.fullmatch(name)) is not None:
+            first, last = int(m.group(1)), int(m.group(2))
+            if last < first:
+                raise JournalCorruptError(
+                    0, f"{store.where}: segment {key!r} ends before it starts"
+                )
+            segments.append((first, last, key))
+        else:
+            raise JournalCorruptError(
+                0,
+                f"{store.where}: {key!r:.200} under the journal's prefix is neither a base "
+                "nor a segment of it",
+            )
+    if not bases:
+        if segments:
+            raise JournalCorruptError(
+                0, f"{store.where}: segments under {prefix!r} but no base for them to continue"
+            )
+        return None
+    top, key = max(bases)
+    parts = [_get(store, key, max_bytes, 0)]
+    end, offset = top, len(parts[0])
+    for first, last, key in sorted(segments):
+        if last <= top:
+            continue  # superseded by the base (its deletion did not run yet)
+        if first != end + 1:  # a gap, or an overlap: named as in a file
+            raise JournalSequenceError(offset, end + 1, first)
+        parts.append(_get(store, key, max_bytes, offset))
+        end, offset = last, offset + len(parts[-1])
+    return Shipped(b"".join(parts), end, len(parts))
+
+
+def _get(store: Store, key: str, max_bytes: int, offset: int) -> bytes:
+    data: bytes | None = store.get(key, max_bytes=max_bytes)
+    if data is None:
+        raise JournalCorruptError(offset, f"{store.where}: {key!r} was listed and is gone")
+    return data
+
+
+@attrs.frozen
+class Restored:
+    """Which copy of the journal a life starts from, and why: ``source`` is
+    ``"local"`` (the node's file, at or past what was shipped), ``"shipped"``
+    (no local file, or one behind the shipped copy: a lost or stale node;
+    written in its place) or ``"new"`` (neither exists). ``local_last`` and
+    ``shipped_last`` are the last records each held (-1: none). What a lost
+    node held past ``shipped_last`` is lost: it is generated again."""
+
+    source: str
+    local_last: int
+    shipped_last: int
+
+
+def restore_local(path: Path, shipper: Shipper, fingerprint: str, lineage: str) -> Restored:
+    """Make ``path`` the journal a life should start from: the local file
+    when it is present and agrees with the shipped one (the same journal,
+    as far or further), else the shipped one written in its place. Raises
+    the core's ``JournalError``s for a shipped journal that does not decode
+    (another run's, a foreign segment, a corrupt object) and
+    ``JournalMismatchError`` for a local file of another journal than the
+    shipped one."""
+    from frontier_core.journal import DEFAULT_MAX_FRAME
+
+    from ._files import _decode_file, _fsync_dir, _write_temp, read_journal
+
+    shipped = restore(shipper.store, shipper.prefix)
+    local = read_journal(path, fingerprint=fingerprint, lineage=lineage) if path.exists() else None
+    local_last = -1 if local is None else local.last_seq
+    if shipped is None:
+        return Restored("new" if local is None else "local", local_last, -1)
+    where = Path(f"{shipper.store.where}/{shipper.prefix}")
+    remote = _decode_file(shipped.data, where, fingerprint, lineage, DEFAULT_MAX_FRAME)
+    if local is not None:
+        if local.header.journal_id != remote.header.journal_id:
+            raise JournalMismatchError(
+                "journal_id",
+                remote.header.journal_id.hex(),
+                local.header.journal_id.hex(),
+                f"{path}: the local journal (id {local.header.journal_id.hex()}) is not the "
+                f"one shipped to {where} (id {remote.header.journal_id.hex()}): remove one",
+            )
+        if local.last_seq >= remote.last_seq:
+            return Restored("local", local_last, remote.last_seq)
+    tmp, _ = _write_temp(path, shipped.data)
+    try:
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    _fsync_dir(path.parent)
+    return Restored("shipped", local_last, remote.last_seq)

@@ -1,0 +1,223 @@
+"""The journal off the node: groups shipped to a store as immutable
+segments, the local file restored from them after the node is lost, and
+every way a shipped journal can lie refused with the file's typed errors.
+Run on a POSIX store here; tests/adapters/store runs the store contract on
+a real S3 server too, and the Run's kill test loses whole nodes."""
+
+from __future__ import annotations
+
+import shutil
+import time
+from pathlib import Path
+
+import pytest
+from frontier_adapters.journal import (
+    JournalShipError,
+    RolloutJournal,
+    Shipper,
+    read_journal,
+    restore,
+)
+from frontier_adapters.store import PosixStore
+
+from frontier_core import Lease
+from frontier_core.journal import (
+    JournalCorruptError,
+    JournalMismatchError,
+    JournalSequenceError,
+    Reuse,
+    TokenPayload,
+)
+
+FP, LINEAGE = "ship-v1", "run-1"
+
+
+def journal(tmp: Path, remote: Path, **kw: object) -> RolloutJournal:
+    shipper = Shipper(PosixStore(remote), segment_bytes=kw.pop("segment_bytes", 1 << 20))  # type: ignore[arg-type]
+    return RolloutJournal(tmp / "journal", fingerprint=FP, lineage=LINEAGE, ship_to=shipper, **kw)  # type: ignore[arg-type]
+
+
+def sample(n: int) -> TokenPayload:
+    return TokenPayload.of(list(range(n)), [-0.5] * n, 0)
+
+
+def seal_some(j: RolloutJournal, ordinals: range) -> None:
+    for o in ordinals:
+        j.sealed(Lease(o, 0, o), sample(3 + o))
+
+
+def test_what_a_mark_covers_is_shipped_before_the_mark_returns(tmp_path: Path) -> None:
+    local, remote = tmp_path / "node", tmp_path / "remote"
+    local.mkdir()
+    j = journal(local, remote)
+    seal_some(j, range(5))
+    position = j.mark(1)
+    assert j.shipper is not None and j.shipper.shipped >= position
+    shipped = restore(PosixStore(remote))
+    assert shipped is not None and shipped.last >= position
+    j.close()
+    assert read_journal(local / "journal").records == read_journal_bytes(shipped.data).records
+
+
+def read_journal_bytes(data: bytes) -> object:
+    from frontier_core.journal import decode
+
+    return decode(data, fingerprint=FP, lineage=LINEAGE)
+
+
+def test_a_lost_node_is_restored_from_the_shipped_journal(tmp_path: Path) -> None:
+    local, remote = tmp_path / "node", tmp_path / "remote"
+    local.mkdir()
+    j = journal(local, remote)
+    j.recover(None, position=None, checkpoint_id=None, reuse=Reuse.everything(), fork=0, step=0)
+    seal_some(j, range(4))
+    j.mark(1)
+    j.writer.sync()
+    j.close()
+    shutil.rmtree(local)  # the node is gone, and its disk with it
+    local.mkdir()
+    again = journal(local, remote)
+    assert again.restored is not None and again.restored.source == "shipped"
+    assert again.restored.local_last == -1
+    state = again.writer.read()
+    assert [r.ordinal for r in state.records if hasattr(r, "payload")] == [0, 1, 2, 3]
+    again.close()
+
+
+def test_a_local_file_behind_the_shipped_one_is_replaced_and_a_foreign_one_refused(
+    tmp_path: Path,
+) -> None:
+    local, remote = tmp_path / "node", tmp_path / "remote"
+    local.mkdir()
+    j = journal(local, remote)
+    seal_some(j, range(2))
+    j.mark(1)
+    stale = (local / "journal").read_bytes()  # a backup taken here
+    seal_some(j, range(2, 6))
+    j.mark(2)
+    j.close()
+    (local / "journal").write_bytes(stale)  # the node comes back from its backup
+    again = journal(local, remote)
+    assert again.restored is not None and again.restored.source == "shipped"
+    assert again.restored.local_last < again.restored.shipped_last
+    again.close()
+
+    other = tmp_path / "other"
+    other.mkdir()
+    RolloutJournal(other / "journal", fingerprint=FP, lineage=LINEAGE).close()
+    shutil.copy(other / "journal", local / "journal")  # another journal at our path
+    with pytest.raises(JournalMismatchError):
+        journal(local, remote)
+
+
+def test_compaction_ships_a_base_and_deletes_what_it_supersedes(tmp_path: Path) -> None:
+    local, remote = tmp_path / "node", tmp_path / "remote"
+    local.mkdir()
+    j = journal(local, remote, segment_bytes=1)  # a segment per group
+    for o in range(6):
+        seal_some(j, range(o, o + 1))
+        j.writer.sync()
+    j.mark(1)
+    store = PosixStore(remote)
+    before = store.list("journal")
+    assert sum("/seg-" in k for k in before) >= 6
+    j.compact(range(4, 1 << 62))
+    assert j.shipper is not None
+    j.shipper.flush(30)
+    after = store.list("journal")
+    assert sum("/base-" in k for k in after) == 1
+    assert not any("/seg-" in k for k in after)
+    shipped = restore(store)
+    assert shipped is not None
+    j.close()
+
+
+def test_time_rolls_a_segment_in_the_background(tmp_path: Path) -> None:
+    local, remote = tmp_path / "node", tmp_path / "remote"
+    local.mkdir()
+    shipper = Shipper(PosixStore(remote), segment_seconds=0.05)
+    j = RolloutJournal(local / "journal", fingerprint=FP, lineage=LINEAGE, ship_to=shipper)
+    seal_some(j, range(3))
+    last = j.writer.sync()
+    deadline = time.monotonic() + 30
+    while shipper.shipped < last:  # no flush: the thread rolls it on time
+        assert time.monotonic() < deadline, "a due segment was not shipped in 30 s"
+        time.sleep(0.01)
+    j.close()
+
+
+# -- a shipped journal that lies ----------------------------------------------------
+
+
+def shipped_journal(tmp_path: Path) -> tuple[Path, Path]:
+    local, remote = tmp_path / "node", tmp_path / "remote"
+    local.mkdir(parents=True)
+    j = journal(local, remote, segment_bytes=1)
+    for o in range(5):
+        seal_some(j, range(o, o + 1))
+        j.writer.sync()
+    j.mark(1)
+    j.close()
+    return local, remote
+
+
+def test_a_gap_between_segments_is_a_sequence_error(tmp_path: Path) -> None:
+    _, remote = shipped_journal(tmp_path)
+    store = PosixStore(remote)
+    segments = [k for k in store.list("journal") if "/seg-" in k]
+    store.delete(segments[1])
+    with pytest.raises(JournalSequenceError):
+        restore(store)
+
+
+def test_a_stranger_under_the_prefix_is_refused(tmp_path: Path) -> None:
+    _, remote = shipped_journal(tmp_path)
+    store = PosixStore(remote)
+    store.create("journal/notes.txt", b"hello")
+    with pytest.raises(JournalCorruptError, match="neither a base nor a segment"):
+        restore(store)
+
+
+@pytest.mark.parametrize("where", ["middle", "end"])
+def test_another_runs_segment_is_never_replayed(tmp_path: Path, where: str) -> None:
+    """A segment of another run under the same name (the same sequence
+    numbers): in the middle an error, at the end a torn tail, as in a file;
+    either way none of its records is replayed."""
+    local, remote = shipped_journal(tmp_path)
+    _, theirs_remote = shipped_journal(tmp_path / "theirs")
+    store, theirs = PosixStore(remote), PosixStore(theirs_remote)
+    segments = sorted(k for k in store.list("journal") if "/seg-" in k)
+    segment = segments[1] if where == "middle" else segments[-1]
+    data = theirs.get(segment, max_bytes=1 << 20)
+    assert data is not None and data != store.get(segment, max_bytes=1 << 20)
+    store.delete(segment)
+    store.create(segment, data)
+    shutil.rmtree(local)
+    local.mkdir()
+    if where == "middle":
+        with pytest.raises(JournalCorruptError):
+            journal(local, remote)
+        return
+    j = journal(local, remote)
+    assert j.writer.torn is not None and j.writer.torn.length == len(data)
+    assert j.writer.read().last_seq == int(segment.rsplit("-", 2)[-2]) - 1
+    j.close()
+
+
+def test_a_flush_the_store_cannot_take_is_a_typed_error_in_time(tmp_path: Path) -> None:
+    local, remote = tmp_path / "node", tmp_path / "remote"
+    local.mkdir()
+    j = journal(local, remote, ship_timeout=1.0)
+    remote_parked = tmp_path / "parked"
+    seal_some(j, range(2))
+    j.writer.sync()
+    remote.rename(remote_parked)
+    remote.write_bytes(b"")  # the store's directory is a file now: every upload fails
+    began = time.monotonic()
+    with pytest.raises(JournalShipError, match="could not be uploaded"):
+        j.mark(1)
+    assert time.monotonic() - began < 30
+    remote.unlink()
+    remote_parked.rename(remote)  # the outage ends: shipping catches up
+    assert j.shipper is not None and j.shipper.flush(30) >= 0
+    j.close()
