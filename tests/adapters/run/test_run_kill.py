@@ -223,3 +223,10 @@ def test_a_run_whose_node_is_lost_resumes_from_what_it_shipped(tmp_path: Path) -
     directory. Never a refusal to resume; nothing lost or doubled."""
     remote = tmp_path / "shared"
     torture(tmp_path, str(remote), node_loss=True)
+
+
+def test_a_run_whose_node_is_lost_resumes_from_a_bucket(tmp_path: Path, s3_url: str) -> None:
+    """The same on a real S3 server (SeaweedFS on loopback): checkpoints as
+    immutable objects under a conditionally moved LATEST, the journal as
+    shipped segments."""
+    torture(tmp_path, s3_url, node_loss=True)
