@@ -37,14 +37,16 @@ trained, or keeps a group it was handed; report it (``trained``,
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
 import os
 import signal
+import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, Concatenate, Final, ParamSpec, TypeVar
 
 import attrs
 
@@ -81,6 +83,25 @@ _END: Final = 1 << 62
 DEFAULT_LINEAGE: Final = "run"
 
 log = logging.getLogger("frontier_adapters.run")
+
+_T = TypeVar("_T")
+_P = ParamSpec("_P")
+
+
+def _locked(method: Callable[Concatenate[Run, _P], _T]) -> Callable[Concatenate[Run, _P], _T]:
+    """Run ``method`` holding the run's lock (its commit thread polls the
+    journal under it), then wake that thread: an append may have opened a
+    group that must reach the disk within the commit policy's delay."""
+
+    def locked(self: Run, /, *args: _P.args, **kwargs: _P.kwargs) -> _T:
+        with self._lock:
+            try:
+                return method(self, *args, **kwargs)
+            finally:
+                self._wake.set()
+
+    functools.update_wrapper(locked, method)
+    return locked
 
 
 @attrs.frozen
@@ -180,6 +201,14 @@ class Run:
         self._deadline: float | None = None
         self._handlers: dict[int, Any] = {}
         self._closed = False
+        # The journal commits a group when an append finds it due; a group
+        # that no later append comes to (the last seal before a long
+        # training step) is committed by this thread instead, within the
+        # commit policy's delay, so what a call journaled is durable soon
+        # whether or not the caller polls.
+        self._lock = threading.RLock()
+        self._wake = threading.Event()
+        threading.Thread(target=self._commits, name="frontier-run-commits", daemon=True).start()
 
     # -- open ------------------------------------------------------------------
 
@@ -345,6 +374,7 @@ class Run:
         """Every prompt of the stream is trained or dropped on record."""
         return self.collector.drained
 
+    @_locked
     def take(self, n: int) -> list[Taken]:
         """Up to ``n`` groups to generate, retried ones first (see the class
         doc). A ``complete`` group has landed in the ledger: add it to your
@@ -373,10 +403,12 @@ class Run:
                     self._counters.tokens_reused += len(state.payload)
         return taken
 
+    @_locked
     def sample(self, lease: Lease) -> Payload:
         """The sample of a sibling ``take`` reused (``Taken.reused``)."""
         return self.recovered.sample(lease)
 
+    @_locked
     def prefix(self, lease: Lease) -> TokenPayload | None:
         """The durable tokens ``lease`` continues (generate only what comes
         after them, and report samples that start with them), or ``None``."""
@@ -386,6 +418,7 @@ class Run:
 
     # -- what happened -----------------------------------------------------------
 
+    @_locked
     def seal(self, lease: Lease, sample: Payload) -> Effect:
         """``lease`` finished ``sample`` (whole: a continued sample starts
         with its prefix). Accepted (``lease in effect.sealed``), it is
@@ -399,6 +432,7 @@ class Run:
         self._settled(lease, effect)
         return effect
 
+    @_locked
     def progress(self, lease: Lease, sample: Payload) -> bool:
         """``lease``'s sample so far (whole, as for ``seal``). Journaled when
         due: a token sample every ``progress_every`` new tokens (a snapshot,
@@ -435,6 +469,7 @@ class Run:
         self._recorded[lease] = len(sample)
         return True
 
+    @_locked
     def fail(self, lease: Lease) -> Effect:
         """``lease``'s attempt failed. Its sibling is started again at once
         under a new attempt (``effect.leases``: generate them), or the
@@ -448,17 +483,20 @@ class Run:
             leases = self.collector.restart(effect.restart)
         return attrs.evolve(effect, leases=leases)
 
+    @_locked
     def trained(self, ordinals: Iterable[int]) -> None:
         """These groups were trained on (whole groups, by ordinal)."""
         self._open_check()
         self.collector.trained(ordinals)
 
+    @_locked
     def evicted(self, ordinals: Iterable[int]) -> Effect:
         """Your buffer dropped these groups unused (too stale): they are
         generated again."""
         self._open_check()
         return self.collector.evicted(ordinals)
 
+    @_locked
     def failed(self, ordinals: Iterable[int]) -> Effect:
         """These whole groups failed (the ledger's policy retries or drops
         them)."""
@@ -475,6 +513,7 @@ class Run:
 
     # -- checkpoints -------------------------------------------------------------
 
+    @_locked
     def checkpoint(
         self,
         step: int,
@@ -526,6 +565,7 @@ class Run:
             self._logger({f"frontier/{k}": v for k, v in metrics.items()})
         return path
 
+    @_locked
     def poll(self) -> float | None:
         """Commit the journal's due group; the seconds until the next is
         due (call it from your loop's timer when nothing else reports)."""
@@ -562,6 +602,7 @@ class Run:
         """Whether a termination notice came (``notice``, ``watch``)."""
         return self._deadline is not None
 
+    @_locked
     def drain(
         self,
         *,
@@ -623,6 +664,7 @@ class Run:
 
     # -- observing ---------------------------------------------------------------
 
+    @_locked
     def metrics(self) -> dict[str, float]:
         """Live counters, as numbers: ``tokens_reused`` (tokens this life
         took from the journal instead of generating: reused samples and
@@ -660,12 +702,14 @@ class Run:
 
     # -- life ------------------------------------------------------------------
 
+    @_locked
     def close(self) -> None:
         """Sync and close the journal (what was not checkpointed is kept in
         it for the next life) and give back the signal handlers ``watch``
         replaced."""
         if not self._closed:
             self._closed = True
+            self._wake.set()
             for sig, previous in self._handlers.items():
                 signal.signal(sig, previous)
             self._handlers.clear()
@@ -676,6 +720,23 @@ class Run:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+    def _commits(self) -> None:
+        """The commit thread: polls the journal whenever a group is open
+        (woken by every call), until the run closes."""
+        while True:
+            with self._lock:
+                if self._closed:
+                    return
+                self._wake.clear()
+                try:
+                    due = self.journal.poll()
+                except BaseException:
+                    return  # the writer is unusable: the next call raises why
+            if due is None:
+                self._wake.wait(1.0)  # bounded: a close is seen within a second
+            else:
+                time.sleep(max(due, 0.0005))
 
     def _open_check(self) -> None:
         if self._closed:

@@ -57,10 +57,11 @@ def life(root: Path, remote: str | None = None) -> None:
             out.flush()
             os.fsync(out.fileno())
 
-        def beat() -> None:
-            # One byte per unit of work: the parent kills after a random
-            # number of them, so every kill lands inside a life's work.
-            sys.stdout.write(".")
+        def beat(tokens: int) -> None:
+            # One byte per token generated: the parent counts them (the
+            # tokens a kill costs) and kills after a random number of
+            # them, so every kill lands inside a life's work.
+            sys.stdout.write("." * tokens)
             sys.stdout.flush()
 
         run.watch(signal.SIGTERM, seconds=NOTICE)
@@ -88,7 +89,8 @@ def life(root: Path, remote: str | None = None) -> None:
                         more = TokenPayload.of(chunk, [-1.0] * len(chunk), step)
                         sample = sample.followed_by(more)
                         run.progress(lease, sample)
-                        beat()
+                        beat(len(chunk))
+                        time.sleep(0.002)  # a decode step
                         if run.preempted:  # a SIGTERM: drain in the notice, then exit
                             line({"drained": [lease.ordinal, lease.sibling, len(sample)]})
                             drained = run.drain()
@@ -96,7 +98,6 @@ def life(root: Path, remote: str | None = None) -> None:
                             return
                     effect = run.seal(lease, sample)
                     assert lease in effect.sealed
-                    line({"generated": len(sample) - (0 if prefix is None else len(prefix))})
                     got[lease.sibling] = list(sample.tokens())
             ready = sorted(o for o, g in buffer.items() if len(g) == SAMPLES)
             if taken:  # like a replay buffer, keep the newest group for later
@@ -139,11 +140,14 @@ def audit(log: Path) -> dict[int, list[list[int]]]:
     return trained
 
 
-def run_life(cmd: list[str], env: dict[str, str], beats: int | None, *, term: bool = False) -> bool:
+def run_life(
+    cmd: list[str], env: dict[str, str], beats: int | None, *, term: bool = False
+) -> tuple[bool, int]:
     """One life: killed (SIGKILL, its whole process group) after ``beats``
     units of work, or given a termination notice then (``term``: SIGTERM,
     and it must drain and exit 0 within the notice), or run to its end
-    (``beats=None``). Returns whether it was stopped; fails the test if it
+    (``beats=None``). Returns whether it was stopped and the tokens it
+    generated (the bytes it wrote, as far as they were read); fails the test if it
     neither finishes nor reaches its kill within ``LIFE_DEADLINE``."""
     child = subprocess.Popen(
         cmd, env=env, start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE
@@ -167,14 +171,14 @@ def run_life(cmd: list[str], env: dict[str, str], beats: int | None, *, term: bo
             if not term:
                 os.killpg(child.pid, signal.SIGKILL)
                 child.wait(timeout=30)
-                return True
+                return True, seen
             child.send_signal(signal.SIGTERM)
-            _, err = child.communicate(timeout=NOTICE)
+            out, err = child.communicate(timeout=NOTICE)
             assert child.returncode == 0, err.decode()[-3000:]
-            return True
-        _, err = child.communicate(timeout=max(deadline - time.monotonic(), 1))
+            return True, seen + len(out)
+        out, err = child.communicate(timeout=max(deadline - time.monotonic(), 1))
         assert child.returncode == 0, err.decode()[-3000:]
-        return False
+        return False, seen + len(out)
     finally:
         if child.poll() is None:
             os.killpg(child.pid, signal.SIGKILL)
@@ -193,22 +197,23 @@ def torture(tmp_path: Path, remote: str | None, *, node_loss: bool) -> int:
     )
     cmd = [sys.executable, "-c", code]
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[3])}
-    killed = 0
+    killed = generated = 0
     for i in range(kills):
         term = i % 3 == 2
-        killed += run_life(cmd, env, rng.randint(term, 40), term=term)
+        stopped, tokens = run_life(cmd, env, rng.randint(term, 80), term=term)
+        killed, generated = killed + stopped, generated + tokens
         if node_loss and not term:
             shutil.rmtree(tmp_path / "run", ignore_errors=True)  # the node is gone
     # The last life runs to the end (a life killed after its work was all
     # done would have finished: the audit below counts what it trained).
-    run_life(cmd, env, None)
+    generated += run_life(cmd, env, None)[1]
     assert killed >= kills * 3 // 4, f"only {killed} of {kills} lives were killed mid-work"
     trained = audit(tmp_path / "trained.jsonl")
     assert trained == {o: [full(o, s) for s in range(SAMPLES)] for o in range(PROMPTS)}
     needed = sum(len(full(o, s)) for o in range(PROMPTS) for s in range(SAMPLES))
-    generated = sum(
-        json.loads(raw).get("generated", 0)
-        for raw in (tmp_path / "trained.jsonl").read_text().splitlines()
+    # Reported, not asserted (the kills are wall-clock): ``pytest -s``.
+    print(
+        f"\n{tmp_path.name}: {kills} kills, {generated - needed} of {needed} tokens generated again"
     )
     return generated - needed
 
