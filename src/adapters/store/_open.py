@@ -12,8 +12,8 @@ from ._api import Store
 from ._object import connect
 from ._posix import PosixStore
 
-#: Each request's bound, and the connect's.
-REQUEST_TIMEOUT_S: Final = 30.0
+#: Each request's bound (a part of a checkpoint is one PUT), and the connect's.
+REQUEST_TIMEOUT_S: Final = 120.0
 CONNECT_TIMEOUT_S: Final = 5.0
 #: Transient failures are retried up to this many times and this long
 #: after the first attempt.
