@@ -20,6 +20,7 @@ from frontier_adapters.checkpoints import (
     latest_checkpoint,
     published_checkpoints,
     read_checkpoint,
+    read_checkpoint_dir,
     write_checkpoint,
 )
 from frontier_adapters.store import open_store
@@ -152,6 +153,24 @@ def test_a_writer_overtaken_by_a_newer_resume_loses(s3_url: str) -> None:
     with pytest.raises(CheckpointConflictError, match="another writer published"):
         save(s3_url, 2, between_parts=resume_and_write)
     assert [p.name[:11] for p in published_checkpoints(s3_url)] == ["ckpt-000005", "ckpt-000001"]
+
+
+def test_a_killed_write_leaves_garbage_the_next_write_removes(s3_url: str) -> None:
+    one = save(s3_url, 1)
+
+    def killed(name: str) -> None:
+        raise KeyboardInterrupt  # a kill after the first part
+
+    with pytest.raises(KeyboardInterrupt):
+        save(s3_url, 2, between_parts=killed)
+    store = open_store(s3_url)
+    assert len({k.split("/")[0] for k in store.list() if "/" in k}) == 2
+    loaded = read_checkpoint(s3_url, fingerprint=FP)
+    assert loaded is not None and loaded.path == one
+    two = save(s3_url, 2)
+    assert {k.split("/")[0] for k in store.list() if "/" in k} == {one.name, two.name}
+    with pytest.raises(ValueError, match="read_checkpoint_dir reads a directory"):
+        read_checkpoint_dir(f"{s3_url}/{two}", fingerprint=FP)
 
 
 def test_a_url_parent_is_a_name(s3_url: str) -> None:
