@@ -27,7 +27,7 @@ from frontier_adapters.store import (
     open_store,
 )
 
-from ..._seaweed import Seaweed
+from ..._seaweed import Seaweed, need_obstore
 
 HOSTILE = [
     "",
@@ -182,6 +182,7 @@ def test_hostile_keys_are_refused(store: Store, key: str) -> None:
 
 def test_open_store_picks_the_store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     assert isinstance(open_store(tmp_path), PosixStore)
+    need_obstore()
     posix = open_store(f"file://{tmp_path}/sub")
     assert isinstance(posix, PosixStore) and posix.where == f"{tmp_path}/sub"
     monkeypatch.setenv("AWS_ENDPOINT_URL", "http://127.0.0.1:9")
@@ -195,6 +196,7 @@ def test_open_store_picks_the_store(tmp_path: Path, monkeypatch: pytest.MonkeyPa
 def test_an_unreachable_store_is_a_typed_error_in_bounded_time(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    need_obstore()
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", "x")
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "x")
     store = open_store(
