@@ -24,6 +24,7 @@ from frontier_adapters.store import (
     StoreLimitError,
     StoreObjectError,
     StoreUnavailableError,
+    Versioned,
     open_store,
 )
 
@@ -340,3 +341,47 @@ def test_a_counter_moved_only_by_swap_loses_no_update(store: Store) -> None:
     out = race(3, bump)
     assert all(isinstance(r, int) for r in out), out
     assert store.get("counter", max_bytes=16) == str(3 * per_thread).encode()
+
+
+def test_a_write_whose_answer_was_lost_is_not_reported_lost(
+    s3_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The put lands but its answer is lost (a reset after the server
+    acted): the retry is refused with 412, finds its own bytes, and the
+    write is a success; another writer's bytes stay a conflict."""
+    import obstore
+
+    real_put = obstore.put
+    lose = {"answers": 0}
+
+    def put(*args: Any, **kwargs: Any) -> Any:
+        result = real_put(*args, **kwargs)
+        if lose["answers"]:
+            lose["answers"] -= 1
+            raise ConnectionResetError("connection reset after the server acted")
+        return result
+
+    monkeypatch.setattr(obstore, "put", put)
+    store = open_store(s3_url)
+    lose["answers"] = 1
+    version = store.create("k", b"mine")
+    assert store.get_versioned("k", max_bytes=10) == Versioned(b"mine", version)
+    lose["answers"] = 1
+    moved = store.swap("k", b"mine, again", expected=version)
+    assert store.head("k") == moved != version
+    # A first attempt refused is a conflict, whatever the bytes.
+    with pytest.raises(StoreConflictError):
+        store.create("k", b"mine, again")
+    # A lost answer, then a retry that finds another writer's bytes: a conflict.
+    other = open_store(s3_url)
+
+    def put_then_overwrite(*args: Any, **kwargs: Any) -> Any:
+        real_put(*args, **kwargs)
+        monkeypatch.setattr(obstore, "put", real_put)
+        other.swap("k", b"theirs", expected=other.head("k"))
+        raise ConnectionResetError("reset")
+
+    monkeypatch.setattr(obstore, "put", put_then_overwrite)
+    with pytest.raises(StoreConflictError):
+        store.swap("k", b"lost", expected=moved)
+    assert store.get("k", max_bytes=10) == b"theirs"
