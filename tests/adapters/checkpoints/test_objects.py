@@ -8,6 +8,7 @@ directories."""
 from __future__ import annotations
 
 import json
+import secrets
 import threading
 from pathlib import Path
 from typing import Any
@@ -24,6 +25,8 @@ from frontier_adapters.checkpoints import (
     write_checkpoint,
 )
 from frontier_adapters.store import open_store
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from .forge import BLOBS, FP
 
@@ -190,3 +193,44 @@ def test_a_file_url_is_a_directory(tmp_path: Path) -> None:
     assert path == tmp_path / "root" / "ckpt-000001"
     loaded = read_checkpoint(url, fingerprint=FP)
     assert loaded is not None and loaded.path == path
+
+
+@settings(
+    max_examples=10,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
+@given(
+    program=st.lists(
+        st.one_of(
+            st.tuples(st.just("write"), st.integers(0, 6), st.integers(1, 3)),
+            st.tuples(st.just("resume"), st.integers(0, 2), st.just(0)),
+        ),
+        min_size=1,
+        max_size=8,
+    )
+)
+def test_one_lineage_rule_on_both_stores(
+    s3_url: str, tmp_path_factory: pytest.TempPathFactory, program: list[tuple[str, int, int]]
+) -> None:
+    """The same writes and resumes on a directory and on the object store
+    publish the same lineage (steps and parents) and read the same."""
+    url = f"{s3_url}/{secrets.token_hex(4)}"
+    directory = tmp_path_factory.mktemp("both")
+
+    def steps(root: str | Path) -> list[int]:
+        return [int(p.name.split("-")[1]) for p in published_checkpoints(root)]
+
+    for op, n, keep in program:
+        outcomes = []
+        for root in (directory, url):
+            try:
+                if op == "write":
+                    save(str(root), n, keep=keep)
+                    outcomes.append(("ok", steps(root)))
+                else:
+                    loaded = read_checkpoint(root, fingerprint=FP, previous=n)
+                    outcomes.append(("ok", None if loaded is None else loaded.step))
+            except CheckpointFileError as exc:
+                outcomes.append(("refused", str(exc).split(": ", 1)[1][:40]))
+        assert outcomes[0] == outcomes[1], (op, n, keep, outcomes)
