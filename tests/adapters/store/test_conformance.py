@@ -7,6 +7,8 @@ mid-write)."""
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -385,3 +387,25 @@ def test_a_write_whose_answer_was_lost_is_not_reported_lost(
     with pytest.raises(StoreConflictError):
         store.swap("k", b"lost", expected=moved)
     assert store.get("k", max_bytes=10) == b"theirs"
+
+
+def test_posix_swap_holds_between_processes(tmp_path: Path) -> None:
+    """Two processes move one counter by read-modify-swap under the store's
+    ``flock``: no update is lost."""
+    store = PosixStore(tmp_path)
+    store.create("counter", b"0")
+    code = f"""
+from frontier_adapters.store import PosixStore, StoreConflictError
+store = PosixStore({str(tmp_path)!r})
+for _ in range(25):
+    while True:
+        got = store.get_versioned("counter", max_bytes=16)
+        try:
+            store.swap("counter", str(int(got.data) + 1).encode(), expected=got.version)
+            break
+        except StoreConflictError:
+            pass
+"""
+    procs = [subprocess.Popen([sys.executable, "-c", code]) for _ in range(2)]
+    assert [p.wait(timeout=120) for p in procs] == [0, 0]
+    assert store.get("counter", max_bytes=16) == b"50"
