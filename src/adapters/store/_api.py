@@ -55,9 +55,9 @@ class Store(Protocol):
     def create(self, key: str, data: bytes) -> str:
         """Create the object if it is absent, atomically (a reader sees all
         of it or nothing) and durably on return; its version. Raises
-        ``StoreConflictError`` if it exists (with other bytes: the same
-        bytes are what a retried request whose answer was lost finds, and
-        count as success)."""
+        ``StoreConflictError`` if it exists. (On an object store, a
+        request retried after an attempt that got no answer and finds its
+        own bytes in place counts as success: that attempt landed.)"""
         ...
 
     def swap(self, key: str, data: bytes, *, expected: str | None) -> str:

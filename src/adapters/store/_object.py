@@ -3,7 +3,10 @@ Azure) through ``obstore``, imported only here and only when one is opened."""
 
 from __future__ import annotations
 
-from typing import Any
+import random
+import time
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from ._api import DEFAULT_LIST_LIMIT, Versioned, check_key, check_limit
 from ._errors import (
@@ -13,6 +16,8 @@ from ._errors import (
     StoreObjectError,
     StoreUnavailableError,
 )
+
+_T = TypeVar("_T")
 
 
 class ObjectStore:
@@ -24,17 +29,68 @@ class ObjectStore:
 
     Every request is bounded in time by the client options the store was
     built with (``open_store``: a per-request timeout and a connect
-    timeout) and retried by ``obstore`` for transient failures (5xx,
-    dropped connections, timeouts) with exponential backoff up to a
-    bounded count and deadline; what still fails is a
-    ``StoreUnavailableError``. A conditional write whose first answer was
-    lost and whose retry finds its own bytes in place counts as success
-    (so keys that must tell writers apart hold bytes unique to a writer,
-    as a checkpoint's ``LATEST`` does)."""
+    timeout) and retried here (``obstore``'s own retries are off) for
+    transient failures (a 5xx, a dropped or refused connection, a timeout)
+    with jittered exponential backoff, at most ``max_retries`` times within
+    ``retry_deadline_s``; what still fails is a ``StoreUnavailableError``.
+    A conditional write that was retried after an attempt with no answer
+    and then finds its own bytes in place counts as success (that attempt
+    landed); a first attempt refused is always a conflict. So a write
+    whose answer was lost is not reported as lost, and writers whose
+    bytes might coincide should still write bytes unique to a writer (a
+    checkpoint's ``LATEST`` names a fresh random directory)."""
 
-    def __init__(self, store: Any, *, where: str) -> None:
+    def __init__(
+        self, store: Any, *, where: str, max_retries: int = 6, retry_deadline_s: float = 60.0
+    ) -> None:
         self._store = store
         self._where = where
+        self._max_retries = max_retries
+        self._retry_deadline_s = retry_deadline_s
+
+    def _call(self, key: str | None, fn: Callable[[], _T]) -> _T:
+        """``fn()``, retried for transient failures (a 5xx, a dropped or
+        refused connection, a timeout) with exponential backoff, at most
+        ``max_retries`` times and within ``retry_deadline_s``. What a
+        store answers on purpose (absent, exists, precondition failed) is
+        raised as is; a refusal (permission, authentication, a bad
+        configuration) and the last transient failure become
+        ``StoreUnavailableError``."""
+        from obstore.exceptions import (
+            AlreadyExistsError,
+            InvalidPathError,
+            NotFoundError,
+            NotSupportedError,
+            PermissionDeniedError,
+            PreconditionError,
+            UnauthenticatedError,
+            UnknownConfigurationKeyError,
+        )
+
+        deadline = time.monotonic() + self._retry_deadline_s
+        delay = 0.2
+        attempt = 0
+        while True:
+            try:
+                return fn()
+            except (AlreadyExistsError, PreconditionError, NotFoundError, FileNotFoundError):
+                raise
+            except (
+                InvalidPathError,
+                NotSupportedError,
+                PermissionDeniedError,
+                UnauthenticatedError,
+                UnknownConfigurationKeyError,
+            ) as exc:
+                raise self._failed(key, exc) from None
+            except StoreError:
+                raise
+            except Exception as exc:
+                attempt += 1
+                if attempt > self._max_retries or time.monotonic() + delay > deadline:
+                    raise self._failed(key, exc) from None
+                time.sleep(delay * (0.5 + random.random()))
+                delay = min(delay * 2, 5.0)
 
     @property
     def where(self) -> str:
@@ -89,7 +145,7 @@ class ObjectStore:
 
         check_key(self._where, key)
         try:
-            meta = obstore.head(self._store, key)
+            meta = self._call(key, lambda: obstore.head(self._store, key))
         except (NotFoundError, FileNotFoundError):
             return None
         except Exception as exc:
@@ -108,25 +164,33 @@ class ObjectStore:
             raise TypeError(f"expected must be a version (a str) or None, got {expected!r}")
         data = bytes(data)
         mode: Any = "create" if expected is None else {"e_tag": expected}
+        attempts = 0
+
+        def put() -> Any:
+            nonlocal attempts
+            attempts += 1
+            return obstore.put(self._store, key, data, mode=mode, use_multipart=False)
+
         try:
-            result = obstore.put(self._store, key, data, mode=mode, use_multipart=False)
+            result = self._call(key, put)
         except (AlreadyExistsError, PreconditionError, NotFoundError, FileNotFoundError):
-            try:  # larger than ours: not ours
-                got = self.get_versioned(key, max_bytes=len(data))
-            except StoreLimitError:
-                got = None
-            if got is not None and got.data == data:
-                return got.version
+            if attempts > 1:
+                # An earlier attempt failed without an answer and may have
+                # landed: our own bytes in place are that attempt's.
+                try:
+                    got = self.get_versioned(key, max_bytes=len(data))
+                except StoreLimitError:
+                    got = None
+                if got is not None and got.data == data:
+                    return got.version
             what = (
                 "exists already (create-if-absent lost)"
                 if expected is None
-                else ("moved: its version is not the one expected (swap lost)")
+                else "moved: its version is not the one expected (swap lost)"
             )
             raise StoreConflictError(self._where, key, what) from None
         except StoreError:
             raise
-        except Exception as exc:
-            raise self._failed(key, exc) from None
         return self._etag(key, result.get("e_tag"))
 
     def list(self, prefix: str = "", *, limit: int = DEFAULT_LIST_LIMIT) -> list[str]:
@@ -134,13 +198,17 @@ class ObjectStore:
 
         check_key(self._where, prefix, prefix=True)
         check_limit(limit, "limit")
-        keys: list[str] = []
-        try:
+
+        def listing() -> list[str]:
+            keys: list[str] = []
             for chunk in obstore.list(self._store, prefix or None, chunk_size=1000):
-                for meta in chunk:
-                    keys.append(meta["path"])
+                keys.extend(meta["path"] for meta in chunk)
                 if len(keys) > limit:
                     raise StoreLimitError(self._where, prefix or None, f"more than {limit} keys")
+            return keys
+
+        try:
+            keys = self._call(prefix or None, listing)
         except StoreError:
             raise
         except Exception as exc:
@@ -153,7 +221,7 @@ class ObjectStore:
 
         check_key(self._where, key)
         try:
-            obstore.delete(self._store, key)
+            self._call(key, lambda: obstore.delete(self._store, key))
         except (NotFoundError, FileNotFoundError):
             return
         except Exception as exc:
@@ -164,7 +232,8 @@ def connect(
     location: str,
     *,
     client: Any,
-    retry: Any,
+    max_retries: int,
+    retry_deadline_s: float,
     s3: tuple[str, str | None, dict[str, Any]] | None = None,
 ) -> ObjectStore:
     """An ``ObjectStore`` at ``location``: an ``S3Store`` of ``s3`` (bucket,
@@ -176,6 +245,9 @@ def connect(
         raise ImportError(
             f"{location[:200]} needs obstore: pip install 'frontier-core[s3]'"
         ) from exc
+    # The retries are ObjectStore's own (it must know whether a conditional
+    # write was retried); obstore's are off.
+    retry: Any = {"max_retries": 0}
     if s3 is None:
         inner: Any = obstore.store.from_url(location, client_options=client, retry_config=retry)
     else:
@@ -183,4 +255,6 @@ def connect(
         inner = obstore.store.S3Store(
             bucket, prefix=prefix, client_options=client, retry_config=retry, **config
         )
-    return ObjectStore(inner, where=location)
+    return ObjectStore(
+        inner, where=location, max_retries=max_retries, retry_deadline_s=retry_deadline_s
+    )

@@ -12,8 +12,8 @@ from ._api import Store
 from ._object import connect
 from ._posix import PosixStore
 
-#: Each request's bound, and the connect's.
-REQUEST_TIMEOUT_S: Final = 30.0
+#: Each request's bound (a part of a checkpoint is one PUT), and the connect's.
+REQUEST_TIMEOUT_S: Final = 120.0
 CONNECT_TIMEOUT_S: Final = 5.0
 #: Transient failures are retried up to this many times and this long
 #: after the first attempt.
@@ -90,17 +90,9 @@ def open_store(
         "timeout": timedelta(seconds=timeout_s),
         "connect_timeout": timedelta(seconds=connect_timeout_s),
     }
-    retry: Any = {
-        "max_retries": max_retries,
-        "retry_timeout": timedelta(seconds=retry_deadline_s),
-        "backoff": {
-            "init_backoff": timedelta(milliseconds=200),
-            "max_backoff": timedelta(seconds=5),
-            "base": 2,
-        },
-    }
+    retry: Any = {"max_retries": max_retries, "retry_deadline_s": retry_deadline_s}
     if scheme in _OBJECT_SCHEMES:
-        return connect(location, client=client, retry=retry)
+        return connect(location, client=client, **retry)
     bucket = parts.netloc
     if not bucket:
         raise ValueError(f"{location[:200]!r}: an s3:// URL names a bucket")
@@ -123,5 +115,5 @@ def open_store(
     if endpoint:
         config["virtual_hosted_style_request"] = False
     return connect(
-        location.rstrip("/"), client=client, retry=retry, s3=(bucket, prefix or None, config)
+        location.rstrip("/"), client=client, s3=(bucket, prefix or None, config), **retry
     )

@@ -80,9 +80,15 @@ class PosixStore:
     # -- descriptors ---------------------------------------------------------
 
     def _root(self, create: bool) -> int | None:
-        if create:
+        if create and not self.directory.is_dir():
             try:
                 self.directory.mkdir(parents=True, exist_ok=True)
+                # The new root's name, durable in its parent.
+                parent = os.open(self.directory.parent, _DIR)
+                try:
+                    os.fsync(parent)
+                finally:
+                    os.close(parent)
             except OSError as exc:
                 raise self._unavailable(None, exc) from None
         try:
@@ -254,29 +260,24 @@ class PosixStore:
                 try:
                     os.link(tmp, name, src_dir_fd=fd, dst_dir_fd=fd, follow_symlinks=False)
                 except FileExistsError:
-                    return self._same_bytes(key, data)
+                    return self._exists(key, fd, name)
                 except OSError as exc:
                     if exc.errno not in _NO_LINKS:
                         raise self._unavailable(key, exc) from None
                     with self._locked():
                         if self._stat(key, fd, name) is not None:
-                            return self._same_bytes(key, data)
+                            return self._exists(key, fd, name)
                         os.rename(tmp, name, src_dir_fd=fd, dst_dir_fd=fd)
             finally:
                 _unlink(tmp, fd)
             os.fsync(fd)
             return version
 
-    def _same_bytes(self, key: str, data: bytes) -> str:
-        """A create found ``key``: its version if it holds ``data`` (a
-        retried create), else ``StoreConflictError``."""
-        try:
-            got = self.get_versioned(key, max_bytes=len(data))
-        except StoreLimitError:  # larger: not ours
-            got = None
-        if got is None or got.data != data:
-            raise StoreConflictError(self.where, key, "exists already (create-if-absent lost)")
-        return got.version
+    def _exists(self, key: str, fd: int, name: str) -> str:
+        """A create found ``key``: ``StoreObjectError`` if it is not a
+        regular file, else ``StoreConflictError``."""
+        self._stat(key, fd, name)
+        raise StoreConflictError(self.where, key, "exists already (create-if-absent lost)")
 
     def swap(self, key: str, data: bytes, *, expected: str | None) -> str:
         check_key(self.where, key)

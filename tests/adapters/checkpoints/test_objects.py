@@ -8,6 +8,7 @@ directories."""
 from __future__ import annotations
 
 import json
+import secrets
 import threading
 from pathlib import Path
 from typing import Any
@@ -20,9 +21,12 @@ from frontier_adapters.checkpoints import (
     latest_checkpoint,
     published_checkpoints,
     read_checkpoint,
+    read_checkpoint_dir,
     write_checkpoint,
 )
 from frontier_adapters.store import open_store
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from .forge import BLOBS, FP
 
@@ -154,6 +158,24 @@ def test_a_writer_overtaken_by_a_newer_resume_loses(s3_url: str) -> None:
     assert [p.name[:11] for p in published_checkpoints(s3_url)] == ["ckpt-000005", "ckpt-000001"]
 
 
+def test_a_killed_write_leaves_garbage_the_next_write_removes(s3_url: str) -> None:
+    one = save(s3_url, 1)
+
+    def killed(name: str) -> None:
+        raise KeyboardInterrupt  # a kill after the first part
+
+    with pytest.raises(KeyboardInterrupt):
+        save(s3_url, 2, between_parts=killed)
+    store = open_store(s3_url)
+    assert len({k.split("/")[0] for k in store.list() if "/" in k}) == 2
+    loaded = read_checkpoint(s3_url, fingerprint=FP)
+    assert loaded is not None and loaded.path == one
+    two = save(s3_url, 2)
+    assert {k.split("/")[0] for k in store.list() if "/" in k} == {one.name, two.name}
+    with pytest.raises(ValueError, match="read_checkpoint_dir reads a directory"):
+        read_checkpoint_dir(f"{s3_url}/{two}", fingerprint=FP)
+
+
 def test_a_url_parent_is_a_name(s3_url: str) -> None:
     one = save(s3_url, 1)
     save(s3_url, 2)
@@ -171,3 +193,44 @@ def test_a_file_url_is_a_directory(tmp_path: Path) -> None:
     assert path == tmp_path / "root" / "ckpt-000001"
     loaded = read_checkpoint(url, fingerprint=FP)
     assert loaded is not None and loaded.path == path
+
+
+@settings(
+    max_examples=10,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
+@given(
+    program=st.lists(
+        st.one_of(
+            st.tuples(st.just("write"), st.integers(0, 6), st.integers(1, 3)),
+            st.tuples(st.just("resume"), st.integers(0, 2), st.just(0)),
+        ),
+        min_size=1,
+        max_size=8,
+    )
+)
+def test_one_lineage_rule_on_both_stores(
+    s3_url: str, tmp_path_factory: pytest.TempPathFactory, program: list[tuple[str, int, int]]
+) -> None:
+    """The same writes and resumes on a directory and on the object store
+    publish the same lineage (steps and parents) and read the same."""
+    url = f"{s3_url}/{secrets.token_hex(4)}"
+    directory = tmp_path_factory.mktemp("both")
+
+    def steps(root: str | Path) -> list[int]:
+        return [int(p.name.split("-")[1]) for p in published_checkpoints(root)]
+
+    for op, n, keep in program:
+        outcomes = []
+        for root in (directory, url):
+            try:
+                if op == "write":
+                    save(str(root), n, keep=keep)
+                    outcomes.append(("ok", steps(root)))
+                else:
+                    loaded = read_checkpoint(root, fingerprint=FP, previous=n)
+                    outcomes.append(("ok", None if loaded is None else loaded.step))
+            except CheckpointFileError as exc:
+                outcomes.append(("refused", str(exc).split(": ", 1)[1][:40]))
+        assert outcomes[0] == outcomes[1], (op, n, keep, outcomes)

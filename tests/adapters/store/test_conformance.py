@@ -7,6 +7,8 @@ mid-write)."""
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -24,10 +26,11 @@ from frontier_adapters.store import (
     StoreLimitError,
     StoreObjectError,
     StoreUnavailableError,
+    Versioned,
     open_store,
 )
 
-from ..._seaweed import Seaweed
+from ..._seaweed import Seaweed, need_obstore
 
 HOSTILE = [
     "",
@@ -85,9 +88,10 @@ def test_create_reads_back_and_refuses_a_second_create(store: Store) -> None:
     assert info.value.key == "a/b/c.json" and "a/b/c.json" in str(info.value)
     with pytest.raises(StoreConflictError):
         store.create("a/b/c.json", b'{"x": 1, "longer": true}')
-    # The same bytes again: what a retry whose first answer was lost finds.
-    assert store.create("a/b/c.json", b'{"x": 1}') == version
+    with pytest.raises(StoreConflictError):  # the same bytes: still a second create
+        store.create("a/b/c.json", b'{"x": 1}')
     assert store.get("a/b/c.json", max_bytes=100) == b'{"x": 1}'
+    assert store.head("a/b/c.json") == version
     assert store.create("empty", b"") and store.get("empty", max_bytes=0) == b""
 
 
@@ -182,6 +186,7 @@ def test_hostile_keys_are_refused(store: Store, key: str) -> None:
 
 def test_open_store_picks_the_store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     assert isinstance(open_store(tmp_path), PosixStore)
+    need_obstore()
     posix = open_store(f"file://{tmp_path}/sub")
     assert isinstance(posix, PosixStore) and posix.where == f"{tmp_path}/sub"
     monkeypatch.setenv("AWS_ENDPOINT_URL", "http://127.0.0.1:9")
@@ -195,6 +200,7 @@ def test_open_store_picks_the_store(tmp_path: Path, monkeypatch: pytest.MonkeyPa
 def test_an_unreachable_store_is_a_typed_error_in_bounded_time(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    need_obstore()
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", "x")
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "x")
     store = open_store(
@@ -300,7 +306,106 @@ def test_every_acknowledged_create_survives_a_server_sigkill(seaweed: Seaweed, s
     assert len(acknowledged) >= 20
     seaweed.start()
     reader = open_store(s3_url)
+    # The gateway answers before its volumes are back (500s for a while).
+    back = time.monotonic() + 90
+    while True:
+        try:
+            reader.get(acknowledged[0], max_bytes=1 << 16)
+            break
+        except StoreUnavailableError:
+            assert time.monotonic() < back, "the server's volumes did not come back"
+            time.sleep(0.5)
     for key in acknowledged:
         assert reader.get(key, max_bytes=1 << 16) == key.encode() * 50, key
     listed = set(reader.list("obj"))
     assert set(acknowledged) <= listed and len(listed) <= len(acknowledged) + 1
+
+
+def test_a_counter_moved_only_by_swap_loses_no_update(store: Store) -> None:
+    """Read-modify-swap from several threads, retrying lost swaps: every
+    increment lands exactly once."""
+    store.create("counter", b"0")
+    per_thread = 8
+
+    def bump(_: int) -> int:
+        losses = 0
+        for _ in range(per_thread):
+            while True:
+                got = store.get_versioned("counter", max_bytes=16)
+                assert got is not None
+                try:
+                    store.swap("counter", str(int(got.data) + 1).encode(), expected=got.version)
+                    break
+                except StoreConflictError:
+                    losses += 1
+        return losses
+
+    out = race(3, bump)
+    assert all(isinstance(r, int) for r in out), out
+    assert store.get("counter", max_bytes=16) == str(3 * per_thread).encode()
+
+
+def test_a_write_whose_answer_was_lost_is_not_reported_lost(
+    s3_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The put lands but its answer is lost (a reset after the server
+    acted): the retry is refused with 412, finds its own bytes, and the
+    write is a success; another writer's bytes stay a conflict."""
+    import obstore
+
+    real_put = obstore.put
+    lose = {"answers": 0}
+
+    def put(*args: Any, **kwargs: Any) -> Any:
+        result = real_put(*args, **kwargs)
+        if lose["answers"]:
+            lose["answers"] -= 1
+            raise ConnectionResetError("connection reset after the server acted")
+        return result
+
+    monkeypatch.setattr(obstore, "put", put)
+    store = open_store(s3_url)
+    lose["answers"] = 1
+    version = store.create("k", b"mine")
+    assert store.get_versioned("k", max_bytes=10) == Versioned(b"mine", version)
+    lose["answers"] = 1
+    moved = store.swap("k", b"mine, again", expected=version)
+    assert store.head("k") == moved != version
+    # A first attempt refused is a conflict, whatever the bytes.
+    with pytest.raises(StoreConflictError):
+        store.create("k", b"mine, again")
+    # A lost answer, then a retry that finds another writer's bytes: a conflict.
+    other = open_store(s3_url)
+
+    def put_then_overwrite(*args: Any, **kwargs: Any) -> Any:
+        real_put(*args, **kwargs)
+        monkeypatch.setattr(obstore, "put", real_put)
+        other.swap("k", b"theirs", expected=other.head("k"))
+        raise ConnectionResetError("reset")
+
+    monkeypatch.setattr(obstore, "put", put_then_overwrite)
+    with pytest.raises(StoreConflictError):
+        store.swap("k", b"lost", expected=moved)
+    assert store.get("k", max_bytes=10) == b"theirs"
+
+
+def test_posix_swap_holds_between_processes(tmp_path: Path) -> None:
+    """Two processes move one counter by read-modify-swap under the store's
+    ``flock``: no update is lost."""
+    store = PosixStore(tmp_path)
+    store.create("counter", b"0")
+    code = f"""
+from frontier_adapters.store import PosixStore, StoreConflictError
+store = PosixStore({str(tmp_path)!r})
+for _ in range(25):
+    while True:
+        got = store.get_versioned("counter", max_bytes=16)
+        try:
+            store.swap("counter", str(int(got.data) + 1).encode(), expected=got.version)
+            break
+        except StoreConflictError:
+            pass
+"""
+    procs = [subprocess.Popen([sys.executable, "-c", code]) for _ in range(2)]
+    assert [p.wait(timeout=120) for p in procs] == [0, 0]
+    assert store.get("counter", max_bytes=16) == b"50"
