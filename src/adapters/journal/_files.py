@@ -741,10 +741,16 @@ class JournalWriter:
             self._failed = exc
             raise
         first, self._written = self._written + 1, self._next - 1
-        if self.ship is not None:
-            self.ship.committed(group, first, self._written)
         self._pending = []
         self._pending_bytes = 0
+        if self.ship is not None:
+            try:
+                self.ship.committed(group, first, self._written)
+            except BaseException as exc:
+                # Written but not handed to the shipper: the shipped copy
+                # would have a hole, so the writer is done (reopen it).
+                self._failed = exc
+                raise
         inline = time.perf_counter() - self._handed < _OVERLAP_MIN
         try:
             self._syncer.hand(self._fd, self._written, inline=inline)

@@ -331,14 +331,16 @@ class RolloutJournal:
             attempt_limit=self.reserved,
         )
 
-    def close(self) -> None:
-        """Close the file, then ship what is left (up to ``ship_timeout``;
-        what could not be shipped stays in the local file)."""
+    def close(self, *, ship_timeout: float | None = None) -> None:
+        """Close the file, then ship what is left, waiting up to
+        ``ship_timeout`` (default: the journal's); what could not be shipped
+        stays in the local file, and ``JournalShipError`` says so."""
         try:
             self.writer.close()
         finally:
             if self.shipper is not None:
-                self.shipper.close(self.ship_timeout)
+                wait = self.ship_timeout if ship_timeout is None else ship_timeout
+                self.shipper.close(max(wait, 0.001))
 
 
 def _check_block(reserve: object) -> None:

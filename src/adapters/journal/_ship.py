@@ -46,6 +46,7 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+import secrets
 import threading
 import time
 from collections import deque
@@ -61,14 +62,20 @@ from frontier_core.journal import (
     JournalSequenceError,
 )
 
+from ..store import StoreConflictError
+
 if TYPE_CHECKING:
     from ..store import Store
 
 #: Roll the open segment at this size, or when its oldest group is this old.
 SEGMENT_BYTES: Final = 4 << 20
 SEGMENT_SECONDS: Final = 2.0
-#: The largest object ``restore`` reads (a base is a compacted journal).
-MAX_OBJECT_BYTES: Final = 1 << 30
+#: The largest object ``restore`` reads (a base is a journal file: the
+#: writer's own bound on one).
+MAX_OBJECT_BYTES: Final = 4 << 30
+#: The most objects under a journal's prefix (a segment every 2 s for a
+#: week without a checkpoint's compaction).
+MAX_OBJECTS: Final = 1 << 19
 #: A failed upload is tried again after this (doubling up to the cap).
 _RETRY_FIRST, _RETRY_CAP = 0.05, 5.0
 _SEQ = 20
@@ -134,6 +141,8 @@ class Shipper:
         self.error: BaseException | None = None
         self._stopping = False
         self._thread: threading.Thread | None = None
+        #: A failure no retry can mend (``_create``): ``flush`` raises it.
+        self.failure: JournalShipError | None = None
 
     # -- what the writer hands over (the caller's thread) ------------------------
 
@@ -179,6 +188,8 @@ class Shipper:
             self._start()
             self._cond.notify_all()
             while self._queue:
+                if self.failure is not None:
+                    raise self.failure
                 left = deadline - time.monotonic()
                 if left <= 0:
                     raise JournalShipError(
@@ -235,9 +246,12 @@ class Shipper:
                     return  # stopping, and nothing left
                 upload = self._queue[0]
             try:
-                self.store.create(upload.key, upload.data)
-                if upload.base:
-                    self._prune(upload.last, upload.key)
+                self._create(upload)
+            except JournalShipError as exc:  # another copy's bytes under our key: final
+                with self._cond:
+                    self.error = self.failure = exc
+                    self._cond.notify_all()
+                return
             except Exception as exc:  # kept, reported, and tried again
                 with self._cond:
                     self.error = exc
@@ -247,15 +261,41 @@ class Shipper:
                 delay = min(delay * 2, _RETRY_CAP)
                 continue
             delay = _RETRY_FIRST
+            pruned: Exception | None = None
+            if upload.base:
+                # Best effort, never retried with the upload: what a failed
+                # prune leaves, the next base's removes (and ``restore``
+                # skips what a base supersedes).
+                try:
+                    self._prune(upload.last, upload.key)
+                except Exception as exc:
+                    pruned = exc
             with self._cond:
                 self._queue.popleft()
                 self._shipped = max(self._shipped, upload.last)
-                self.error = None
+                self.error = pruned
                 self._cond.notify_all()
+
+    def _create(self, upload: _Upload) -> None:
+        """Create the object; one that exists already with the same bytes
+        is this upload done before (a reopened file's base, a put whose
+        answer was lost). Other bytes under the key: ``JournalShipError``,
+        not retried (another life of the journal wrote it: the shipped copy
+        and this one diverged)."""
+        try:
+            self.store.create(upload.key, upload.data)
+        except StoreConflictError:
+            there = self.store.get(upload.key, max_bytes=len(upload.data) + 1)
+            if there != upload.data:
+                raise JournalShipError(
+                    f"{self.store.where}: {upload.key!r} holds other bytes than this journal's "
+                    "records under that name: another life of the journal shipped there "
+                    "(the shipped copy and the local one diverged)"
+                ) from None
 
     def _prune(self, last: int, keep: str) -> None:
         """Delete the objects a base ending at ``last`` supersedes."""
-        for key in self.store.list(self.prefix):
+        for key in self.store.list(self.prefix, limit=MAX_OBJECTS):
             name = key.rsplit("/", 1)[-1]
             base, seg = _BASE.fullmatch(name), _SEG.fullmatch(name)
             end = int(base.group(1)) if base else int(seg.group(2)) if seg else None
@@ -283,7 +323,7 @@ def restore(
     prefix = prefix.strip("/")
     bases: list[tuple[int, str]] = []
     segments: list[tuple[int, int, str]] = []
-    for key in store.list(prefix):
+    for key in store.list(prefix, limit=MAX_OBJECTS):
         name = key[len(prefix) + 1 :]
         if (m := _BASE.fullmatch(name)) is not None:
             bases.append((int(m.group(1)), key))
@@ -342,24 +382,44 @@ class Restored:
 
 def restore_local(path: Path, shipper: Shipper, fingerprint: str, lineage: str) -> Restored:
     """Make ``path`` the journal a life should start from: the local file
-    when it is present and agrees with the shipped one (the same journal,
-    as far or further), else the shipped one written in its place. Raises
-    the core's ``JournalError``s for a shipped journal that does not decode
+    when it extends the shipped one (its bytes begin with the shipped
+    journal's: the same history, as far or further, which is what a
+    process crash on a healthy node leaves), else the shipped one written
+    in its place. A local file that is behind, or that diverged (a node
+    that comes back after another life went on from the shipped copy), is
+    kept beside it as ``<name>.stale-<hex>`` and never replayed. Raises the
+    core's ``JournalError``s for a shipped journal that does not decode
     (another run's, a foreign segment, a corrupt object) and
     ``JournalMismatchError`` for a local file of another journal than the
-    shipped one."""
+    shipped one (another run's file at this path: nothing is replaced)."""
     from frontier_core.journal import DEFAULT_MAX_FRAME
 
-    from ._files import _decode_file, _fsync_dir, _write_temp, read_journal
+    from ._files import (
+        DEFAULT_MAX_BYTES,
+        _decode_file,
+        _fsync_dir,
+        _open,
+        _read_fd,
+        _write_temp,
+    )
 
     shipped = restore(shipper.store, shipper.prefix)
-    local = read_journal(path, fingerprint=fingerprint, lineage=lineage) if path.exists() else None
+    raw: bytes | None = None
+    if os.path.lexists(path):
+        fd = _open(path, os.O_RDONLY)
+        try:
+            raw = _read_fd(fd, path, DEFAULT_MAX_BYTES)
+        finally:
+            os.close(fd)
+    local = (
+        None if raw is None else _decode_file(raw, path, fingerprint, lineage, DEFAULT_MAX_FRAME)
+    )
     local_last = -1 if local is None else local.last_seq
     if shipped is None:
         return Restored("new" if local is None else "local", local_last, -1)
     where = Path(f"{shipper.store.where}/{shipper.prefix}")
     remote = _decode_file(shipped.data, where, fingerprint, lineage, DEFAULT_MAX_FRAME)
-    if local is not None:
+    if local is not None and raw is not None:
         if local.header.journal_id != remote.header.journal_id:
             raise JournalMismatchError(
                 "journal_id",
@@ -368,8 +428,9 @@ def restore_local(path: Path, shipper: Shipper, fingerprint: str, lineage: str) 
                 f"{path}: the local journal (id {local.header.journal_id.hex()}) is not the "
                 f"one shipped to {where} (id {remote.header.journal_id.hex()}): remove one",
             )
-        if local.last_seq >= remote.last_seq:
+        if raw.startswith(shipped.data):
             return Restored("local", local_last, remote.last_seq)
+        os.replace(path, path.with_name(f"{path.name}.stale-{secrets.token_hex(4)}"))
     tmp, _ = _write_temp(path, shipped.data)
     try:
         os.replace(tmp, path)

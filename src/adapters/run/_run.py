@@ -44,6 +44,7 @@ import os
 import signal
 import threading
 import time
+import weakref
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any, Concatenate, Final, ParamSpec, TypeVar
@@ -208,7 +209,10 @@ class Run:
         # whether or not the caller polls.
         self._lock = threading.RLock()
         self._wake = threading.Event()
-        threading.Thread(target=self._commits, name="frontier-run-commits", daemon=True).start()
+        # The thread holds the run weakly: an unclosed run is still collected.
+        threading.Thread(
+            target=_commits, args=(weakref.ref(self),), name="frontier-run-commits", daemon=True
+        ).start()
 
     # -- open ------------------------------------------------------------------
 
@@ -635,12 +639,16 @@ class Run:
         last = self._counters.checkpoint_seconds
         need = 2 * last if not math.isnan(last) else 1.0
         checkpointed = False
-        if left >= need:
+        if left >= need and shipped:
             at = self.step if step is None else step
             self.checkpoint(at, json_parts=json_parts, tensor_parts=tensor_parts)
             checkpointed = True
+        try:
+            left = min(self._deadline - time.monotonic(), self.journal.ship_timeout)
+            self._close(ship_timeout=left)
+        except JournalShipError:
+            shipped = False
         ended = time.monotonic()
-        self.close()
         return Drained(
             running=running,
             progress_records=records,
@@ -707,13 +715,16 @@ class Run:
         """Sync and close the journal (what was not checkpointed is kept in
         it for the next life) and give back the signal handlers ``watch``
         replaced."""
+        self._close(ship_timeout=None)
+
+    def _close(self, *, ship_timeout: float | None) -> None:
         if not self._closed:
             self._closed = True
             self._wake.set()
             for sig, previous in self._handlers.items():
                 signal.signal(sig, previous)
             self._handlers.clear()
-            self.journal.close()
+            self.journal.close(ship_timeout=ship_timeout)
 
     def __enter__(self) -> Run:
         return self
@@ -721,26 +732,32 @@ class Run:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def _commits(self) -> None:
-        """The commit thread: polls the journal whenever a group is open
-        (woken by every call), until the run closes."""
-        while True:
-            with self._lock:
-                if self._closed:
-                    return
-                self._wake.clear()
-                try:
-                    due = self.journal.poll()
-                except BaseException:
-                    return  # the writer is unusable: the next call raises why
-            if due is None:
-                self._wake.wait(1.0)  # bounded: a close is seen within a second
-            else:
-                time.sleep(max(due, 0.0005))
-
     def _open_check(self) -> None:
         if self._closed:
             raise RuntimeError("this run is closed: Run.open it again")
+
+
+def _commits(ref: weakref.ref[Run]) -> None:
+    """A run's commit thread: polls the journal whenever a group is open
+    (woken by every call), until the run closes or is collected."""
+    while True:
+        run = ref()
+        if run is None:
+            return
+        with run._lock:
+            if run._closed:
+                return
+            run._wake.clear()
+            try:
+                due = run.journal.poll()
+            except BaseException:
+                return  # the writer is unusable: the run's next call raises why
+        wake = run._wake
+        del run  # hold the run only while polling
+        if due is None:
+            wake.wait(1.0)  # bounded: a close or a collection is seen within a second
+        else:
+            time.sleep(max(due, 0.0005))
 
 
 def _under(remote: str | os.PathLike[str], name: str) -> str | Path:

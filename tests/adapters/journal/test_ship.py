@@ -221,3 +221,82 @@ def test_a_flush_the_store_cannot_take_is_a_typed_error_in_time(tmp_path: Path) 
     remote_parked.rename(remote)  # the outage ends: shipping catches up
     assert j.shipper is not None and j.shipper.flush(30) >= 0
     j.close()
+
+
+# -- lives that find their own objects, or another life's ---------------------------
+
+
+def test_a_reopened_journal_ships_again_without_sticking(tmp_path: Path) -> None:
+    """A clean close, then a reopen on the same node (its base is already
+    up: the same bytes under the same name) and a node loss right after a
+    compaction (the new node restores exactly that base and re-ships it):
+    neither is a conflict, and marks keep shipping."""
+    local, remote = tmp_path / "node", tmp_path / "remote"
+    local.mkdir()
+    j = journal(local, remote, ship_timeout=5.0)
+    seal_some(j, range(3))
+    j.mark(1)
+    j.compact(range(0, 1 << 62))
+    j.close()
+    for lost in (False, True):
+        if lost:
+            shutil.rmtree(local)
+            local.mkdir()
+        again = journal(local, remote, ship_timeout=5.0)
+        seal_some(again, range(3, 4))
+        assert again.mark(2) > 0  # shipped through the mark, in time
+        again.close()
+
+
+def test_a_node_that_comes_back_with_a_diverged_journal_is_not_replayed(tmp_path: Path) -> None:
+    """Life 1 on node A writes past what it shipped and dies; life 2 on node
+    B restores the shipped copy and goes on (other records at the same
+    sequence numbers); node A comes back: its file is ahead by sequence
+    number but not the shipped history, so the shipped copy is used and A's
+    file is kept aside, never replayed."""
+    a, b, remote = tmp_path / "a", tmp_path / "b", tmp_path / "remote"
+    a.mkdir()
+    b.mkdir()
+    one = journal(a, remote)
+    seal_some(one, range(2))
+    one.mark(1)
+    parked = tmp_path / "parked"
+    remote.rename(parked)  # the store is unreachable: A's next records stay local
+    seal_some(one, range(10, 20))
+    one.writer.sync()
+    assert one.shipper is not None
+    one.shipper._stopping = True  # the process dies: nothing more is shipped
+    one.writer.close()
+    parked.rename(remote)
+    two = journal(b, remote)  # node B: restores what life 1 shipped
+    seal_some(two, range(2, 4))
+    two.mark(2)
+    two.close()
+    back = journal(a, remote)  # node A comes back
+    assert back.restored is not None and back.restored.source == "shipped"
+    replayed = {r.ordinal for r in back.writer.read().records if hasattr(r, "payload")}
+    assert replayed == {0, 1, 2, 3}  # life 2's, none of life 1's unshipped 10..19
+    assert list(a.glob("journal.stale-*"))
+    back.close()
+
+
+def test_a_shipper_that_fails_to_take_a_group_leaves_the_journal_readable(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    local, remote = tmp_path / "node", tmp_path / "remote"
+    local.mkdir()
+    j = journal(local, remote)
+    assert j.shipper is not None
+
+    def refuse(data: bytes, first: int, last: int) -> None:
+        raise MemoryError("no room for the group")
+
+    monkeypatch.setattr(j.shipper, "committed", refuse)
+    seal_some(j, range(1))
+    with pytest.raises(MemoryError):
+        j.writer.sync()
+    with pytest.raises(Exception, match="failed"):
+        j.writer.append(j.writer.read().records[0])  # the writer is done
+    monkeypatch.undo()
+    j.close()
+    assert read_journal(local / "journal").last_seq >= 1  # and the file is sound

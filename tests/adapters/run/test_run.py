@@ -294,3 +294,20 @@ def test_a_watched_signal_is_a_notice_and_close_restores_the_handler(tmp_path: P
     assert signal.getsignal(signal.SIGUSR1) is before
     with Run.open(tmp_path, source(), config()) as run, pytest.raises(ValueError):
         run.notice(-1)
+
+
+def test_a_drain_with_the_store_down_reports_it_inside_the_notice(tmp_path: Path) -> None:
+    import time
+
+    remote = tmp_path / "shared"
+    run = Run.open(tmp_path / "node", source(4), config(4), remote=str(remote))
+    (t,) = run.take(1)
+    run.progress(t.leases[0], payload([1, 2, 3]))
+    remote.rename(tmp_path / "gone")
+    remote.write_bytes(b"")  # the store is gone: every upload fails
+    run.notice(2.0)
+    began = time.monotonic()
+    drained = run.drain()
+    assert time.monotonic() - began < 10
+    assert not drained.shipped and not drained.checkpointed
+    assert drained.progress_records == 1  # durable on the node all the same
