@@ -730,10 +730,12 @@ class GroupTable:
         name: str,
         ordinals: tuple[int, ...],
         details: Sequence[int] | None = None,
+        values: Sequence[int | None] | None = None,
     ) -> tuple[GroupTable, list[int], list[int], list[int]]:
         """The move of ``kind`` over ``ordinals`` (valid as its event's, by
         the event or by the caller): the new table and the requeued,
-        unstamped and dropped ordinals."""
+        unstamped and dropped ordinals. ``values`` are the ordinals' entries
+        if the caller has read them already."""
         entries = self._entries
         policy = self.config.on_failure
         max_attempts = self.config.max_attempts
@@ -753,7 +755,9 @@ class GroupTable:
         # below works on ints and builds no enum members.
         moves = _MOVES_BY_EVENT[kind]
         next_ordinal = self.next_ordinal
-        for o, value in zip(ordinals, entries.get_many(ordinals), strict=True):
+        if values is None:
+            values = entries.get_many(ordinals)
+        for o, value in zip(ordinals, values, strict=True):
             current = _ABSENT if value is None else value & _STATUS_MASK
             target = moves.get(current, _ILLEGAL)
             if target == _ILLEGAL:

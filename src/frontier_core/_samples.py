@@ -60,6 +60,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Iterable, Iterator, Sequence
+from itertools import repeat
 from typing import Final
 
 import attrs
@@ -89,6 +90,7 @@ from ._events import (
     Status,
     Train,
     _distinct,
+    _seal_leases,
 )
 from ._ledger import _DETAIL_MASK, GroupTable, LedgerConfig
 from ._ledger import _STATUS_BITS as _GROUP_STATUS_BITS
@@ -135,6 +137,18 @@ class Applied:
 
     ledger: Ledger
     effect: Effect
+
+
+_NEW: Final = object.__new__
+_SET: Final = object.__setattr__
+
+
+def _applied(ledger: Ledger, effect: Effect) -> Applied:
+    """``Applied(ledger, effect)``, built as ``Ledger._replace`` builds."""
+    new = _NEW(Applied)
+    _SET(new, "ledger", ledger)
+    _SET(new, "effect", effect)
+    return new
 
 
 @attrs.frozen
@@ -506,7 +520,7 @@ class Ledger:
                     o for o in event.ordinals if applied.ledger.status(o) is not Status.OUTSTANDING
                 ]
                 siblings = self._forget(siblings, gone)
-        return Applied(self._replace(applied.ledger, self.next_attempt, siblings), applied.effect)
+        return _applied(self._replace(applied.ledger, self.next_attempt, siblings), applied.effect)
 
     def stamp(self, count: int) -> Applied:
         """The source yielded its next ``count`` prompts: stamp them.
@@ -532,10 +546,11 @@ class Ledger:
         """These attempts ``(ordinal, sibling, attempt)`` finished their
         samples: ``effect.sealed`` were accepted, ``effect.fenced`` ignored,
         ``effect.landed`` the groups that became complete."""
-        event = Seal(leases)
+        # ``Seal``'s own validation (its converter), without the event value.
+        checked = _seal_leases(leases)
         if self._groups.config.samples == 1:
-            return self._seal_single(event.leases)
-        return self._seal(event.leases)
+            return self._seal_single(checked)
+        return self._seal(checked)
 
     def fail_sample(self, leases: Iterable[Iterable[int]]) -> Applied:
         """These attempts failed. ``effect.restart`` are the siblings to
@@ -590,12 +605,16 @@ class Ledger:
     # -- internals --------------------------------------------------------
 
     def _replace(self, groups: GroupTable, next_attempt: int, siblings: IntMap) -> Ledger:
-        return Ledger(
-            groups=groups,
-            next_attempt=next_attempt,
-            siblings=siblings,
-            attempt_limit=self.attempt_limit,
-        )
+        # Transitions are the hot path (a seal per sample): the successor is
+        # built without the generated ``__init__``'s alias and default
+        # handling, field by field, as attrs itself sets a frozen one.
+        new = _NEW(Ledger)
+        _SET(new, "_groups", groups)
+        _SET(new, "next_attempt", next_attempt)
+        _SET(new, "_siblings", siblings)
+        _SET(new, "attempt_limit", self.attempt_limit)
+        _SET(new, "_identity", None)
+        return new
 
     def _check_limit(self, name: str, ordinals: Iterable[int], after: int) -> None:
         """Refuse to deal attempts up to ``after - 1`` past the limit."""
@@ -663,14 +682,16 @@ class Ledger:
         attempt = self.next_attempt
         held = self._siblings.get_many(ordinals) if self._siblings else None
         if held is None:
-            detail = [((attempt + i) << _STATUS_BITS | _RUNNING) + 1 for i in range(len(ordinals))]
-            applied = self._groups._move(event, detail)
             end = attempt + len(ordinals)
+            # Attempts ``attempt, attempt + 1, ...`` in order: their packed
+            # details step by one attempt.
+            first = (attempt << _STATUS_BITS | _RUNNING) + 1
+            step = 1 << _STATUS_BITS
+            applied = self._groups._move(event, range(first, first + step * len(ordinals), step))
             self._check_dealt(ordinals, end)
-            make = Lease._make
-            leases = tuple([make((o, 0, attempt + i)) for i, o in enumerate(ordinals)])
+            leases = tuple(map(Lease._make, zip(ordinals, repeat(0), range(attempt, end))))
             effect = Effect(event=Dispatch.name, leases=leases)
-            return Applied(self._replace(applied.ledger, end, self._siblings), effect)
+            return _applied(self._replace(applied.ledger, end, self._siblings), effect)
         detail = []
         leases_list: list[Lease] = []
         reused: list[Lease] = []
@@ -695,7 +716,7 @@ class Ledger:
             reused=tuple(reused),
             landed=tuple(complete),
         )
-        return Applied(self._replace(groups, attempt, siblings), effect)
+        return _applied(self._replace(groups, attempt, siblings), effect)
 
     def _check_dealt(self, ordinals: tuple[int, ...], end: int) -> None:
         """Refuse a dispatch that would deal attempts up to ``end - 1``
@@ -721,19 +742,11 @@ class Ledger:
                 and value & _DETAIL_MASK
                 == ((x.attempt << _STATUS_BITS | _RUNNING) + 1) << _GROUP_STATUS_BITS
             ):
-                table = groups._moved(Buffer, Buffer.name, (x.ordinal,))[0]
+                table = groups._moved(Buffer, Buffer.name, (x.ordinal,), values=(value,))[0]
                 effect = Effect(event=Seal.name, sealed=leases, landed=(x.ordinal,))
             else:
                 table, effect = groups, Effect(event=Seal.name, fenced=leases)
-            return Applied(
-                Ledger(
-                    groups=table,
-                    next_attempt=self.next_attempt,
-                    siblings=self._siblings,
-                    attempt_limit=self.attempt_limit,
-                ),
-                effect,
-            )
+            return _applied(self._replace(table, self.next_attempt, self._siblings), effect)
         self._check_leases(Seal.name, leases)
         current: list[Lease] = []
         fenced: list[Lease] = []
@@ -745,7 +758,7 @@ class Ledger:
         # The landed ordinals are a seal's, distinct ints: a buffer's as they are.
         groups = groups._moved(Buffer, Buffer.name, landed)[0] if landed else groups
         effect = Effect(event=Seal.name, sealed=tuple(current), fenced=tuple(fenced), landed=landed)
-        return Applied(self._replace(groups, self.next_attempt, self._siblings), effect)
+        return _applied(self._replace(groups, self.next_attempt, self._siblings), effect)
 
     def _dispatch(self, ordinals: tuple[int, ...]) -> Applied:
         applied = self._groups.apply(Dispatch(ordinals))
@@ -789,7 +802,7 @@ class Ledger:
         effect = attrs.evolve(
             applied.effect, leases=tuple(leases), reused=tuple(reused), landed=tuple(complete)
         )
-        return Applied(self._replace(ledger, attempt, siblings), effect)
+        return _applied(self._replace(ledger, attempt, siblings), effect)
 
     def _check_leases(self, name: str, leases: tuple[Lease, ...]) -> None:
         n = self.config.samples
@@ -837,7 +850,7 @@ class Ledger:
         effect = Effect(
             event=Seal.name, sealed=tuple(current), fenced=tuple(fenced), landed=tuple(complete)
         )
-        return Applied(self._replace(ledger, self.next_attempt, siblings), effect)
+        return _applied(self._replace(ledger, self.next_attempt, siblings), effect)
 
     def _fail_sample(self, leases: tuple[Lease, ...]) -> Applied:
         self._check_leases(FailSample.name, leases)
@@ -890,7 +903,7 @@ class Ledger:
             fenced=tuple(fenced),
             restart=tuple(restart),
         )
-        return Applied(self._replace(ledger, self.next_attempt, siblings), effect)
+        return _applied(self._replace(ledger, self.next_attempt, siblings), effect)
 
     def _start(self, pairs: tuple[tuple[int, int], ...]) -> Applied:
         n = self.config.samples
@@ -920,7 +933,7 @@ class Ledger:
             groups[o] = _with(groups.get(o, v), s, _RUNNING, a)
         table, siblings = self._write(self._groups, self._siblings, list(groups.items()))
         effect = Effect(event=Restart.name, leases=tuple(leases))
-        return Applied(self._replace(table, attempt + len(leases), siblings), effect)
+        return _applied(self._replace(table, attempt + len(leases), siblings), effect)
 
 
 def _check_attempts(floor: object, limit: object, event: str) -> None:
