@@ -255,10 +255,10 @@ def _ledger(rng: random.Random, **config: Any) -> Any:
 
 
 def _sample_ledger(rng: random.Random) -> Any:
-    from frontier_core import LedgerConfig, SampleLedger
+    from frontier_core import Ledger, LedgerConfig
 
     config = LedgerConfig(samples=3, on_failure="retry", fingerprint="fp")
-    ledger = SampleLedger.start(config).stamp(rng.randint(1, 8)).ledger
+    ledger = Ledger.start(config).stamp(rng.randint(1, 8)).ledger
     step = ledger.dispatch(range(ledger.next_ordinal))
     leases = list(step.effect.leases)
     ledger = step.ledger.seal(rng.sample(leases, len(leases) // 2)).ledger
@@ -335,10 +335,10 @@ def _checkpoint(rng: random.Random, tmp: Path) -> Case:
 
 
 def _sample_checkpoint(rng: random.Random, tmp: Path) -> Case:
-    from frontier_core import SampleCheckpoint
+    from frontier_core import Checkpoint
 
     record = mutate_record(_sample_ledger(rng).checkpoint().state_dict(), rng)
-    return lambda: SampleCheckpoint.from_state_dict(record)
+    return lambda: Checkpoint.from_state_dict(record)
 
 
 def _ledger_resume(rng: random.Random, tmp: Path) -> Case:
@@ -363,7 +363,7 @@ def _ledger_resume(rng: random.Random, tmp: Path) -> Case:
 
 
 def _sample_resume(rng: random.Random, tmp: Path) -> Case:
-    from frontier_core import SampleLedger
+    from frontier_core import Ledger
 
     ledger = _sample_ledger(rng)
     kwargs: dict[str, Any] = {
@@ -380,7 +380,7 @@ def _sample_resume(rng: random.Random, tmp: Path) -> Case:
         kwargs["sealed"] = [*kwargs["sealed"], hostile(rng)]
     else:
         kwargs[key] = hostile(rng)
-    return lambda: SampleLedger.resume(**kwargs)
+    return lambda: Ledger.resume(**kwargs)
 
 
 def _shards(rng: random.Random, tmp: Path) -> Case:

@@ -61,9 +61,7 @@ def test_harness_example_runs_and_stays_under_30_lines() -> None:
 def test_durable_rollouts_example_runs_and_its_assertions_hold() -> None:
     """The durable rollouts example, as written: a crash after three of
     four samples sealed; the resume reuses them and generates only one."""
-    (block,) = [
-        b for b in python_blocks("durable.md") if "RolloutJournal(" in b and "SampleLedger" in b
-    ]
+    (block,) = [b for b in python_blocks("durable.md") if "RolloutJournal(" in b and "Ledger" in b]
     assert block.count("assert ") >= 3
     exec(compile(block, filename("durable.md"), "exec"), {"__name__": "readme_durable"})
 

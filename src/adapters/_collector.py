@@ -37,9 +37,6 @@ from frontier_core import (
     Ledger,
     LedgerConfig,
     Resumed,
-    SampleCheckpoint,
-    SampleLedger,
-    SampleResumed,
     Status,
 )
 
@@ -145,22 +142,21 @@ class StreamCollector:
             )
         self.source = source
         self.config = config
-        self._ledger: Ledger | SampleLedger = self._fresh(config)
+        self._ledger: Ledger = self._fresh(config)
         self._rows: dict[int, Any] = {}
         self._pending: deque[int] = deque()
         self._retry: deque[int] = deque()
         self._source_done = False
 
-    def _fresh(self, config: LedgerConfig) -> Ledger | SampleLedger:
+    def _fresh(self, config: LedgerConfig) -> Ledger:
         return Ledger.start(config)
 
     # -- queries ------------------------------------------------------------
 
     @property
     def ledger(self) -> Ledger:
-        """The current (prompt-level) ledger, an immutable value."""
-        state = self._ledger
-        return state if isinstance(state, Ledger) else state.ledger
+        """The current ledger, an immutable value."""
+        return self._ledger
 
     @property
     def pending(self) -> int:
@@ -306,7 +302,7 @@ class StreamCollector:
         step = self._ledger.evict(ordinals)
         return self._settle(step.ledger, step.effect)
 
-    def _settle(self, ledger: Ledger | SampleLedger, effect: Effect) -> Effect:
+    def _settle(self, ledger: Ledger, effect: Effect) -> Effect:
         missing = [o for o in effect.requeued if o not in self._rows]
         if missing:
             # Validate before committing anything, as the ledger does: the
@@ -334,7 +330,7 @@ class StreamCollector:
         only, from one moment. ``save_buffer`` as in ``Ledger.checkpoint``."""
         return self._envelope(self._ledger.checkpoint(save_buffer=save_buffer))
 
-    def _envelope(self, checkpoint: Checkpoint | SampleCheckpoint) -> dict[str, Any]:
+    def _envelope(self, checkpoint: Checkpoint) -> dict[str, Any]:
         return {
             KEY_FORMAT: FORMAT,
             KEY_VERSION: VERSION,
@@ -374,11 +370,9 @@ class StreamCollector:
         ``False`` they are generated again. Raises the core's
         ``CheckpointError`` subclasses for a bad, foreign or mismatched state,
         and leaves the collector unchanged then."""
-        resumed = self._resume(
+        return self._resume(
             state, load_replay_buffer=load_replay_buffer, evicted_on_restore=evicted_on_restore
         )
-        assert isinstance(resumed, Resumed)
-        return resumed
 
     def _resume(
         self,
@@ -387,9 +381,9 @@ class StreamCollector:
         load_replay_buffer: bool,
         evicted_on_restore: Iterable[int],
         **extra: Any,
-    ) -> Resumed | SampleResumed:
+    ) -> Resumed:
         """Both collectors' ``resume``: ``extra`` goes to the ledger's own
-        (``SampleLedger.resume``'s ``sealed`` and ``attempt_floor``)."""
+        (``Ledger.resume``'s ``sealed`` and ``attempt_floor``)."""
         if not isinstance(load_replay_buffer, bool):
             raise TypeError(
                 f"load_replay_buffer must be a bool, got {type(load_replay_buffer).__name__}"
@@ -412,12 +406,7 @@ class StreamCollector:
             "rewind_to": base,
             **extra,
         }
-        # The record's kind (``_read_record``) says the ledger's.
-        resumed: Resumed | SampleResumed = (
-            SampleLedger.resume(self.config, checkpoint, **options)
-            if isinstance(checkpoint, SampleCheckpoint)
-            else Ledger.resume(self.config, checkpoint, **options)
-        )
+        resumed = Ledger.resume(self.config, checkpoint, **options)
         self.source.restore(state[KEY_STREAM], checkpoint.cut)
         self._ledger = resumed.ledger
         self._rows.clear()
@@ -426,8 +415,6 @@ class StreamCollector:
         self._source_done = False
         return resumed
 
-    def _read_record(self, record: Any) -> Checkpoint | SampleCheckpoint:
-        """The ledger record of a collector state (the sample collector's is
-        a ``SampleCheckpoint``, which ``_resume`` resumes a ``SampleLedger``
-        from)."""
+    def _read_record(self, record: Any) -> Checkpoint:
+        """The ledger record of a collector state."""
         return Checkpoint.from_state_dict(record)

@@ -2,7 +2,7 @@
 
 ``SampleLedgerService`` is ``LedgerService``'s counterpart for groups of
 ``config.samples`` siblings (GRPO's n), with the rollout journal owned by the
-service. It holds a ``SampleCollector`` (the ``SampleLedger`` and the prompt
+service. It holds a ``SampleCollector`` (the ``Ledger`` and the prompt
 source), a rollout journal (``frontier_adapters.journal.RolloutJournal``,
 built inside the service by the factory it is given: the adapters' root
 imports no binding, see ARCHITECTURE.md), the sealed samples of open groups
@@ -85,10 +85,10 @@ from typing import Any, Final, cast
 import attrs
 
 from frontier_core import (
+    Checkpoint,
     CheckpointCorruptError,
     Lease,
     LedgerConfig,
-    SampleCheckpoint,
     Status,
 )
 from frontier_core._errors import shown
@@ -731,7 +731,7 @@ class SampleLedgerService:
         collector = state[KEY_COLLECTOR]
         if not isinstance(collector, Mapping) or "ledger" not in collector:
             raise CheckpointCorruptError("'collector' is not a collector state")
-        checkpoint = SampleCheckpoint.from_state_dict(
+        checkpoint = Checkpoint.from_state_dict(
             collector["ledger"], fingerprint=self.config.fingerprint
         )
         recovered = self._journal.recover(
@@ -751,7 +751,7 @@ class SampleLedgerService:
             attempt_limit=recovered.attempt_limit,
         )
         if load_replay_buffer:
-            retained = set(resumed.ledger.ledger.ordinals(Status.BUFFERED))
+            retained = set(resumed.ledger.ordinals(Status.BUFFERED))
             if set(groups) != retained:
                 raise CheckpointCorruptError(
                     f"the saved buffer holds {len(groups)} groups, the ledger retained "

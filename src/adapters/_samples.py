@@ -1,4 +1,4 @@
-"""The sample-level collector: a ``StreamCollector`` over a ``SampleLedger``.
+"""The sample-level collector: a ``StreamCollector`` over a ``Ledger``.
 
 Everything a ``StreamCollector`` does (pulling, stamping, gap-fill slices,
 held rows, retries, the checkpoint state with the stream position) works the
@@ -14,7 +14,7 @@ what the ledger says of them reaches the caller:
   forward the sample-level events; the effects say what was accepted, what
   was fenced, which groups landed, and which siblings to generate again.
 * ``checkpoint_state(save_buffer=, save_sealed=)`` holds a
-  ``SampleCheckpoint`` record; ``resume`` takes the sealed siblings the
+  ``Checkpoint`` record; ``resume`` takes the sealed siblings the
   caller still holds (``sealed``) and the journal's ``attempt_floor`` and
   ``attempt_limit`` (``Recovered``'s).
 * Bound to a rollout journal (``journal=``, a ``RolloutJournal`` that was
@@ -34,15 +34,12 @@ from typing import Any
 import attrs
 
 from frontier_core import (
-    Checkpoint,
     Effect,
     IllegalTransitionError,
     Lease,
     Ledger,
     LedgerConfig,
-    SampleCheckpoint,
-    SampleLedger,
-    SampleResumed,
+    Resumed,
     Sibling,
 )
 
@@ -87,15 +84,10 @@ class SampleCollector(StreamCollector):
         self.journal = journal
         self.reserve = reserve
 
-    def _fresh(self, config: LedgerConfig) -> Ledger | SampleLedger:
-        return SampleLedger.start(config)
-
     @property
-    def samples(self) -> SampleLedger:
+    def samples(self) -> Ledger:
         """The current sample-level ledger (an immutable value)."""
-        state = self._ledger
-        assert isinstance(state, SampleLedger)
-        return state
+        return self._ledger
 
     # -- the groups -----------------------------------------------------------
 
@@ -157,7 +149,7 @@ class SampleCollector(StreamCollector):
 
     @_exclusive
     def sealed(self, leases: Iterable[Iterable[int]]) -> Effect:
-        """These attempts finished their samples (``SampleLedger.seal``):
+        """These attempts finished their samples (``Ledger.seal``):
         ``effect.sealed`` accepted, ``effect.fenced`` ignored,
         ``effect.landed`` the groups now buffered."""
         applied = self.samples.seal(leases)
@@ -166,7 +158,7 @@ class SampleCollector(StreamCollector):
 
     @_exclusive
     def failed_samples(self, leases: Iterable[Iterable[int]]) -> Effect:
-        """These attempts failed (``SampleLedger.fail_sample``):
+        """These attempts failed (``Ledger.fail_sample``):
         ``effect.restart`` are siblings to ``restart``; groups that failed
         whole are requeued, waiting for the source, or dropped, as for
         ``failed``. Raises like ``failed``, changing nothing."""
@@ -182,7 +174,7 @@ class SampleCollector(StreamCollector):
         self._ledger = applied.ledger
         return applied.effect.leases
 
-    def _cover(self, count: int) -> SampleLedger:
+    def _cover(self, count: int) -> Ledger:
         """The ledger, with ``count`` more attempts reserved in the bound
         journal (kept: the reservation is durable whatever follows)."""
         if self.journal is not None:
@@ -215,7 +207,7 @@ class SampleCollector(StreamCollector):
     def checkpoint_state(
         self, *, save_buffer: bool = True, save_sealed: bool = False
     ) -> dict[str, Any]:
-        """As ``StreamCollector.checkpoint_state``, with a ``SampleCheckpoint``
+        """As ``StreamCollector.checkpoint_state``, with a ``Checkpoint``
         record; ``save_sealed`` records the sealed siblings of outstanding
         groups (save their samples with it if you set it)."""
         return self._envelope(
@@ -238,13 +230,13 @@ class SampleCollector(StreamCollector):
         evicted_on_restore: Iterable[int] = (),
         attempt_floor: int = 0,
         attempt_limit: int | None = None,
-    ) -> SampleResumed:
+    ) -> Resumed:
         """Restart from ``state`` (``StreamCollector.resume``), keeping the
         ``sealed`` siblings the caller holds (required: ``()`` for none),
         starting attempts at or above ``attempt_floor`` and dealing them
-        below ``attempt_limit`` (``SampleLedger.resume``; pass
+        below ``attempt_limit`` (``Ledger.resume``; pass
         ``Recovered``'s)."""
-        resumed = self._resume(
+        return self._resume(
             state,
             load_replay_buffer=load_replay_buffer,
             evicted_on_restore=evicted_on_restore,
@@ -252,8 +244,3 @@ class SampleCollector(StreamCollector):
             attempt_floor=attempt_floor,
             attempt_limit=attempt_limit,
         )
-        assert isinstance(resumed, SampleResumed)
-        return resumed
-
-    def _read_record(self, record: Any) -> Checkpoint | SampleCheckpoint:
-        return SampleCheckpoint.from_state_dict(record)

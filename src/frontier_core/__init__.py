@@ -5,9 +5,9 @@ with its stream ordinal, report what happens to it (dispatched, buffered,
 trained, failed, evicted), and checkpoint the ledger instead of the data
 loader's live cursor: a resume rewinds the source to the cut and filters the
 re-yielded stream so that every prompt is trained exactly once or dropped on
-purpose, across any number of crashes. ``SampleLedger`` does the same sample
-by sample (a prompt's group of n siblings, each from one fenced attempt), and
-``frontier_core.journal`` is the write-ahead rollout journal that lets a
+purpose, across any number of crashes. The unit is a prompt's group of n
+samples (``LedgerConfig.samples``, 1 by default), each sibling from one
+fenced attempt, and ``frontier_core.journal`` is the write-ahead rollout journal that lets a
 resume keep what was already generated.
 
 Importing this package loads the standard library and ``attrs`` only.
@@ -40,15 +40,11 @@ from ._events import Stamp as Stamp
 from ._events import Status as Status
 from ._events import Train as Train
 from ._ledger import TRANSITIONS as TRANSITIONS
-from ._ledger import Applied as Applied
-from ._ledger import Ledger as Ledger
 from ._ledger import LedgerConfig as LedgerConfig
-from ._ledger import Resumed as Resumed
 from ._samples import MAX_ATTEMPT as MAX_ATTEMPT
-from ._samples import SampleApplied as SampleApplied
-from ._samples import SampleCheckpoint as SampleCheckpoint
-from ._samples import SampleLedger as SampleLedger
-from ._samples import SampleResumed as SampleResumed
+from ._samples import Applied as Applied
+from ._samples import Ledger as Ledger
+from ._samples import Resumed as Resumed
 from ._shards import ShardCheckpoint as ShardCheckpoint
 from ._shards import ShardMismatchError as ShardMismatchError
 from ._shards import Share as Share
@@ -89,11 +85,7 @@ __all__ = [
     "Lineage",
     "Restart",
     "Resumed",
-    "SampleApplied",
-    "SampleCheckpoint",
     "SampleEvent",
-    "SampleLedger",
-    "SampleResumed",
     "Seal",
     "Setback",
     "Share",

@@ -4,7 +4,15 @@ A ``Checkpoint`` is what survives a crash. It says where the stream must
 restart (the cut) and which ordinals at or above the cut need no new
 generation (trained, dropped, or retained in the saved replay buffer), plus
 the failed attempts of the unresolved ordinals so that ``retry`` keeps
-counting across restarts.
+counting across restarts; and, for the groups' siblings, the group size, the
+attempt counter and the sealed siblings of outstanding groups whose samples
+the framework saved with it.
+
+The record (``state_dict``) nests the groups' record (format
+``frontier_core.checkpoint``, with its own checksum) in the ledger's
+(format ``frontier_core.samples``). ``from_state_dict`` reads both: a
+groups' record alone, as the prompt-level ledger of before issue 22 wrote it,
+is a checkpoint of single-sample groups with no attempt dealt.
 
 The record is a dict of JSON types only (torchdata's ``state_dict``
 convention), with a format tag, a schema version, the stream fingerprint that
@@ -18,7 +26,7 @@ from __future__ import annotations
 import bisect
 import hashlib
 import json
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any, Final
 
 import attrs
@@ -30,10 +38,19 @@ from ._errors import (
     shown,
     shown_keys,
 )
+from ._events import Lease
 from ._ranges import LIMIT, Range, count, expand
 
-FORMAT: Final = "frontier_core.checkpoint"
+#: The groups' record: the prompt-level ledger's of before issue 22, nested.
+GROUPS_FORMAT: Final = "frontier_core.checkpoint"
+GROUPS_VERSION: Final = 1
+#: The ledger's record around it.
+FORMAT: Final = "frontier_core.samples"
 VERSION: Final = 1
+#: The attempt counter's bound: an attempt is a u32 in the journal.
+MAX_ATTEMPT: Final = (1 << 32) - 1
+#: An ordinal is a u64 in the journal.
+_MAX_ORDINAL: Final = (1 << 64) - 1
 
 # Keys are named constants and read strictly, as in torchdata.
 KEY_FORMAT: Final = "format"
@@ -46,6 +63,10 @@ KEY_DROPPED: Final = "dropped_above_cut"
 KEY_RETAINED: Final = "retained"
 KEY_ATTEMPTS: Final = "attempts"
 KEY_CHECKSUM: Final = "checksum"
+KEY_SAMPLES: Final = "samples"
+KEY_NEXT_ATTEMPT: Final = "next_attempt"
+KEY_LEDGER: Final = "ledger"
+KEY_SEALED: Final = "sealed"
 
 _BODY_KEYS: Final = frozenset(
     {
@@ -59,6 +80,9 @@ _BODY_KEYS: Final = frozenset(
         KEY_RETAINED,
         KEY_ATTEMPTS,
     }
+)
+_OUTER_KEYS: Final = frozenset(
+    {KEY_FORMAT, KEY_VERSION, KEY_SAMPLES, KEY_NEXT_ATTEMPT, KEY_LEDGER, KEY_SEALED}
 )
 
 
@@ -77,6 +101,19 @@ def _pairs(value: Any) -> tuple[tuple[int, int], ...]:
     return tuple(out)
 
 
+def _sealed_leases(value: Any) -> tuple[Lease, ...]:
+    if isinstance(value, str | bytes) or not isinstance(value, Iterable):
+        raise CheckpointCorruptError(f"sealed must be a sequence of leases, got {shown(value)}")
+    out = []
+    for item in value:
+        if not isinstance(item, tuple | list) or len(item) != 3:
+            raise CheckpointCorruptError(
+                f"sealed holds {shown(item)}, not (ordinal, sibling, attempt)"
+            )
+        out.append(Lease(*item))
+    return tuple(out)
+
+
 @attrs.frozen
 class Checkpoint:
     """The ledger's durable state at a checkpoint.
@@ -91,12 +128,25 @@ class Checkpoint:
     ``attempts`` lists ``(ordinal, count)`` for unresolved ordinals at or
     above the cut with ``count >= 1``, ascending; with a ``stream_len``,
     nothing lies beyond it; no ordinal reaches ``LIMIT`` (2**64) and no
-    number exceeds it. A violation raises ``CheckpointCorruptError``
-    naming it. The checks cost O(ranges + attempts), never the number of
-    ordinals the ranges span.
+    number exceeds it. The checks cost O(ranges + attempts + sealed), never
+    the number of ordinals the ranges span.
 
-    The record writes these delta-coded from the cut (see ``_encode``), so
-    that its size follows the number of ranges and not the run's length.
+    The siblings' part: ``samples`` is the group size, ``next_attempt`` the
+    attempt counter, ``sealed`` the sealed siblings of outstanding groups
+    whose samples the framework saved with it (ascending; empty unless
+    ``save_sealed``). ``1 <= samples <= 2**32`` and ``0 <= next_attempt <=
+    2**32`` (sibling indices and attempts are u32 in the journal, so a record
+    the ledger could not deal from is refused here, not at the first
+    dispatch); every sealed sibling is an index below ``samples``, of an
+    ordinal below ``2**64``, at or above the cut that the record does not
+    resolve or retain (its group was outstanding), under an attempt below
+    ``next_attempt``, listed once and ascending. A group may have all its
+    siblings sealed: a resume keeps them for a group that waits for its
+    stamp, and it lands at its dispatch.
+
+    A violation raises ``CheckpointCorruptError`` naming it. The record
+    writes the ranges delta-coded from the cut (see ``_encode``), so that its
+    size follows the number of ranges and not the run's length.
     """
 
     cut: int
@@ -106,9 +156,13 @@ class Checkpoint:
     attempts: tuple[tuple[int, int], ...] = attrs.field(default=(), converter=_pairs)
     fingerprint: str = ""
     stream_len: int | None = None
+    samples: int = 1
+    next_attempt: int = 0
+    sealed: tuple[Lease, ...] = attrs.field(default=(), converter=_sealed_leases)
 
     def __attrs_post_init__(self) -> None:
         _validate(self)
+        _validate_siblings(self)
 
     def trained(self) -> Iterator[int]:
         return expand(self.trained_above_cut)
@@ -130,20 +184,24 @@ class Checkpoint:
                 + len(self.attempts)
             )
             + 2
+            + 3 * len(self.sealed)
         )
 
     def state_dict(self) -> dict[str, Any]:
-        """The record: JSON types only, checksummed."""
+        """The record: JSON types only, checksummed (the groups' record
+        nested, with its own checksum)."""
+        sealed: list[list[int]] = []
+        floor = self.cut
+        for o, s, a in self.sealed:
+            sealed.append([o - floor, s, a])
+            floor = o
         body: dict[str, Any] = {
             KEY_FORMAT: FORMAT,
             KEY_VERSION: VERSION,
-            KEY_FINGERPRINT: self.fingerprint,
-            KEY_STREAM_LEN: self.stream_len,
-            KEY_CUT: self.cut,
-            KEY_TRAINED: _encode(self.trained_above_cut, floor=self.cut + 1, span=True),
-            KEY_DROPPED: _encode(self.dropped_above_cut, floor=self.cut + 1, span=True),
-            KEY_RETAINED: _encode(self.retained, floor=self.cut, span=True),
-            KEY_ATTEMPTS: _encode(self.attempts, floor=self.cut, span=False),
+            KEY_SAMPLES: self.samples,
+            KEY_NEXT_ATTEMPT: self.next_attempt,
+            KEY_LEDGER: groups_record(self),
+            KEY_SEALED: sealed,
         }
         body[KEY_CHECKSUM] = _checksum(body)
         return body
@@ -154,7 +212,10 @@ class Checkpoint:
     ) -> Checkpoint:
         """Validate ``record`` and return its checkpoint.
 
-        Raises ``CheckpointVersionError`` for another format or version,
+        Reads the ledger's record and, as a checkpoint of single-sample
+        groups with no attempt dealt, a groups' record alone (what the
+        prompt-level ledger of before issue 22 wrote). Raises
+        ``CheckpointVersionError`` for another format or version,
         ``CheckpointCorruptError`` for a missing or extra key (of any type),
         a bad checksum, a wrong type, a number above ``LIMIT`` or a broken
         structural invariant, and ``FingerprintMismatchError`` when
@@ -165,58 +226,59 @@ class Checkpoint:
             raise CheckpointCorruptError(
                 f"checkpoint record must be a dict, got {type(record).__name__}"
             )
+        if record.get(KEY_FORMAT) == GROUPS_FORMAT:
+            return read_groups_record(record, fingerprint=fingerprint)
         if record.get(KEY_FORMAT) != FORMAT:
             raise CheckpointVersionError(
                 f"not a frontier_core checkpoint: {KEY_FORMAT!r} is "
-                f"{shown(record.get(KEY_FORMAT))}, expected {FORMAT!r}"
+                f"{shown(record.get(KEY_FORMAT))}, expected {FORMAT!r} "
+                f"(or {GROUPS_FORMAT!r})"
             )
         version = record.get(KEY_VERSION)
         if version != VERSION or type(version) is not int:
             raise CheckpointVersionError(
-                f"checkpoint schema version {shown(version, 40)} is not supported "
+                f"checkpoint schema version {shown(version, 20)} is not supported "
                 f"(this library reads version {VERSION})"
             )
         keys = set(record)
-        missing = sorted((_BODY_KEYS | {KEY_CHECKSUM}) - keys)
-        extra = keys - _BODY_KEYS - {KEY_CHECKSUM}
+        missing = sorted((_OUTER_KEYS | {KEY_CHECKSUM}) - keys)
+        extra = keys - _OUTER_KEYS - {KEY_CHECKSUM}
         if missing or extra:
             raise CheckpointCorruptError(
                 f"checkpoint record has missing keys {missing} and unknown keys {shown_keys(extra)}"
             )
-        body = {k: record[k] for k in _BODY_KEYS}
+        body = {k: record[k] for k in _OUTER_KEYS}
         try:
-            expected_sum = _checksum(body)
+            expected = _checksum(body)
         except (TypeError, ValueError, RecursionError) as exc:
-            # Nesting too deep, an int past the digit limit, a non-JSON value.
             raise CheckpointCorruptError(
                 f"checkpoint record is not JSON data: {str(exc)[:200]}"
             ) from None
-        if record[KEY_CHECKSUM] != expected_sum:
+        if record[KEY_CHECKSUM] != expected:
             raise CheckpointCorruptError(
-                "checkpoint checksum mismatch: the record was altered or "
-                f"truncated (stored {shown(record[KEY_CHECKSUM])}, computed {expected_sum!r})"
+                "checkpoint checksum mismatch: the record was altered or truncated"
             )
-        found = record[KEY_FINGERPRINT]
-        if not isinstance(found, str):
-            raise CheckpointCorruptError(f"{KEY_FINGERPRINT!r} must be a string")
-        if fingerprint is not None and found != fingerprint:
-            raise FingerprintMismatchError(expected=fingerprint, found=found)
-        stream_len = record[KEY_STREAM_LEN]
-        if stream_len is not None:
-            _check_int(KEY_STREAM_LEN, stream_len)
-        cut = _check_int(KEY_CUT, record[KEY_CUT])
-        trained = _decode(KEY_TRAINED, record[KEY_TRAINED], floor=cut + 1, span=True)
-        dropped = _decode(KEY_DROPPED, record[KEY_DROPPED], floor=cut + 1, span=True)
-        retained = _decode(KEY_RETAINED, record[KEY_RETAINED], floor=cut, span=True)
-        attempts = _decode(KEY_ATTEMPTS, record[KEY_ATTEMPTS], floor=cut, span=False)
-        return cls(
-            cut=cut,
-            trained_above_cut=trained,
-            dropped_above_cut=dropped,
-            retained=retained,
-            attempts=attempts,
-            fingerprint=found,
-            stream_len=stream_len,
+        groups = read_groups_record(record[KEY_LEDGER], fingerprint=fingerprint)
+        raw = record[KEY_SEALED]
+        if not isinstance(raw, list):
+            raise CheckpointCorruptError(
+                f"{KEY_SEALED!r} must be a list of [gap, sibling, attempt]"
+            )
+        sealed = []
+        floor = groups.cut
+        for item in raw:
+            if not (isinstance(item, list) and len(item) == 3):
+                raise CheckpointCorruptError(
+                    f"{KEY_SEALED!r} holds {shown(item)}, not [gap, sibling, attempt]"
+                )
+            gap, s, a = (_check_count(KEY_SEALED, x, least=0) for x in item)
+            floor += gap
+            sealed.append(Lease(floor, s, a))
+        return attrs.evolve(
+            groups,
+            samples=record[KEY_SAMPLES],
+            next_attempt=record[KEY_NEXT_ATTEMPT],
+            sealed=tuple(sealed),
         )
 
     def highest_ordinal(self) -> int:
@@ -234,6 +296,128 @@ class Checkpoint:
     @property
     def resolved_count(self) -> int:
         return count(self.trained_above_cut) + count(self.dropped_above_cut)
+
+
+def groups_record(c: Checkpoint) -> dict[str, Any]:
+    """The groups' record of ``c`` (its siblings' part left out): JSON types
+    only, checksummed. The record the prompt-level ledger wrote before issue
+    22, nested in the ledger's."""
+    body: dict[str, Any] = {
+        KEY_FORMAT: GROUPS_FORMAT,
+        KEY_VERSION: GROUPS_VERSION,
+        KEY_FINGERPRINT: c.fingerprint,
+        KEY_STREAM_LEN: c.stream_len,
+        KEY_CUT: c.cut,
+        KEY_TRAINED: _encode(c.trained_above_cut, floor=c.cut + 1, span=True),
+        KEY_DROPPED: _encode(c.dropped_above_cut, floor=c.cut + 1, span=True),
+        KEY_RETAINED: _encode(c.retained, floor=c.cut, span=True),
+        KEY_ATTEMPTS: _encode(c.attempts, floor=c.cut, span=False),
+    }
+    body[KEY_CHECKSUM] = _checksum(body)
+    return body
+
+
+def read_groups_record(record: Mapping[str, Any], *, fingerprint: str | None = None) -> Checkpoint:
+    """Validate a groups' record and return it as a checkpoint of
+    single-sample groups with no attempt dealt; raises as
+    ``Checkpoint.from_state_dict`` does."""
+    if not isinstance(record, Mapping):
+        raise CheckpointCorruptError(
+            f"checkpoint record must be a dict, got {type(record).__name__}"
+        )
+    if record.get(KEY_FORMAT) != GROUPS_FORMAT:
+        raise CheckpointVersionError(
+            f"not a frontier_core checkpoint: {KEY_FORMAT!r} is "
+            f"{shown(record.get(KEY_FORMAT))}, expected {GROUPS_FORMAT!r}"
+        )
+    version = record.get(KEY_VERSION)
+    if version != GROUPS_VERSION or type(version) is not int:
+        raise CheckpointVersionError(
+            f"checkpoint schema version {shown(version, 40)} is not supported "
+            f"(this library reads version {GROUPS_VERSION})"
+        )
+    keys = set(record)
+    missing = sorted((_BODY_KEYS | {KEY_CHECKSUM}) - keys)
+    extra = keys - _BODY_KEYS - {KEY_CHECKSUM}
+    if missing or extra:
+        raise CheckpointCorruptError(
+            f"checkpoint record has missing keys {missing} and unknown keys {shown_keys(extra)}"
+        )
+    body = {k: record[k] for k in _BODY_KEYS}
+    try:
+        expected_sum = _checksum(body)
+    except (TypeError, ValueError, RecursionError) as exc:
+        # Nesting too deep, an int past the digit limit, a non-JSON value.
+        raise CheckpointCorruptError(
+            f"checkpoint record is not JSON data: {str(exc)[:200]}"
+        ) from None
+    if record[KEY_CHECKSUM] != expected_sum:
+        raise CheckpointCorruptError(
+            "checkpoint checksum mismatch: the record was altered or "
+            f"truncated (stored {shown(record[KEY_CHECKSUM])}, computed {expected_sum!r})"
+        )
+    found = record[KEY_FINGERPRINT]
+    if not isinstance(found, str):
+        raise CheckpointCorruptError(f"{KEY_FINGERPRINT!r} must be a string")
+    if fingerprint is not None and found != fingerprint:
+        raise FingerprintMismatchError(expected=fingerprint, found=found)
+    stream_len = record[KEY_STREAM_LEN]
+    if stream_len is not None:
+        _check_int(KEY_STREAM_LEN, stream_len)
+    cut = _check_int(KEY_CUT, record[KEY_CUT])
+    trained = _decode(KEY_TRAINED, record[KEY_TRAINED], floor=cut + 1, span=True)
+    dropped = _decode(KEY_DROPPED, record[KEY_DROPPED], floor=cut + 1, span=True)
+    retained = _decode(KEY_RETAINED, record[KEY_RETAINED], floor=cut, span=True)
+    attempts = _decode(KEY_ATTEMPTS, record[KEY_ATTEMPTS], floor=cut, span=False)
+    return Checkpoint(
+        cut=cut,
+        trained_above_cut=trained,
+        dropped_above_cut=dropped,
+        retained=retained,
+        attempts=attempts,
+        fingerprint=found,
+        stream_len=stream_len,
+    )
+
+
+def _validate_siblings(c: Checkpoint) -> None:
+    # Bounded to what the ledger and the journal can deal: sibling indices
+    # and attempts are u32 there, ordinals u64.
+    _check_count(KEY_SAMPLES, c.samples, least=1, most=MAX_ATTEMPT + 1)
+    _check_count(KEY_NEXT_ATTEMPT, c.next_attempt, least=0, most=MAX_ATTEMPT + 1)
+    if not c.sealed:
+        return
+    resolved_or_retained = (c.trained_above_cut, c.dropped_above_cut, c.retained)
+    previous: tuple[int, int] | None = None
+    for lease in c.sealed:
+        for name, x in zip(("ordinal", "sibling", "attempt"), lease, strict=True):
+            _check_count(f"a sealed sibling's {name}", x, least=0)
+        o, s, a = lease
+        # (Sibling and attempt are bounded by samples and next_attempt, below.)
+        _check_count("a sealed sibling's ordinal", o, least=0, most=_MAX_ORDINAL)
+        if previous is not None and (o, s) <= previous:
+            raise CheckpointCorruptError(f"sealed siblings must ascend, {lease} follows {previous}")
+        previous = (o, s)
+        if o < c.cut or s >= c.samples or a >= c.next_attempt:
+            raise CheckpointCorruptError(
+                f"sealed sibling {lease}: ordinals >= the cut {c.cut}, siblings < "
+                f"{c.samples}, attempts < next_attempt {c.next_attempt}"
+            )
+        if any(_contains(r, o) for r in resolved_or_retained):
+            raise CheckpointCorruptError(
+                f"sealed sibling {lease} belongs to a group the record resolves or retains"
+            )
+        if c.stream_len is not None and o >= c.stream_len:
+            raise CheckpointCorruptError(f"sealed sibling {lease} lies beyond the stream")
+
+
+def _check_count(name: str, value: object, *, least: int, most: int | None = None) -> int:
+    if type(value) is not int or value < least or (most is not None and value > most):
+        upper = "" if most is None else f" and <= {most}"
+        raise CheckpointCorruptError(
+            f"{name!r} must be an int >= {least}{upper}, got {shown(value)}"
+        )
+    return value
 
 
 def _checksum(body: Mapping[str, Any]) -> str:

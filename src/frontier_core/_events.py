@@ -197,10 +197,18 @@ def _distinct(name: str, value: Iterable[Iterable[int]], width: int) -> list[tup
     seen: set[tuple[int, int]] = set()
     repeated: list[int] = []
     for raw in value:
-        item = tuple(raw) if isinstance(raw, tuple | list) else ()
-        if len(item) != width or any(type(x) is not int or x < 0 for x in item):
+        # A lease passes as itself (the hot case: a rollout loop's results).
+        item = raw if type(raw) is Lease else tuple(raw) if isinstance(raw, tuple | list) else ()
+        bad = len(item) != width
+        big = False
+        for x in item:
+            if type(x) is not int or x < 0:
+                bad = True
+                break
+            big = big or x >= LIMIT
+        if bad:
             raise IllegalTransitionError(name, (), f"expected {width} ints >= 0, got {shown(raw)}")
-        if any(x >= LIMIT for x in item):
+        if big:
             raise IllegalTransitionError(
                 name, (), f"expected {width} ints below 2**64, got {shown(raw)}"
             )
@@ -219,11 +227,25 @@ def _pairs(value: Iterable[Iterable[int]]) -> tuple[tuple[int, int], ...]:
 
 
 def _seal_leases(value: Iterable[Iterable[int]]) -> tuple[Lease, ...]:
-    return tuple(Lease(*item) for item in _distinct("seal", value, 3))
+    if type(value) is list and len(value) == 1 and type(value[0]) is Lease:
+        # The hot case, a rollout loop's one result: the checks of
+        # ``_distinct``, inline.
+        x = value[0]
+        o, s, a = x
+        if (
+            type(o) is int
+            and type(s) is int
+            and type(a) is int
+            and 0 <= o < LIMIT
+            and 0 <= s < LIMIT
+            and 0 <= a < LIMIT
+        ):
+            return (x,)
+    return tuple([x if type(x) is Lease else Lease(*x) for x in _distinct("seal", value, 3)])
 
 
 def _failed_leases(value: Iterable[Iterable[int]]) -> tuple[Lease, ...]:
-    return tuple(Lease(*item) for item in _distinct("fail_sample", value, 3))
+    return tuple([x if type(x) is Lease else Lease(*x) for x in _distinct("fail_sample", value, 3)])
 
 
 @attrs.frozen
@@ -276,7 +298,7 @@ class Effect:
     source stamps them again.
     ``dropped``: ordinals the failure policy resolved as dropped.
 
-    The sample-level ledger (``SampleLedger``) says more: ``leases``, the
+    The sample-level ledger (``Ledger``) says more: ``leases``, the
     attempts it started (each one sibling to generate); ``reused``, siblings
     a dispatch found sealed already (by a journaled or checkpointed attempt:
     their samples come from there, not from generation); ``sealed`` and

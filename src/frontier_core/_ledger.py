@@ -1,4 +1,10 @@
-"""The coverage ledger: every state transition of the library is applied here.
+"""The group table: the ledger's state of whole groups (prompts).
+
+The public ``Ledger`` (``_samples``) tracks a prompt's group of n samples;
+this module is its private group table, the prompt-level machine that
+decides every group's fate (``proofs/SAMPLES.md`` proves that the ledger at
+n = 1 with the group events only is this machine). Every state transition
+of a group is applied here.
 
 Theory of operation
 -------------------
@@ -38,7 +44,8 @@ purpose.
 
 Rules of the house
 ------------------
-* Everything that changes state is in ``Ledger.apply`` and ``Ledger.resume``;
+* Everything that changes a group's state is in ``GroupTable.apply`` and
+  ``GroupTable.resume``;
   the moves an ordinal can make, and the rules that pick their targets, are
   in ``_transitions`` (the table ``TRANSITIONS`` and the functions beside
   it). The hot loops here precompute integer tables from them.
@@ -95,7 +102,7 @@ from ._transitions import TRANSITIONS as TRANSITIONS
 from ._trie import IntMap
 
 # The rules of ``_transitions`` as plain ints, for the hot loops of
-# ``Ledger._move`` and ``Ledger._stamp``: computed once from the table and the
+# ``GroupTable._move`` and ``GroupTable._stamp``: computed once from the table and the
 # functions, so that the loops build no enum members and copy no rule.
 _ABSENT: Final = -1  # no entry: below the cut, or not yet stamped
 _ILLEGAL: Final = -2  # no move of this event from this status
@@ -129,13 +136,23 @@ _HELD: Final = frozenset(
     s for s, t in _ON_STAMP.items() if t == _FILTERED and s >= 0 and Status(s) in LIVE
 )
 
-# Trie values pack the status (3 bits) with the failed-attempt count above it.
+# Trie values pack the status (3 bits), the detail of a single-sample
+# group's sibling above it (``_DETAIL_BITS``, 0 for none: the ledger's fast
+# path for n = 1 keeps it here, in the group's own entry, instead of in a
+# second map), and the failed-attempt count above both. Only an outstanding
+# group carries detail: every move clears it except one that leaves the
+# group outstanding (a setback), and the group's identity (``_key``, what
+# the exhaustive checkers merge states by) leaves it out.
 _STATUS_BITS: Final = 3
 _STATUS_MASK: Final = (1 << _STATUS_BITS) - 1
+_DETAIL_BITS: Final = 35
+_DETAIL_MASK: Final = ((1 << _DETAIL_BITS) - 1) << _STATUS_BITS
+_FAIL_SHIFT: Final = _STATUS_BITS + _DETAIL_BITS
+_OUTSTANDING: Final = int(Status.OUTSTANDING)
 
 
 def _pack(status: Status, attempts: int) -> int:
-    return int(status) | (attempts << _STATUS_BITS)
+    return int(status) | (attempts << _FAIL_SHIFT)
 
 
 def _positive(_inst: object, attribute: attrs.Attribute[int], value: int) -> None:
@@ -188,9 +205,9 @@ class LedgerConfig:
     hundred bytes cannot ask for 10**12 ordinals). Raise it if a real run
     needs more than about a million prompts in flight.
 
-    ``samples`` is the size of a prompt's group (GRPO's n) and
-    ``granularity`` what a failed sample fails; only the sample-level ledger
-    (``SampleLedger``) reads them. The attempt limit counts the failures of
+    ``samples`` is the size of a prompt's group (GRPO's n, 1 by default) and
+    ``granularity`` what a failed sample fails; the group table does not
+    read them, the ledger does. The attempt limit counts the failures of
     a group, a failed sample being one.
     """
 
@@ -204,28 +221,29 @@ class LedgerConfig:
 
 
 @attrs.frozen
-class Applied:
-    """A transition's result: the new ledger and what the event did."""
+class GroupApplied:
+    """A group transition's result: the new table and what the event did."""
 
-    ledger: Ledger
+    ledger: GroupTable
     effect: Effect
 
 
 @attrs.frozen
-class Resumed:
-    """What a resume did: the source must restart at ``rewind_to``; the
-    ``covered`` ordinals at or above it will be dropped at yield."""
+class GroupResumed:
+    """What a resume of the group table did (``Resumed`` without the
+    siblings)."""
 
-    ledger: Ledger
+    ledger: GroupTable
     rewind_to: int
     covered: tuple[int, ...]
 
 
 @attrs.frozen(eq=False)
-class Ledger:
-    """The immutable coverage state of one stream.
+class GroupTable:
+    """The immutable coverage state of one stream's groups: the ledger's
+    private group table (the prompt-level ledger of before issue 22).
 
-    Build one with ``Ledger.start(config)`` or ``Ledger.resume(...)``; every
+    Build one with ``GroupTable.start(config)`` or ``GroupTable.resume(...)``; every
     other instance comes from a transition. Two ledgers compare equal when
     they hold the same state: the same configuration, source position, cut
     and entries, so that every transition, checkpoint and resume treats them
@@ -259,7 +277,7 @@ class Ledger:
     # -- construction -----------------------------------------------------
 
     @classmethod
-    def start(cls, config: LedgerConfig | None = None) -> Ledger:
+    def start(cls, config: LedgerConfig | None = None) -> GroupTable:
         """A ledger for a fresh run: nothing yielded, the cut at 0."""
         return cls(
             config=config or LedgerConfig(),
@@ -280,7 +298,7 @@ class Ledger:
         load_replay_buffer: bool,
         evicted_on_restore: Iterable[int] = (),
         rewind_to: int | None = None,
-    ) -> Resumed:
+    ) -> GroupResumed:
         """The ledger after a restart from ``checkpoint``.
 
         ``load_replay_buffer`` (required: a resume must know) says whether
@@ -395,7 +413,7 @@ class Ledger:
             noted=IntMap().updated(noted),
             counts=tuple(counts),
         )
-        return Resumed(ledger=ledger, rewind_to=rewind_to, covered=tuple(covered))
+        return GroupResumed(ledger=ledger, rewind_to=rewind_to, covered=tuple(covered))
 
     # -- queries ----------------------------------------------------------
 
@@ -413,7 +431,7 @@ class Ledger:
     def attempts(self, ordinal: int) -> int:
         """Failed attempts so far of an unresolved ``ordinal`` (0 if none)."""
         value = self._entries.get(ordinal)
-        return 0 if value is None else value >> _STATUS_BITS
+        return 0 if value is None else value >> _FAIL_SHIFT
 
     def count(self, status: Status) -> int:
         """How many ordinals at or above the cut are in ``status``. For
@@ -463,19 +481,20 @@ class Ledger:
             # ledgers that differ only in it have the same future under every
             # event: they are one state. It only bounds the ``filtering``
             # query (FILTER-CLEARS); the exhaustive checker, which checks that
-            # bound, keeps it beside the ledger in its own state.
+            # bound, keeps it beside the ledger in its own state. So is the
+            # siblings' detail: the ledger's identity holds it.
             key = (
                 self.config,
                 self.next_ordinal,
                 self.cut,
-                tuple(self._entries.items()),
+                tuple((o, v & ~_DETAIL_MASK) for o, v in self._entries.items()),
             )
             object.__setattr__(self, "_identity", key)
             return key
         return self._identity
 
     def __eq__(self, other: object) -> bool:
-        if not isinstance(other, Ledger):
+        if not isinstance(other, GroupTable):
             return NotImplemented
         return self is other or self._key() == other._key()
 
@@ -484,7 +503,7 @@ class Ledger:
 
     # -- transitions ------------------------------------------------------
 
-    def apply(self, event: Event) -> Applied:
+    def apply(self, event: Event) -> GroupApplied:
         """Apply ``event`` and return the new ledger with its effect.
 
         Raises ``IllegalTransitionError`` naming the event and the ordinals
@@ -494,7 +513,7 @@ class Ledger:
             return self._stamp(event.count)
         return self._move(event)
 
-    def stamp(self, count: int) -> Applied:
+    def stamp(self, count: int) -> GroupApplied:
         """The source yielded its next ``count`` prompts: stamp them.
 
         ``effect.stamped`` are their ordinals (fewer than ``count`` at the
@@ -502,30 +521,30 @@ class Ledger:
         The others are covered by a checkpoint and must not be generated."""
         return self.apply(Stamp(count))
 
-    def dispatch(self, ordinals: Iterable[int]) -> Applied:
+    def dispatch(self, ordinals: Iterable[int]) -> GroupApplied:
         """These pending ordinals were handed to rollout workers."""
         return self.apply(Dispatch(ordinals))
 
-    def buffer(self, ordinals: Iterable[int]) -> Applied:
+    def buffer(self, ordinals: Iterable[int]) -> GroupApplied:
         """These outstanding ordinals' groups landed in the replay buffer."""
         return self.apply(Buffer(ordinals))
 
-    def train(self, ordinals: Iterable[int]) -> Applied:
+    def train(self, ordinals: Iterable[int]) -> GroupApplied:
         """One training step consumed these buffered groups."""
         return self.apply(Train(ordinals))
 
-    def fail(self, ordinals: Iterable[int]) -> Applied:
+    def fail(self, ordinals: Iterable[int]) -> GroupApplied:
         """Generation failed for these outstanding ordinals. ``effect``
         says which were requeued and which dropped."""
         return self.apply(Fail(ordinals))
 
-    def setback(self, ordinals: Iterable[int]) -> Applied:
+    def setback(self, ordinals: Iterable[int]) -> GroupApplied:
         """One sample of each of these outstanding groups failed and only it
         is generated again; ``effect.dropped`` names the groups the failure
         policy dropped instead. For the sample-level ledger."""
         return self.apply(Setback(ordinals))
 
-    def evict(self, ordinals: Iterable[int]) -> Applied:
+    def evict(self, ordinals: Iterable[int]) -> GroupApplied:
         """The buffer discarded these groups as stale. ``effect`` says which
         were requeued and which dropped."""
         return self.apply(Evict(ordinals))
@@ -552,7 +571,7 @@ class Ledger:
             else:
                 if status == Status.BUFFERED and save_buffer:
                     retained.append(o)
-                n = value >> _STATUS_BITS
+                n = value >> _FAIL_SHIFT
                 if n:
                     attempts.append((o, n))
         return Checkpoint(
@@ -575,10 +594,10 @@ class Ledger:
         entries: IntMap,
         noted: IntMap,
         counts: tuple[int, ...],
-    ) -> Ledger:
+    ) -> GroupTable:
         # attrs.evolve introspects the class on every call; transitions are
         # the hot path, so they build the successor directly.
-        return Ledger(
+        return GroupTable(
             config=self.config,
             next_ordinal=next_ordinal,
             cut=cut,
@@ -588,7 +607,7 @@ class Ledger:
             counts=counts,
         )
 
-    def _stamp(self, count: int) -> Applied:
+    def _stamp(self, count: int) -> GroupApplied:
         start = self.next_ordinal
         stop = start + count
         if self.config.stream_len is not None:
@@ -654,14 +673,70 @@ class Ledger:
             noted=self._noted,
             counts=tuple(counts),
         )
-        return Applied(
+        return GroupApplied(
             ledger,
             Effect(event=Stamp.name, stamped=stamped, kept=tuple(kept), buffered=tuple(held)),
         )
 
-    def _move(self, event: Move) -> Applied:
+    def _detail(self, ordinals: Sequence[int]) -> list[int]:
+        """The detail each of ``ordinals`` carries (0: none), for the
+        ledger's single-sample groups."""
+        return [
+            0 if v is None else (v & _DETAIL_MASK) >> _STATUS_BITS
+            for v in self._entries.get_many(ordinals)
+        ]
+
+    def _details(self) -> Iterator[tuple[int, int]]:
+        """Every ``(ordinal, detail)`` with detail, ascending. O(entries)."""
+        for o, v in self._entries.items(self.cut):
+            if v & _DETAIL_MASK:
+                yield o, (v & _DETAIL_MASK) >> _STATUS_BITS
+
+    def _with_detail(self, changes: Sequence[tuple[int, int]]) -> GroupTable:
+        """This table with the detail of these outstanding groups replaced
+        (0: cleared); their status, counts and record are unchanged."""
+        values = self._entries.get_many([o for o, _ in changes])
+        updates: list[tuple[int, int | None]] = []
+        for (o, detail), v in zip(changes, values, strict=True):
+            assert v is not None and v & _STATUS_MASK == _OUTSTANDING
+            updates.append((o, (v & ~_DETAIL_MASK) | (detail << _STATUS_BITS)))
+        return self._replace(
+            next_ordinal=self.next_ordinal,
+            cut=self.cut,
+            entries=self._entries.updated(updates),
+            noted=self._noted,
+            counts=self._counts,
+        )
+
+    def _move(self, event: Move, details: Sequence[int] | None = None) -> GroupApplied:
+        """``event``'s move; ``details`` (a dispatch's only) is the detail
+        each of its ordinals gets, in order."""
+        table, requeued, unstamped, dropped = self._moved(
+            type(event), event.name, event.ordinals, details
+        )
+        return GroupApplied(
+            table,
+            Effect(
+                event=event.name,
+                requeued=tuple(requeued),
+                unstamped=tuple(unstamped),
+                dropped=tuple(dropped),
+            ),
+        )
+
+    def _moved(
+        self,
+        kind: type[Move],
+        name: str,
+        ordinals: tuple[int, ...],
+        details: Sequence[int] | None = None,
+        values: Sequence[int | None] | None = None,
+    ) -> tuple[GroupTable, list[int], list[int], list[int]]:
+        """The move of ``kind`` over ``ordinals`` (valid as its event's, by
+        the event or by the caller): the new table and the requeued,
+        unstamped and dropped ordinals. ``values`` are the ordinals' entries
+        if the caller has read them already."""
         entries = self._entries
-        kind = type(event)
         policy = self.config.on_failure
         max_attempts = self.config.max_attempts
         counts = list(self._counts)
@@ -680,7 +755,9 @@ class Ledger:
         # below works on ints and builds no enum members.
         moves = _MOVES_BY_EVENT[kind]
         next_ordinal = self.next_ordinal
-        for o, value in zip(event.ordinals, entries.get_many(event.ordinals), strict=True):
+        if values is None:
+            values = entries.get_many(ordinals)
+        for o, value in zip(ordinals, values, strict=True):
             current = _ABSENT if value is None else value & _STATUS_MASK
             target = moves.get(current, _ILLEGAL)
             if target == _ILLEGAL:
@@ -688,7 +765,7 @@ class Ledger:
                 illegal.append((o, found.name.lower() if isinstance(found, Status) else found))
                 continue
             assert value is not None
-            attempts = value >> _STATUS_BITS
+            attempts = value >> _FAIL_SHIFT
             if target == _FAILURE:
                 # An ordinal below the source's position was stamped in this
                 # life; one at or above it was restored and not re-stamped.
@@ -704,16 +781,26 @@ class Ledger:
                     dropped.append(o)
             elif target in _RESOLVED_INTS:
                 attempts = 0  # resolved ordinals keep no attempts
-            changes.append((o, target | (attempts << _STATUS_BITS)))
+            if target == _OUTSTANDING:
+                # A setback keeps the group outstanding, and the detail of
+                # its sibling (a dispatch finds none).
+                changes.append((o, target | (value & _DETAIL_MASK) | (attempts << _FAIL_SHIFT)))
+            else:
+                changes.append((o, target | (attempts << _FAIL_SHIFT)))
             counts[current] -= 1
             counts[target] += 1
         if illegal:
             detail = ", ".join(f"{o} is {what}" for o, what in illegal[:10])
             raise IllegalTransitionError(
-                event.name,
+                name,
                 (o for o, _ in illegal),
-                f"{event.name} needs {_WANTED[kind]} ordinals; {detail}",
+                f"{name} needs {_WANTED[kind]} ordinals; {detail}",
             )
+        if details is not None:
+            changes = [
+                (o, None if v is None else v | (d << _STATUS_BITS))
+                for (o, v), d in zip(changes, details, strict=True)
+            ]
         cut = self.cut
         noted = self._noted
         if kind in NOTING:
@@ -734,22 +821,14 @@ class Ledger:
                 value = new[cut] if cut in new else entries.get(cut)
             noted = noted.updated(forget)
             changes = list(new.items())
-        ledger = self._replace(
+        table = self._replace(
             next_ordinal=self.next_ordinal,
             cut=cut,
             entries=entries.updated(changes),
             noted=noted,
             counts=tuple(counts),
         )
-        return Applied(
-            ledger,
-            Effect(
-                event=event.name,
-                requeued=tuple(requeued),
-                unstamped=tuple(unstamped),
-                dropped=tuple(dropped),
-            ),
-        )
+        return table, requeued, unstamped, dropped
 
     def _describe(self, ordinal: int, value: int | None) -> Status | str:
         if value is not None:

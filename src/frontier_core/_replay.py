@@ -9,7 +9,7 @@ death does, and ``resume`` restarts from that checkpoint through its JSON
 record, so the codec is exercised on every replayed crash.
 
 A trace whose ``config`` names ``samples`` or ``granularity`` is replayed
-sample by sample through a ``SampleLedger``: ``seal``, ``fail_sample`` and
+sample by sample: ``seal``, ``fail_sample`` and
 ``restart`` name attempts, and the replayer plays the framework's part too.
 It keeps the samples the ledger accepted (as a rollout journal would: a
 ``resume`` may hold only those), files each under its group, and trains a
@@ -51,9 +51,9 @@ from ._events import (
     Status,
     Train,
 )
-from ._ledger import Ledger, LedgerConfig
+from ._ledger import LedgerConfig
 from ._ranges import LIMIT, count
-from ._samples import MAX_ATTEMPT, SampleCheckpoint, SampleLedger
+from ._samples import MAX_ATTEMPT, Ledger
 from ._trainlog import Lineage
 
 #: The most ordinals one ``stamp`` op may stamp, and the most attempts one
@@ -144,7 +144,7 @@ class Replayer:
 
     def __init__(self) -> None:
         self.config = LedgerConfig()
-        self.ledger: Ledger | SampleLedger | None = Ledger.start(self.config)
+        self.ledger: Ledger | None = Ledger.start(self.config)
         self._saved = _Saved(self.ledger.checkpoint().state_dict(), 0, 0, 0)
         self._trained: list[tuple[int, ...]] = []
         self._dropped: list[tuple[int, ...]] = []
@@ -241,7 +241,7 @@ class Replayer:
                     "kept": list(step.effect.kept),
                 }
             ]
-        if isinstance(ledger, SampleLedger):
+        if self._sample_mode:
             return self._feed_samples(ledger, name, op, line)
         if name in _MOVES:
             ordinals = _ordinal_list(op["ordinals"], "ordinals", line)
@@ -308,13 +308,9 @@ class Replayer:
             granularity=Granularity(granularity),
         )
         self._sample_mode = bool(_SAMPLE_KEYS & set(op))
-        if self._sample_mode:
-            ledger = SampleLedger.start(self.config)
-            self.ledger = ledger
-            self._saved = _Saved(ledger.checkpoint().state_dict(), 0, 0, 0)
-        else:
-            self.ledger = Ledger.start(self.config)
-            self._saved = _Saved(self.ledger.checkpoint().state_dict(), 0, 0, 0)
+        ledger = Ledger.start(self.config)
+        self.ledger = ledger
+        self._saved = _Saved(ledger.checkpoint().state_dict(), 0, 0, 0)
         return []
 
     def _resume(self, op: Mapping[str, Any], line: int) -> dict[str, Any]:
@@ -340,25 +336,23 @@ class Replayer:
     # -- sample mode ------------------------------------------------------
 
     def _feed_samples(
-        self, ledger: SampleLedger, name: str, op: Mapping[str, Any], line: int
+        self, ledger: Ledger, name: str, op: Mapping[str, Any], line: int
     ) -> list[dict[str, Any]]:
         n = self.config.samples
         if name == "checkpoint":
             save_buffer = _bool(op.get("save_buffer", True), "save_buffer", line)
             save_sealed = _bool(op.get("save_sealed", True), "save_sealed", line)
             checkpoint = ledger.checkpoint(save_buffer=save_buffer, save_sealed=save_sealed)
-            self._spend(line, _listed(checkpoint.ledger) + len(checkpoint.sealed), "checkpoint")
+            self._spend(line, _listed(checkpoint) + len(checkpoint.sealed), "checkpoint")
             record = json.loads(json.dumps(checkpoint.state_dict()))
             # The framework saves the buffered groups' samples with it.
-            buffered = {
-                o: tuple(self._samples.get(o, ())) for o in checkpoint.ledger.retained_ordinals()
-            }
+            buffered = {o: tuple(self._samples.get(o, ())) for o in checkpoint.retained_ordinals()}
             self._saved = _Saved(
                 record, checkpoint.cut, len(self._trained), len(self._dropped), buffered
             )
             return [
                 {
-                    **_checkpoint_line(checkpoint.ledger),
+                    **_checkpoint_line(checkpoint),
                     "next_attempt": checkpoint.next_attempt,
                     "sealed": _leases(checkpoint.sealed),
                 }
@@ -501,11 +495,11 @@ class Replayer:
             raise TraceError(
                 line, f"'attempt_floor' {str(floor)[:40]} is above 2**32, the attempts' bound"
             )
-        checkpoint = SampleCheckpoint.from_state_dict(
+        checkpoint = Checkpoint.from_state_dict(
             self._saved.record, fingerprint=self.config.fingerprint
         )
         buffered = sum(len(samples) for samples in self._saved.buffered.values())
-        self._spend(line, _span(checkpoint.ledger) + len(checkpoint.sealed) + buffered, "resume")
+        self._spend(line, _span(checkpoint) + len(checkpoint.sealed) + buffered, "resume")
         saved = checkpoint.sealed if load_sealed else ()
         # The checkpoint's sealed siblings are the ledger's word, not the
         # replayer's, so they are checked like the journal's: a framework
@@ -520,7 +514,7 @@ class Replayer:
                 )
         # The checkpoint's samples and the journal's are one sample each.
         held = {lease: self._accepted[lease] for lease in (*saved, *journal)}
-        resumed = SampleLedger.resume(
+        resumed = Ledger.resume(
             self.config,
             checkpoint,
             load_replay_buffer=load,
@@ -581,9 +575,8 @@ class Replayer:
         dropped = set(dropped_counts)
         ledger = self.ledger
         if ledger is not None:
-            groups = ledger.ledger if isinstance(ledger, SampleLedger) else ledger
-            live = {o for status in _LIVE for o in groups.ordinals(status)}
-            position = groups.next_ordinal
+            live = {o for status in _LIVE for o in ledger.ordinals(status)}
+            position = ledger.next_ordinal
         else:
             # Dead: the next resume restarts the source at the saved cut.
             live = set()

@@ -1,11 +1,12 @@
-"""The sample-level ledger: a prompt's group of n samples, sibling by sibling.
+"""The ledger: a prompt's group of n samples, sibling by sibling.
 
 Theory of operation
 -------------------
 GRPO generates ``n`` samples (siblings) per prompt and trains on the group
-only when all of them are done. The prompt-level ``Ledger`` tracks the group
-as one ordinal; ``SampleLedger`` wraps it and adds, for each outstanding
-group only, the status of each sibling (``Sibling``: unstarted, running,
+only when all of them are done (``LedgerConfig.samples``; n = 1 by default,
+a prompt-level integration). The private group table (``_ledger.GroupTable``)
+tracks the group as one ordinal; ``Ledger`` wraps it and adds, for each
+outstanding group only, the status of each sibling (``Sibling``: unstarted, running,
 sealed) and the *attempt* it runs under or was sealed by. So a crash, a dead
 worker or a failed sample costs only the samples that were not yet done:
 
@@ -25,10 +26,10 @@ worker or a failed sample costs only the samples that were not yet done:
   generated again (``effect.restart``; ``restart`` it), or the policy drops the
   group. Under ``group`` granularity the whole group fails (``Fail``).
 * Everything else (stamp, a whole group's buffer or fail, evict, train) is
-  the prompt-level ledger's, unchanged; a group's buffer or fail discards its
+  the group table's, unchanged; a group's buffer or fail discards its
   siblings' detail, which fences their running attempts.
 
-A checkpoint (``SampleCheckpoint``) adds to the prompt-level record the
+A checkpoint (``Checkpoint``) adds to the groups' record the
 attempt counter and, when the framework saves their samples with it, the
 sealed siblings of outstanding groups (``save_sealed``: NeMo-RL keeps these
 at the train boundary). A resume is given the sealed siblings whose samples
@@ -40,14 +41,14 @@ siblings are all held lands at its dispatch without generating anything.
 
 Exactly-once, per sample: every prompt is trained once per lineage with
 exactly its n samples, each sealed by exactly one attempt, or dropped on
-record. With ``samples=1`` and only the prompt-level events it is the
-prompt-level ledger (``proofs/SAMPLES.md`` has the invariants).
+record. With ``samples=1`` and only the group events it is the group table
+(``proofs/SAMPLES.md`` has the invariants), whose queries it answers too.
 
 Rules of the house
 ------------------
 * The sibling moves are ``_transitions.SAMPLE_TRANSITIONS`` and the rules
-  beside it; the group moves are the prompt-level table's, applied by the
-  wrapped ``Ledger``. Nothing here decides a group's fate by itself.
+  beside it; the group moves are the group table's (``TRANSITIONS``),
+  applied by the wrapped ``GroupTable``. Nothing here decides a group's fate by itself.
 * Values are immutable; an illegal event raises ``IllegalTransitionError``
   and changes nothing. A fenced result is not an error: it is the expected
   trace of a race, reported in ``effect.fenced``.
@@ -58,16 +59,16 @@ Rules of the house
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterable, Iterator, Mapping
-from typing import Any, Final
+from collections.abc import Iterable, Iterator, Sequence
+from itertools import repeat
+from typing import Final
 
 import attrs
 
-from ._checkpoint import Checkpoint, _checksum, _contains
+from ._checkpoint import MAX_ATTEMPT as MAX_ATTEMPT
+from ._checkpoint import Checkpoint
 from ._errors import (
-    CheckpointCorruptError,
     CheckpointMismatchError,
-    CheckpointVersionError,
     IllegalTransitionError,
     shown,
 )
@@ -89,8 +90,10 @@ from ._events import (
     Status,
     Train,
     _distinct,
+    _seal_leases,
 )
-from ._ledger import Ledger, LedgerConfig
+from ._ledger import _DETAIL_MASK, GroupTable, LedgerConfig
+from ._ledger import _STATUS_BITS as _GROUP_STATUS_BITS
 from ._transitions import SAMPLE_TRANSITIONS, current_attempt, sample_failure
 from ._trie import IntMap
 
@@ -106,10 +109,6 @@ _RUNNING: Final = int(Sibling.RUNNING)
 _SEALED: Final = int(Sibling.SEALED)
 _UNSTARTED: Final = int(Sibling.UNSTARTED)
 _ABSENT: Final = 3
-#: The attempt counter's bound: an attempt is a u32 in the journal.
-MAX_ATTEMPT: Final = (1 << 32) - 1
-#: An ordinal is a u64 in the journal.
-_MAX_ORDINAL: Final = (1 << 64) - 1
 
 
 @functools.lru_cache(maxsize=64)
@@ -133,23 +132,34 @@ def _with(value: int, sibling: int, status: int, attempt: int) -> int:
 
 
 @attrs.frozen
-class SampleApplied:
-    """A transition's result: the new sample-level ledger and what the
-    event did."""
+class Applied:
+    """A transition's result: the new ledger and what the event did."""
 
-    ledger: SampleLedger
+    ledger: Ledger
     effect: Effect
 
 
+_NEW: Final = object.__new__
+_SET: Final = object.__setattr__
+
+
+def _applied(ledger: Ledger, effect: Effect) -> Applied:
+    """``Applied(ledger, effect)``, built as ``Ledger._replace`` builds."""
+    new = _NEW(Applied)
+    _SET(new, "ledger", ledger)
+    _SET(new, "effect", effect)
+    return new
+
+
 @attrs.frozen
-class SampleResumed:
+class Resumed:
     """What a resume did: the source restarts at ``rewind_to``; the
     ``covered`` ordinals at or above it are dropped at their stamp; the
     ``reused`` siblings (of groups that need generation) come back sealed
     when their group is dispatched, the ``ignored`` ones were not needed
     (their group is resolved or in the restored buffer)."""
 
-    ledger: SampleLedger
+    ledger: Ledger
     rewind_to: int
     covered: tuple[int, ...]
     reused: tuple[Lease, ...]
@@ -157,22 +167,24 @@ class SampleResumed:
 
 
 @attrs.frozen(eq=False)
-class SampleLedger:
+class Ledger:
     """The immutable coverage state of one stream, sample by sample.
 
-    ``ledger`` is the prompt-level state of the groups; ``next_attempt`` the
+    The groups' state is a private group table; its queries (``status``,
+    ``attempts``, ``count``, ``ordinals``, ``cut``...) are the ledger's.
+    ``next_attempt`` is the
     number the next attempt gets; ``attempt_limit`` (``None``: none) the
     number no attempt reaches: attempts below it are the ones reserved
     durably (a rollout journal's ``Reserve``), and a ``dispatch`` or
     ``restart`` that would deal one at or above it is refused
     (``IllegalTransitionError``), so a run with a journal cannot deal an
     attempt a later life does not know of. Build one with
-    ``SampleLedger.start`` or ``SampleLedger.resume``. Two compare equal
+    ``Ledger.start`` or ``Ledger.resume``. Two compare equal
     when they hold the same state (the prompt-level state, the counter, the
     limit and every sibling's detail).
     """
 
-    ledger: Ledger
+    _groups: GroupTable = attrs.field(alias="groups")
     next_attempt: int
     #: ordinal -> its siblings' statuses and attempts, packed (``_with``).
     _siblings: IntMap = attrs.field(repr=False, alias="siblings")
@@ -190,7 +202,7 @@ class SampleLedger:
         *,
         attempt_floor: int = 0,
         attempt_limit: int | None = None,
-    ) -> SampleLedger:
+    ) -> Ledger:
         """A ledger for a fresh run: nothing stamped, attempts numbered from
         ``attempt_floor`` and below ``attempt_limit`` (a rollout journal's
         ``recover(None, ...)`` gives both; see ``resume``)."""
@@ -200,7 +212,7 @@ class SampleLedger:
                 "start", (), f"attempt_limit {attempt_limit} is below attempt_floor {attempt_floor}"
             )
         return cls(
-            ledger=Ledger.start(config),
+            groups=GroupTable.start(config),
             next_attempt=attempt_floor,
             siblings=IntMap(),
             attempt_limit=attempt_limit,
@@ -210,21 +222,33 @@ class SampleLedger:
     def resume(
         cls,
         config: LedgerConfig,
-        checkpoint: SampleCheckpoint,
+        checkpoint: Checkpoint,
         *,
         load_replay_buffer: bool,
-        sealed: Iterable[Iterable[int]],
+        sealed: Iterable[Iterable[int]] = (),
         evicted_on_restore: Iterable[int] = (),
         rewind_to: int | None = None,
         attempt_floor: int = 0,
         attempt_limit: int | None = None,
-    ) -> SampleResumed:
+    ) -> Resumed:
         """The ledger after a restart from ``checkpoint``.
 
-        The prompt-level arguments are ``Ledger.resume``'s. ``sealed``
-        (required: a resume must say what it holds, ``()`` for nothing)
-        lists the sealed siblings ``(ordinal, sibling, attempt)`` whose
-        samples the framework holds: those the checkpoint saved
+        ``load_replay_buffer`` (required: a resume must know) says whether
+        the saved buffer was restored; a retained group reported restored
+        but absent would hold the cut forever; ``evicted_on_restore`` lists
+        retained ordinals that the restored buffer discarded (its age
+        filter): they are generated again, and the eviction is not counted
+        as a failed attempt, since the trajectory did not fail. Retained
+        ordinals of an unrestored buffer are generated again too.
+        ``rewind_to`` is for sources that cannot seek to the cut exactly (a
+        data loader restored from a snapshot taken before an earlier pull):
+        the source restarts at that ordinal, which must not exceed the cut,
+        and the ordinals it re-yields below the cut are filtered as resolved.
+        By default the source restarts at the cut itself.
+
+        ``sealed`` (``()``, nothing, by default) lists the sealed siblings
+        ``(ordinal, sibling, attempt)`` whose samples the framework holds:
+        those the checkpoint saved
         (``checkpoint.sealed``) if it restored them, and those a rollout
         journal replayed (``JournalState.sealed``), each sibling once. They
         are kept for the groups that need generation and ignored for the
@@ -232,26 +256,33 @@ class SampleLedger:
         reached (the journal's ``next_attempt``), so that no result of before
         the crash can pass for a new attempt; the counter starts at or above
         it, the checkpoint's counter and every held attempt. ``attempt_limit``
-        bounds the attempts this life deals (``SampleLedger``): the journal's
+        bounds the attempts this life deals (``Ledger``): the journal's
         reservation (``Recovered.attempt_limit``), raised with
         ``with_attempt_limit`` after a new one.
 
-        Raises what ``Ledger.resume`` raises, ``CheckpointMismatchError``
-        when the checkpoint's group size is not ``config.samples``, and
-        ``IllegalTransitionError`` for a sealed sibling outside the groups
-        (a sibling index >= n, an ordinal beyond the window or the stream)
-        or listed twice, or for an ``attempt_limit`` below the counter the
-        resume starts at.
+        Raises ``FingerprintMismatchError`` for a checkpoint of another
+        stream, ``CheckpointMismatchError`` when it refers to ordinals
+        beyond ``config.stream_len`` or spans more than ``max_window``, or
+        when its group size is not ``config.samples``, and
+        ``IllegalTransitionError`` when ``evicted_on_restore`` names ordinals
+        the checkpoint did not retain (or any at all when the buffer was not
+        restored), for a sealed sibling outside the groups (a sibling index
+        >= n, an ordinal beyond the window or the stream) or listed twice,
+        for an ``attempt_limit`` below the counter the resume starts at, or
+        for an argument of the wrong type or range (a ``config`` that is not
+        a ``LedgerConfig``, a ``checkpoint`` that is not a ``Checkpoint``, a
+        ``load_replay_buffer`` that is not a bool, an ``evicted_on_restore``
+        that is not an iterable of ints in ``[0, 2**64)``).
         """
         if not isinstance(config, LedgerConfig):
             raise IllegalTransitionError(
                 "resume", (), f"config must be a LedgerConfig, got {type(config).__name__}"
             )
-        if not isinstance(checkpoint, SampleCheckpoint):
+        if not isinstance(checkpoint, Checkpoint):
             raise IllegalTransitionError(
                 "resume",
                 (),
-                f"checkpoint must be a SampleCheckpoint, got {type(checkpoint).__name__}",
+                f"checkpoint must be a Checkpoint, got {type(checkpoint).__name__}",
             )
         n = config.samples
         if checkpoint.samples != n:
@@ -259,9 +290,9 @@ class SampleLedger:
                 f"checkpoint has groups of {checkpoint.samples} samples, this run {n}"
             )
         _check_attempts(attempt_floor, attempt_limit, "resume")
-        resumed = Ledger.resume(
+        resumed = GroupTable.resume(
             config,
-            checkpoint.ledger,
+            checkpoint,
             load_replay_buffer=load_replay_buffer,
             evicted_on_restore=evicted_on_restore,
             rewind_to=rewind_to,
@@ -305,9 +336,9 @@ class SampleLedger:
                 f"({floor}): reserve attempts above it first",
             )
         siblings = IntMap().updated(changes)
-        return SampleResumed(
+        return Resumed(
             ledger=cls(
-                ledger=ledger, next_attempt=floor, siblings=siblings, attempt_limit=attempt_limit
+                groups=ledger, next_attempt=floor, siblings=siblings, attempt_limit=attempt_limit
             ),
             rewind_to=resumed.rewind_to,
             covered=resumed.covered,
@@ -319,32 +350,66 @@ class SampleLedger:
 
     @property
     def config(self) -> LedgerConfig:
-        return self.ledger.config
+        return self._groups.config
 
     @property
     def cut(self) -> int:
-        return self.ledger.cut
+        return self._groups.cut
 
     @property
     def next_ordinal(self) -> int:
-        return self.ledger.next_ordinal
+        return self._groups.next_ordinal
 
     @property
     def exhausted(self) -> bool:
-        return self.ledger.exhausted
+        return self._groups.exhausted
 
     @property
     def drained(self) -> bool:
-        return self.ledger.drained
+        return self._groups.drained
+
+    @property
+    def filter_horizon(self) -> int:
+        """One past the highest ordinal the resume filter may drop (the
+        resume sets it; nothing else changes it)."""
+        return self._groups.filter_horizon
+
+    @property
+    def filtering(self) -> bool:
+        """Whether the resume filter may still drop re-yielded ordinals."""
+        return self._groups.filtering
 
     def status(self, ordinal: int) -> Status | None:
-        """The group's status (``Ledger.status``)."""
-        return self.ledger.status(ordinal)
+        """The status of the group ``ordinal``; ``None`` below the cut
+        (resolved and forgotten). An ordinal the source has not reached is
+        ``UNSTAMPED``."""
+        return self._groups.status(ordinal)
 
     def attempts(self, ordinal: int) -> int:
-        """The group's failed attempts (``Ledger.attempts``), failed samples
-        included."""
-        return self.ledger.attempts(ordinal)
+        """Failed attempts so far of an unresolved group (0 if none), its
+        failed samples included."""
+        return self._groups.attempts(ordinal)
+
+    def count(self, status: Status) -> int:
+        """How many groups at or above the cut are in ``status``. For
+        ``UNSTAMPED``, only those the ledger holds an entry for."""
+        return self._groups.count(status)
+
+    def ordinals(self, status: Status) -> Iterator[int]:
+        """The groups in ``status`` (at or above the cut), ascending.
+        O(entries): for inspection and checkpoints, not for hot loops."""
+        return self._groups.ordinals(status)
+
+    def in_flight(self) -> int:
+        """Pending, outstanding and buffered groups: the live window."""
+        return self._groups.in_flight()
+
+    def size(self) -> int:
+        """Group entries held: O(unresolved + resolved above the cut)."""
+        return self._groups.size()
+
+    def node_count(self) -> int:
+        return self._groups.node_count() + self._siblings.node_count()
 
     def sibling(self, ordinal: int, sibling: int) -> tuple[Sibling, int | None] | None:
         """``(status, attempt)`` of one sibling of an outstanding group
@@ -353,7 +418,7 @@ class SampleLedger:
         n = self.config.samples
         if not 0 <= sibling < n:
             raise ValueError(f"sibling must be in [0, {n}), got {sibling!r}")
-        value = self._siblings.get(ordinal)
+        value = self._read(self._groups, self._siblings, [ordinal])[0]
         if value is None:
             return None
         status, attempt = _field(value, sibling)
@@ -373,25 +438,26 @@ class SampleLedger:
 
     def _with_status(self, wanted: int) -> Iterator[Lease]:
         n = self.config.samples
-        for o, value in self._siblings.items():
+        # A single-sample group with a sealed sibling has landed, unless a
+        # resume keeps it (in the map): ``held`` (so a checkpoint) costs
+        # what it records.
+        every = self._siblings.items() if n == 1 and wanted == _SEALED else self._all()
+        for o, value in every:
             for s in range(n):
                 status, attempt = _field(value, s)
                 if status == wanted:
                     yield Lease(o, s, attempt)
 
-    def size(self) -> int:
+    def sibling_count(self) -> int:
         """Sibling details held: the siblings of outstanding groups and the
         sealed ones a resume keeps; O(outstanding groups x n), never the run.
         (A query: it walks them.)"""
         n = self.config.samples
         return sum(
-            1
-            for _, value in self._siblings.items()
-            for s in range(n)
-            if _field(value, s)[0] != _ABSENT
+            1 for _, value in self._all() for s in range(n) if _field(value, s)[0] != _ABSENT
         )
 
-    def with_attempt_limit(self, limit: int | None, *, floor: int = 0) -> SampleLedger:
+    def with_attempt_limit(self, limit: int | None, *, floor: int = 0) -> Ledger:
         """This ledger dealing attempts below ``limit`` only (``None``: no
         limit), its counter raised to ``floor`` if it is below: call it
         after reserving attempts below ``limit`` durably (a rollout journal's
@@ -404,24 +470,24 @@ class SampleLedger:
             raise IllegalTransitionError(
                 "reserve", (), f"attempt_limit {limit} is below the counter {attempt}"
             )
-        return SampleLedger(
-            ledger=self.ledger, next_attempt=attempt, siblings=self._siblings, attempt_limit=limit
+        return Ledger(
+            groups=self._groups, next_attempt=attempt, siblings=self._siblings, attempt_limit=limit
         )
 
     def _key(self) -> tuple[object, ...]:
         if self._identity is None:
             key = (
-                self.ledger,
+                self._groups,
                 self.next_attempt,
                 self.attempt_limit,
-                tuple(self._siblings.items()),
+                tuple(self._all()),
             )
             object.__setattr__(self, "_identity", key)
             return key
         return self._identity
 
     def __eq__(self, other: object) -> bool:
-        if not isinstance(other, SampleLedger):
+        if not isinstance(other, Ledger):
             return NotImplemented
         return self is other or self._key() == other._key()
 
@@ -430,83 +496,107 @@ class SampleLedger:
 
     # -- transitions ------------------------------------------------------
 
-    def apply(self, event: Event | SampleEvent) -> SampleApplied:
+    def apply(self, event: Event | SampleEvent) -> Applied:
         """Apply ``event``; raises ``IllegalTransitionError`` and changes
         nothing if it is illegal. Prompt-level events act on whole groups."""
+        single = self.config.samples == 1
         if isinstance(event, Seal):
-            return self._seal(event.leases)
+            return self._seal_single(event.leases) if single else self._seal(event.leases)
         if isinstance(event, FailSample):
             return self._fail_sample(event.leases)
         if isinstance(event, Restart):
             return self._start(event.siblings)
         if isinstance(event, Dispatch):
-            return self._dispatch(event.ordinals)
-        applied = self.ledger.apply(event)
+            return self._dispatch_single(event) if single else self._dispatch(event.ordinals)
+        applied = self._groups.apply(event)
         siblings = self._siblings
         if isinstance(event, Buffer | Fail | Setback):
             # The group moved as a whole (a setback only when it dropped the
             # group): its siblings' detail goes, which fences their running
             # attempts from now on.
-            gone = [o for o in event.ordinals if applied.ledger.status(o) is not Status.OUTSTANDING]
-            siblings = self._forget(siblings, gone)
-        return SampleApplied(
-            self._replace(applied.ledger, self.next_attempt, siblings), applied.effect
-        )
+            # (A single-sample group's detail, in its entry, went with the move.)
+            if siblings:
+                gone = [
+                    o for o in event.ordinals if applied.ledger.status(o) is not Status.OUTSTANDING
+                ]
+                siblings = self._forget(siblings, gone)
+        return _applied(self._replace(applied.ledger, self.next_attempt, siblings), applied.effect)
 
-    def stamp(self, count: int) -> SampleApplied:
-        """The source yielded its next ``count`` prompts (``Ledger.stamp``)."""
+    def stamp(self, count: int) -> Applied:
+        """The source yielded its next ``count`` prompts: stamp them.
+
+        ``effect.stamped`` are their ordinals (fewer than ``count`` at the
+        end of a finite stream); ``effect.kept`` those that became pending.
+        The others are covered by a checkpoint and must not be generated."""
         return self.apply(Stamp(count))
 
-    def dispatch(self, ordinals: Iterable[int]) -> SampleApplied:
+    def dispatch(self, ordinals: Iterable[int]) -> Applied:
         """These pending groups were handed to rollout: every sibling not
         sealed already starts under a new attempt (``effect.leases``); the
         sealed ones are ``effect.reused``; a group with all n sealed lands
         at once (``effect.landed``)."""
         return self.apply(Dispatch(ordinals))
 
-    def restart(self, siblings: Iterable[Iterable[int]]) -> SampleApplied:
+    def restart(self, siblings: Iterable[Iterable[int]]) -> Applied:
         """Restart these unstarted siblings ``(ordinal, sibling)`` under new
         attempts (``effect.leases``)."""
         return self.apply(Restart(siblings))
 
-    def seal(self, leases: Iterable[Iterable[int]]) -> SampleApplied:
+    def seal(self, leases: Iterable[Iterable[int]]) -> Applied:
         """These attempts ``(ordinal, sibling, attempt)`` finished their
         samples: ``effect.sealed`` were accepted, ``effect.fenced`` ignored,
         ``effect.landed`` the groups that became complete."""
-        return self.apply(Seal(leases))
+        # ``Seal``'s own validation (its converter), without the event value.
+        checked = _seal_leases(leases)
+        if self._groups.config.samples == 1:
+            return self._seal_single(checked)
+        return self._seal(checked)
 
-    def fail_sample(self, leases: Iterable[Iterable[int]]) -> SampleApplied:
+    def fail_sample(self, leases: Iterable[Iterable[int]]) -> Applied:
         """These attempts failed. ``effect.restart`` are the siblings to
         generate again (``sibling`` granularity); ``effect.requeued``,
         ``unstamped`` and ``dropped`` the groups that failed as a whole;
         ``effect.fenced`` the results ignored."""
         return self.apply(FailSample(leases))
 
-    def buffer(self, ordinals: Iterable[int]) -> SampleApplied:
-        """These outstanding groups landed whole (``Ledger.buffer``)."""
+    def buffer(self, ordinals: Iterable[int]) -> Applied:
+        """These outstanding groups landed whole in the replay buffer."""
         return self.apply(Buffer(ordinals))
 
-    def train(self, ordinals: Iterable[int]) -> SampleApplied:
-        """``Ledger.train``."""
+    def train(self, ordinals: Iterable[int]) -> Applied:
+        """One training step consumed these buffered groups."""
         return self.apply(Train(ordinals))
 
-    def fail(self, ordinals: Iterable[int]) -> SampleApplied:
-        """These outstanding groups failed whole (``Ledger.fail``)."""
+    def fail(self, ordinals: Iterable[int]) -> Applied:
+        """Generation failed for these outstanding groups as a whole.
+        ``effect`` says which were requeued and which dropped."""
         return self.apply(Fail(ordinals))
 
-    def evict(self, ordinals: Iterable[int]) -> SampleApplied:
-        """``Ledger.evict``."""
+    def setback(self, ordinals: Iterable[int]) -> Applied:
+        """One sample of each of these outstanding groups failed and only it
+        is generated again; ``effect.dropped`` names the groups the failure
+        policy dropped instead (``fail_sample`` reports it with the
+        sibling)."""
+        return self.apply(Setback(ordinals))
+
+    def evict(self, ordinals: Iterable[int]) -> Applied:
+        """The buffer discarded these groups as stale. ``effect`` says which
+        were requeued and which dropped."""
         return self.apply(Evict(ordinals))
 
-    def checkpoint(self, *, save_buffer: bool = True, save_sealed: bool = True) -> SampleCheckpoint:
-        """The durable state at this moment. ``save_buffer`` is
-        ``Ledger.checkpoint``'s; ``save_sealed`` says whether the framework
-        saves the samples of the sealed siblings of outstanding groups with
-        it (if not, a resume gets them from a journal, or regenerates them).
-        O(what it records)."""
+    def checkpoint(self, *, save_buffer: bool = True, save_sealed: bool = True) -> Checkpoint:
+        """The durable state at this moment.
+
+        ``save_buffer`` says whether the replay buffer is saved with it; if
+        not, its groups are not retained and a resume regenerates them.
+        ``save_sealed`` says whether the framework saves the samples of the
+        sealed siblings of outstanding groups with it (if not, a resume gets
+        them from a journal, or regenerates them). O(what it records):
+        pending and outstanding groups without failed attempts are not
+        visited."""
         sealed = tuple(self.held()) if save_sealed else ()
-        return SampleCheckpoint(
-            ledger=self.ledger.checkpoint(save_buffer=save_buffer),
+        return attrs.evolve(
+            self._groups.checkpoint(save_buffer=save_buffer),
             samples=self.config.samples,
             next_attempt=self.next_attempt,
             sealed=sealed,
@@ -514,13 +604,17 @@ class SampleLedger:
 
     # -- internals --------------------------------------------------------
 
-    def _replace(self, ledger: Ledger, next_attempt: int, siblings: IntMap) -> SampleLedger:
-        return SampleLedger(
-            ledger=ledger,
-            next_attempt=next_attempt,
-            siblings=siblings,
-            attempt_limit=self.attempt_limit,
-        )
+    def _replace(self, groups: GroupTable, next_attempt: int, siblings: IntMap) -> Ledger:
+        # Transitions are the hot path (a seal per sample): the successor is
+        # built without the generated ``__init__``'s alias and default
+        # handling, field by field, as attrs itself sets a frozen one.
+        new = _NEW(Ledger)
+        _SET(new, "_groups", groups)
+        _SET(new, "next_attempt", next_attempt)
+        _SET(new, "_siblings", siblings)
+        _SET(new, "attempt_limit", self.attempt_limit)
+        _SET(new, "_identity", None)
+        return new
 
     def _check_limit(self, name: str, ordinals: Iterable[int], after: int) -> None:
         """Refuse to deal attempts up to ``after - 1`` past the limit."""
@@ -537,8 +631,137 @@ class SampleLedger:
         gone: list[tuple[int, int | None]] = [(o, None) for o in ordinals if o in siblings]
         return siblings.updated(gone) if gone else siblings
 
-    def _dispatch(self, ordinals: tuple[int, ...]) -> SampleApplied:
-        applied = self.ledger.apply(Dispatch(ordinals))
+    # Where the siblings' detail lives. For n > 1, in ``_siblings``: one
+    # packed value per group (``_with``). For n = 1 (the fast path), an
+    # outstanding group's lives in its own entry of the group table, as
+    # ``1 + packed`` (0: none), so that a dispatch and a seal cost one trie
+    # update, the group move's; ``_siblings`` keeps only the sealed siblings
+    # a resume holds for groups not yet dispatched again. ``_read``,
+    # ``_write`` and ``_all`` hide the difference from the rest.
+
+    def _read(
+        self, groups: GroupTable, siblings: IntMap, ordinals: Sequence[int]
+    ) -> list[int | None]:
+        """The packed detail of each of these groups (``None``: none)."""
+        held: list[int | None] = siblings.get_many(ordinals) if siblings else [None] * len(ordinals)
+        if self.config.samples != 1:
+            return held
+        return [h if d == 0 else d - 1 for d, h in zip(groups._detail(ordinals), held, strict=True)]
+
+    def _write(
+        self, groups: GroupTable, siblings: IntMap, changes: list[tuple[int, int | None]]
+    ) -> tuple[GroupTable, IntMap]:
+        """``groups`` and ``siblings`` with these groups' packed detail
+        replaced (``None``: forgotten)."""
+        if not changes:
+            return groups, siblings
+        if self.config.samples != 1:
+            return groups, siblings.updated(changes)
+        inline: list[tuple[int, int]] = []
+        apart: list[tuple[int, int | None]] = []
+        for o, v in changes:
+            if groups.status(o) is Status.OUTSTANDING:
+                inline.append((o, 0 if v is None else v + 1))
+            elif v is not None or o in siblings:
+                apart.append((o, v))
+        if inline:
+            groups = groups._with_detail(inline)
+        return groups, siblings.updated(apart) if apart else siblings
+
+    def _all(self) -> Iterator[tuple[int, int]]:
+        """Every group with detail and its packed detail, ascending."""
+        if self.config.samples != 1:
+            return self._siblings.items()
+        inline = [(o, d - 1) for o, d in self._groups._details()]
+        return iter(sorted(inline + list(self._siblings.items())) if self._siblings else inline)
+
+    def _dispatch_single(self, event: Dispatch) -> Applied:
+        """``_dispatch`` for single-sample groups: each sibling's detail goes
+        into its group's entry, in the group move itself."""
+        ordinals = event.ordinals
+        attempt = self.next_attempt
+        held = self._siblings.get_many(ordinals) if self._siblings else None
+        if held is None:
+            end = attempt + len(ordinals)
+            # Attempts ``attempt, attempt + 1, ...`` in order: their packed
+            # details step by one attempt.
+            first = (attempt << _STATUS_BITS | _RUNNING) + 1
+            step = 1 << _STATUS_BITS
+            applied = self._groups._move(event, range(first, first + step * len(ordinals), step))
+            self._check_dealt(ordinals, end)
+            leases = tuple(map(Lease._make, zip(ordinals, repeat(0), range(attempt, end))))
+            effect = Effect(event=Dispatch.name, leases=leases)
+            return _applied(self._replace(applied.ledger, end, self._siblings), effect)
+        detail = []
+        leases_list: list[Lease] = []
+        reused: list[Lease] = []
+        complete: list[int] = []
+        for o, value in zip(ordinals, held, strict=True):
+            if value is not None and _field(value, 0)[0] == _SEALED:
+                # Kept by the resume (REUSE): its sample exists.
+                reused.append(Lease(o, 0, _field(value, 0)[1]))
+                complete.append(o)
+                detail.append(0)
+            else:
+                leases_list.append(Lease(o, 0, attempt))
+                detail.append((attempt << _STATUS_BITS | _RUNNING) + 1)
+                attempt += 1
+        applied = self._groups._move(event, detail)
+        self._check_dealt(ordinals, attempt)
+        groups = applied.ledger.buffer(complete).ledger if complete else applied.ledger
+        siblings = self._forget(self._siblings, complete)
+        effect = Effect(
+            event=Dispatch.name,
+            leases=tuple(leases_list),
+            reused=tuple(reused),
+            landed=tuple(complete),
+        )
+        return _applied(self._replace(groups, attempt, siblings), effect)
+
+    def _check_dealt(self, ordinals: tuple[int, ...], end: int) -> None:
+        """Refuse a dispatch that would deal attempts up to ``end - 1``
+        past the counter's bound or the limit."""
+        if end - 1 > MAX_ATTEMPT:
+            raise IllegalTransitionError(
+                Dispatch.name, ordinals, "the attempt counter would pass 2**32 - 1"
+            )
+        self._check_limit(Dispatch.name, ordinals, end)
+
+    def _seal_single(self, leases: tuple[Lease, ...]) -> Applied:
+        """``_seal`` for single-sample groups: a current seal completes its
+        group, which lands with one group move."""
+        groups = self._groups
+        if len(leases) == 1:
+            # The hot case, a rollout loop's one result: no lists.
+            x = leases[0]
+            if x.sibling or x.attempt >= self.next_attempt:
+                self._check_leases(Seal.name, leases)  # raises
+            value = groups._entries.get(x.ordinal)
+            if (
+                value is not None
+                and value & _DETAIL_MASK
+                == ((x.attempt << _STATUS_BITS | _RUNNING) + 1) << _GROUP_STATUS_BITS
+            ):
+                table = groups._moved(Buffer, Buffer.name, (x.ordinal,), values=(value,))[0]
+                effect = Effect(event=Seal.name, sealed=leases, landed=(x.ordinal,))
+            else:
+                table, effect = groups, Effect(event=Seal.name, fenced=leases)
+            return _applied(self._replace(table, self.next_attempt, self._siblings), effect)
+        self._check_leases(Seal.name, leases)
+        current: list[Lease] = []
+        fenced: list[Lease] = []
+        details = groups._detail([x.ordinal for x in leases])
+        for x, d in zip(leases, details, strict=True):
+            # Only a running sibling's attempt is current (``current_attempt``).
+            (current if d == (x.attempt << _STATUS_BITS | _RUNNING) + 1 else fenced).append(x)
+        landed = tuple([x.ordinal for x in current])
+        # The landed ordinals are a seal's, distinct ints: a buffer's as they are.
+        groups = groups._moved(Buffer, Buffer.name, landed)[0] if landed else groups
+        effect = Effect(event=Seal.name, sealed=tuple(current), fenced=tuple(fenced), landed=landed)
+        return _applied(self._replace(groups, self.next_attempt, self._siblings), effect)
+
+    def _dispatch(self, ordinals: tuple[int, ...]) -> Applied:
+        applied = self._groups.apply(Dispatch(ordinals))
         n = self.config.samples
         attempt = self.next_attempt
         changes: list[tuple[int, int | None]] = []
@@ -579,7 +802,7 @@ class SampleLedger:
         effect = attrs.evolve(
             applied.effect, leases=tuple(leases), reused=tuple(reused), landed=tuple(complete)
         )
-        return SampleApplied(self._replace(ledger, attempt, siblings), effect)
+        return _applied(self._replace(ledger, attempt, siblings), effect)
 
     def _check_leases(self, name: str, leases: tuple[Lease, ...]) -> None:
         n = self.config.samples
@@ -594,7 +817,7 @@ class SampleLedger:
 
     def _current(self, leases: tuple[Lease, ...]) -> tuple[list[Lease], list[Lease]]:
         """``leases`` split into the current attempts and the fenced ones."""
-        values = self._siblings.get_many([x.ordinal for x in leases])
+        values = self._read(self._groups, self._siblings, [x.ordinal for x in leases])
         current: list[Lease] = []
         fenced: list[Lease] = []
         for lease, value in zip(leases, values, strict=True):
@@ -605,7 +828,7 @@ class SampleLedger:
             (current if ok else fenced).append(lease)
         return current, fenced
 
-    def _seal(self, leases: tuple[Lease, ...]) -> SampleApplied:
+    def _seal(self, leases: tuple[Lease, ...]) -> Applied:
         self._check_leases(Seal.name, leases)
         current, fenced = self._current(leases)
         every, all_sealed, _ = _masks(self.config.samples)
@@ -623,17 +846,17 @@ class SampleLedger:
             (o, None if o in done else v) for o, v in groups.items()
         ]
         siblings = self._siblings.updated(changes) if changes else self._siblings
-        ledger = self.ledger.buffer(complete).ledger if complete else self.ledger
+        ledger = self._groups.buffer(complete).ledger if complete else self._groups
         effect = Effect(
             event=Seal.name, sealed=tuple(current), fenced=tuple(fenced), landed=tuple(complete)
         )
-        return SampleApplied(self._replace(ledger, self.next_attempt, siblings), effect)
+        return _applied(self._replace(ledger, self.next_attempt, siblings), effect)
 
-    def _fail_sample(self, leases: tuple[Lease, ...]) -> SampleApplied:
+    def _fail_sample(self, leases: tuple[Lease, ...]) -> Applied:
         self._check_leases(FailSample.name, leases)
         current, fenced = self._current(leases)
         move = sample_failure(self.config.granularity)
-        ledger = self.ledger
+        ledger = self._groups
         siblings = self._siblings
         requeued: list[int] = []
         unstamped: list[int] = []
@@ -661,12 +884,12 @@ class SampleLedger:
             gone = [o for o in this_round if ledger.status(o) is not Status.OUTSTANDING]
             siblings = self._forget(siblings, gone)
             back: list[tuple[int, int | None]] = []
-            for o, x in this_round.items():
-                if o not in gone:
-                    value = siblings.get(o)
-                    assert value is not None  # still outstanding: it has detail
-                    back.append((o, _with(value, x.sibling, _UNSTARTED, x.attempt)))
-            siblings = siblings.updated(back) if back else siblings
+            stay = [o for o in this_round if o not in gone]
+            for o, value in zip(stay, self._read(ledger, siblings, stay), strict=True):
+                assert value is not None  # still outstanding: it has detail
+                x = this_round[o]
+                back.append((o, _with(value, x.sibling, _UNSTARTED, x.attempt)))
+            ledger, siblings = self._write(ledger, siblings, back)
             restart += [(x.ordinal, x.sibling) for o, x in this_round.items() if o not in gone]
             pending = later
         # A sibling sent back in one round whose group a later round failed
@@ -680,11 +903,11 @@ class SampleLedger:
             fenced=tuple(fenced),
             restart=tuple(restart),
         )
-        return SampleApplied(self._replace(ledger, self.next_attempt, siblings), effect)
+        return _applied(self._replace(ledger, self.next_attempt, siblings), effect)
 
-    def _start(self, pairs: tuple[tuple[int, int], ...]) -> SampleApplied:
+    def _start(self, pairs: tuple[tuple[int, int], ...]) -> Applied:
         n = self.config.samples
-        values = self._siblings.get_many([o for o, _ in pairs])
+        values = self._read(self._groups, self._siblings, [o for o, _ in pairs])
         illegal = []
         for (o, s), v in zip(pairs, values, strict=True):
             status = _field(v, s)[0] if v is not None and s < n else _ABSENT
@@ -708,202 +931,9 @@ class SampleLedger:
         for (o, s, a), v in zip(leases, values, strict=True):
             assert v is not None
             groups[o] = _with(groups.get(o, v), s, _RUNNING, a)
-        siblings = self._siblings.updated(list(groups.items()))
+        table, siblings = self._write(self._groups, self._siblings, list(groups.items()))
         effect = Effect(event=Restart.name, leases=tuple(leases))
-        return SampleApplied(self._replace(self.ledger, attempt + len(leases), siblings), effect)
-
-
-# -- the checkpoint ---------------------------------------------------------------
-
-FORMAT: Final = "frontier_core.samples"
-VERSION: Final = 1
-KEY_FORMAT: Final = "format"
-KEY_VERSION: Final = "version"
-KEY_SAMPLES: Final = "samples"
-KEY_NEXT_ATTEMPT: Final = "next_attempt"
-KEY_LEDGER: Final = "ledger"
-KEY_SEALED: Final = "sealed"
-KEY_CHECKSUM: Final = "checksum"
-_BODY_KEYS: Final = frozenset(
-    {KEY_FORMAT, KEY_VERSION, KEY_SAMPLES, KEY_NEXT_ATTEMPT, KEY_LEDGER, KEY_SEALED}
-)
-
-
-def _sealed_leases(value: Any) -> tuple[Lease, ...]:
-    if isinstance(value, str | bytes) or not isinstance(value, Iterable):
-        raise CheckpointCorruptError(f"sealed must be a sequence of leases, got {shown(value)}")
-    out = []
-    for item in value:
-        if not isinstance(item, tuple | list) or len(item) != 3:
-            raise CheckpointCorruptError(
-                f"sealed holds {shown(item)}, not (ordinal, sibling, attempt)"
-            )
-        out.append(Lease(*item))
-    return tuple(out)
-
-
-@attrs.frozen
-class SampleCheckpoint:
-    """The sample-level ledger's durable state: the prompt-level
-    ``Checkpoint`` of the groups (``ledger``), the group size, the attempt
-    counter, and the sealed siblings of outstanding groups whose samples the
-    framework saved with it (``sealed``, ascending; empty unless
-    ``save_sealed``).
-
-    Checked whenever one is built, so that no value that breaks these
-    exists: ``1 <= samples <= 2**32`` and ``0 <= next_attempt <= 2**32``
-    (sibling indices and attempts are u32 in the journal, so a record the
-    ledger could not deal from is refused here, not at the first dispatch);
-    every sealed sibling is an index below ``samples``, of an ordinal below
-    ``2**64``, at or above the cut that the
-    record does not resolve or retain (its group was outstanding), under an
-    attempt below ``next_attempt``, listed once and ascending. A group may
-    have all its siblings sealed: a resume keeps them for a group that waits
-    for its stamp, and it lands at its dispatch. ``CheckpointCorruptError``
-    names the broken rule. The record (``state_dict``) is JSON with its own
-    format tag, version and SHA-256 checksum, around the prompt-level record.
-    """
-
-    ledger: Checkpoint
-    samples: int = 1
-    next_attempt: int = 0
-    sealed: tuple[Lease, ...] = attrs.field(default=(), converter=_sealed_leases)
-
-    def __attrs_post_init__(self) -> None:
-        if not isinstance(self.ledger, Checkpoint):
-            raise CheckpointCorruptError(
-                f"ledger must be a Checkpoint, got {type(self.ledger).__name__}"
-            )
-        # Bounded to what the ledger and the journal can deal: sibling
-        # indices and attempts are u32 there, ordinals u64.
-        _check_count(KEY_SAMPLES, self.samples, least=1, most=MAX_ATTEMPT + 1)
-        _check_count(KEY_NEXT_ATTEMPT, self.next_attempt, least=0, most=MAX_ATTEMPT + 1)
-        cut = self.ledger.cut
-        resolved_or_retained = (
-            self.ledger.trained_above_cut,
-            self.ledger.dropped_above_cut,
-            self.ledger.retained,
-        )
-        previous: tuple[int, int] | None = None
-        for lease in self.sealed:
-            for name, x in zip(("ordinal", "sibling", "attempt"), lease, strict=True):
-                _check_count(f"a sealed sibling's {name}", x, least=0)
-            o, s, a = lease
-            # (Sibling and attempt are bounded by samples and next_attempt, below.)
-            _check_count("a sealed sibling's ordinal", o, least=0, most=_MAX_ORDINAL)
-            if previous is not None and (o, s) <= previous:
-                raise CheckpointCorruptError(
-                    f"sealed siblings must ascend, {lease} follows {previous}"
-                )
-            previous = (o, s)
-            if o < cut or s >= self.samples or a >= self.next_attempt:
-                raise CheckpointCorruptError(
-                    f"sealed sibling {lease}: ordinals >= the cut {cut}, siblings < "
-                    f"{self.samples}, attempts < next_attempt {self.next_attempt}"
-                )
-            if any(_contains(r, o) for r in resolved_or_retained):
-                raise CheckpointCorruptError(
-                    f"sealed sibling {lease} belongs to a group the record resolves or retains"
-                )
-            if self.ledger.stream_len is not None and o >= self.ledger.stream_len:
-                raise CheckpointCorruptError(f"sealed sibling {lease} lies beyond the stream")
-
-    @property
-    def cut(self) -> int:
-        return self.ledger.cut
-
-    @property
-    def stream_len(self) -> int | None:
-        return self.ledger.stream_len
-
-    def state_dict(self) -> dict[str, Any]:
-        """The record: JSON types only, checksummed."""
-        sealed: list[list[int]] = []
-        floor = self.ledger.cut
-        for o, s, a in self.sealed:
-            sealed.append([o - floor, s, a])
-            floor = o
-        body: dict[str, Any] = {
-            KEY_FORMAT: FORMAT,
-            KEY_VERSION: VERSION,
-            KEY_SAMPLES: self.samples,
-            KEY_NEXT_ATTEMPT: self.next_attempt,
-            KEY_LEDGER: self.ledger.state_dict(),
-            KEY_SEALED: sealed,
-        }
-        body[KEY_CHECKSUM] = _checksum(body)
-        return body
-
-    @classmethod
-    def from_state_dict(
-        cls, record: Mapping[str, Any], *, fingerprint: str | None = None
-    ) -> SampleCheckpoint:
-        """Validate ``record`` and return its checkpoint; raises as
-        ``Checkpoint.from_state_dict`` does (its inner record is read by it)."""
-        if not isinstance(record, Mapping):
-            raise CheckpointCorruptError(
-                f"checkpoint record must be a dict, got {type(record).__name__}"
-            )
-        if record.get(KEY_FORMAT) != FORMAT:
-            raise CheckpointVersionError(
-                f"not a frontier_core sample checkpoint: {KEY_FORMAT!r} is "
-                f"{shown(record.get(KEY_FORMAT))}, expected {FORMAT!r}"
-            )
-        version = record.get(KEY_VERSION)
-        if version != VERSION or type(version) is not int:
-            raise CheckpointVersionError(
-                f"sample checkpoint schema version {shown(version, 20)} is not supported "
-                f"(this library reads version {VERSION})"
-            )
-        keys = set(record)
-        missing = sorted((_BODY_KEYS | {KEY_CHECKSUM}) - keys)
-        extra = sorted(map(str, keys - _BODY_KEYS - {KEY_CHECKSUM}))
-        if missing or extra:
-            raise CheckpointCorruptError(
-                f"sample checkpoint record has missing keys {missing} and unknown keys {extra}"
-            )
-        body = {k: record[k] for k in _BODY_KEYS}
-        try:
-            expected = _checksum(body)
-        except (TypeError, ValueError, RecursionError) as exc:
-            raise CheckpointCorruptError(
-                f"sample checkpoint record is not JSON data: {str(exc)[:200]}"
-            ) from None
-        if record[KEY_CHECKSUM] != expected:
-            raise CheckpointCorruptError(
-                "sample checkpoint checksum mismatch: the record was altered or truncated"
-            )
-        ledger = Checkpoint.from_state_dict(record[KEY_LEDGER], fingerprint=fingerprint)
-        raw = record[KEY_SEALED]
-        if not isinstance(raw, list):
-            raise CheckpointCorruptError(
-                f"{KEY_SEALED!r} must be a list of [gap, sibling, attempt]"
-            )
-        sealed = []
-        floor = ledger.cut
-        for item in raw:
-            if not (isinstance(item, list) and len(item) == 3):
-                raise CheckpointCorruptError(
-                    f"{KEY_SEALED!r} holds {shown(item)}, not [gap, sibling, attempt]"
-                )
-            gap, s, a = (_check_count(KEY_SEALED, x, least=0) for x in item)
-            floor += gap
-            sealed.append(Lease(floor, s, a))
-        return cls(
-            ledger=ledger,
-            samples=record[KEY_SAMPLES],
-            next_attempt=record[KEY_NEXT_ATTEMPT],
-            sealed=tuple(sealed),
-        )
-
-
-def _check_count(name: str, value: object, *, least: int, most: int | None = None) -> int:
-    if type(value) is not int or value < least or (most is not None and value > most):
-        upper = "" if most is None else f" and <= {most}"
-        raise CheckpointCorruptError(
-            f"{name!r} must be an int >= {least}{upper}, got {shown(value)}"
-        )
-    return value
+        return _applied(self._replace(table, attempt + len(leases), siblings), effect)
 
 
 def _check_attempts(floor: object, limit: object, event: str) -> None:

@@ -4,8 +4,9 @@ As in h11's state module, the table says which event may move an ordinal in
 which status, and to where; the few rules that need more than the status
 (the failure policy and the attempts, whether the source stamped the
 ordinal in this life of the run, what a checkpoint says of it) are the pure
-functions beside it. ``Ledger`` applies them: its hot loops precompute
-integer tables from these and hold no rule of their own.
+functions beside it. The ledger's group table (``_ledger.GroupTable``)
+applies them: its hot loops precompute integer tables from these and hold no
+rule of their own.
 
 The moves, with the rule that decides each::
 
@@ -206,9 +207,9 @@ NOTING: Final = frozenset(
 
 # -- samples -----------------------------------------------------------------------
 #
-# The sample-level ledger (``SampleLedger``) keeps, for each outstanding
-# group, the status of each of its n siblings and the attempt it runs or was
-# sealed by. Its moves, one sibling at a time::
+# The ledger (``Ledger``) keeps, for each outstanding group, the status of
+# each of its n siblings and the attempt it runs or was sealed by. Its moves,
+# one sibling at a time::
 #
 #     (group dispatched) ---------> RUNNING, a new attempt (SEALED if reused)
 #     UNSTARTED --restart-------->  RUNNING, a new attempt    SAMPLE_TRANSITIONS
@@ -219,7 +220,7 @@ NOTING: Final = frozenset(
 #
 # A seal or a failure counts only from the sibling's current attempt
 # (``current_attempt``); any other is fenced. The group's own moves (and its
-# failure count) stay the prompt-level table's.
+# failure count) stay the group table's.
 
 #: (sample event, sibling status) -> next sibling status, for a result of the
 #: sibling's current attempt. A pair that is absent is fenced (seal,

@@ -70,9 +70,9 @@ def test_a_resume_that_forgets_the_floor_and_limit_still_deals_no_attempt_twice(
     journal.close()  # SIGKILL: nothing journaled
 
     journal = open_journal(tmp_path)
-    from frontier_core import SampleCheckpoint
+    from frontier_core import Checkpoint
 
-    record = SampleCheckpoint.from_state_dict(state["ledger"])
+    record = Checkpoint.from_state_dict(state["ledger"])
     got = journal.recover(
         record, position=position, checkpoint_id=0, reuse=Reuse.everything(), fork=0, step=0
     )

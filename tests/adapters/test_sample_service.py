@@ -27,13 +27,13 @@ from frontier_adapters._sample_service import (
 from frontier_adapters.journal import RolloutJournal, read_journal
 
 from frontier_core import (
+    Checkpoint,
     CheckpointCorruptError,
     CheckpointVersionError,
     FailurePolicy,
     Lease,
+    Ledger,
     LedgerConfig,
-    SampleCheckpoint,
-    SampleLedger,
 )
 from frontier_core.journal import (
     BytesPayload,
@@ -295,15 +295,15 @@ def test_the_journal_floor_alone_would_accept_a_previous_incarnations_answer() -
     floor, to the same siblings, so a surviving worker's late answer passes
     as current."""
     cfg = config()
-    ledger = SampleLedger.start(cfg)
+    ledger = Ledger.start(cfg)
     record = ledger.checkpoint()
     ledger = ledger.stamp(4).ledger
     old = ledger.dispatch([0]).effect.leases  # handed out, nothing journaled, then a crash
     floor = 0  # the journal names no attempt
     again = (
-        SampleLedger.resume(
+        Ledger.resume(
             cfg,
-            SampleCheckpoint.from_state_dict(record.state_dict()),
+            Checkpoint.from_state_dict(record.state_dict()),
             load_replay_buffer=True,
             sealed=(),
             attempt_floor=floor,

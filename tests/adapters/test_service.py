@@ -120,7 +120,7 @@ def test_trained_returns_the_state_after_the_step_in_one_call() -> None:
     snap = s.trained([0, 1])
     assert snap.cut == 2 and snap.buffered == 2
     assert snap.state["buffer"] == [[2, "g2"], [3, "g3"]]
-    assert snap.state["collector"]["ledger"]["cut"] == 2
+    assert snap.state["collector"]["ledger"]["ledger"]["cut"] == 2
 
 
 def test_a_rebuilt_service_regenerates_outstanding_and_keeps_the_buffer() -> None:

@@ -26,6 +26,7 @@ from frontier_core import (
     LedgerConfig,
     Status,
 )
+from frontier_core._ledger import GroupTable
 
 RESOLVED = (Status.TRAINED, Status.DROPPED)
 LIVE = (Status.PENDING, Status.OUTSTANDING, Status.BUFFERED)
@@ -238,7 +239,7 @@ def check_counts(ledger: Ledger, model: Model) -> None:
         assert ledger.count(status) == len(list(ledger.ordinals(status))), status
 
 
-def check_noted_index(ledger: Ledger, model: Model) -> None:
+def check_noted_index(ledger: Ledger | GroupTable, model: Model) -> None:
     """The checkpoint's index holds exactly the entries a checkpoint records."""
     recorded = {Status.BUFFERED, Status.TRAINED, Status.DROPPED, Status.UNSTAMPED}
     expected = {
@@ -247,7 +248,8 @@ def check_noted_index(ledger: Ledger, model: Model) -> None:
         for o in ledger.ordinals(status)
         if status in recorded or ledger.attempts(o) > 0
     }
-    assert set(ledger._noted) == expected
+    groups = ledger._groups if isinstance(ledger, Ledger) else ledger
+    assert set(groups._noted) == expected
 
 
 INVARIANT_CHECKS: dict[str, Callable[[Ledger, Model], None]] = {

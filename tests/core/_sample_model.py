@@ -5,7 +5,7 @@ of every ordinal ever seen). On top of it, plain dicts: each sibling's
 status and attempt, every attempt ever handed out (across every life of the
 run), every seal ever accepted, and the lineage: which samples each group
 landed with and each training step trained. Everything is recomputed the
-obvious way; the real ``SampleLedger`` is compared with it after every step
+obvious way; the real ``Ledger`` is compared with it after every step
 of ``test_samples_stateful.py``.
 
 Each invariant of proofs/SAMPLES.md that the stateful test checks is a
@@ -24,8 +24,8 @@ from frontier_core import (
     FailurePolicy,
     Granularity,
     Lease,
+    Ledger,
     LedgerConfig,
-    SampleLedger,
     Sibling,
     Status,
 )
@@ -253,12 +253,12 @@ class SampleModelCheckpoint:
 # Each takes the ledger and the model after a step and raises AssertionError.
 
 
-def check_sample_model_agree(ledger: SampleLedger, model: SampleModel) -> None:
+def check_sample_model_agree(ledger: Ledger, model: SampleModel) -> None:
     """Every group as the prompt-level model says (and its invariants), and
     every sibling's status and attempt as the model says."""
-    check_all(ledger.ledger, model.groups)
+    check_all(ledger._groups, model.groups)
     assert ledger.next_attempt == model.next_attempt
-    top = max([ledger.ledger.next_ordinal, *(o for o, _ in model.siblings)], default=0) + 2
+    top = max([ledger.next_ordinal, *(o for o, _ in model.siblings)], default=0) + 2
     for o in range(top):
         for s in range(model.n):
             expected = model.siblings.get((o, s))
@@ -274,7 +274,7 @@ def check_sample_model_agree(ledger: SampleLedger, model: SampleModel) -> None:
     )
 
 
-def check_sample_exactly_once(ledger: SampleLedger, model: SampleModel) -> None:
+def check_sample_exactly_once(ledger: Ledger, model: SampleModel) -> None:
     """Every group trained in the lineage was trained once, with exactly n
     samples, each sealed by exactly one attempt that was handed to that
     sibling and accepted; no fenced result is among them."""
@@ -294,7 +294,7 @@ def check_sample_exactly_once(ledger: SampleLedger, model: SampleModel) -> None:
         assert len(set(samples.values())) == model.n
 
 
-def check_attempt_fencing(ledger: SampleLedger, model: SampleModel) -> None:
+def check_attempt_fencing(ledger: Ledger, model: SampleModel) -> None:
     """An accepted result is from the attempt its sibling ran; a fenced one
     was never accepted under that attempt unless it was accepted first (a
     second answer); attempts name one sibling each, for the whole run."""
@@ -306,7 +306,7 @@ def check_attempt_fencing(ledger: SampleLedger, model: SampleModel) -> None:
     assert len(set(running)) == len(running)
 
 
-def check_attempt_monotone(ledger: SampleLedger, model: SampleModel) -> None:
+def check_attempt_monotone(ledger: Ledger, model: SampleModel) -> None:
     """The counter is above every attempt handed out or held, and never
     below where this life started."""
     assert ledger.next_attempt >= model.life_floor
@@ -314,7 +314,7 @@ def check_attempt_monotone(ledger: SampleLedger, model: SampleModel) -> None:
     assert all(x.attempt < ledger.next_attempt for x in ledger.held())
 
 
-def check_sibling_detail_bounded(ledger: SampleLedger, model: SampleModel) -> None:
+def check_sibling_detail_bounded(ledger: Ledger, model: SampleModel) -> None:
     """Detail only for outstanding groups (at most n each) and held siblings
     of groups waiting for generation; the checkpoint's sealed list is
     within the same bound."""
@@ -330,13 +330,13 @@ def check_sibling_detail_bounded(ledger: SampleLedger, model: SampleModel) -> No
                 for s in range(n)
                 if (o, s) in model.siblings
             )
-    outstanding = ledger.ledger.count(Status.OUTSTANDING)
+    outstanding = ledger.count(Status.OUTSTANDING)
     waiting = sum(1 for o in groups if ledger.status(o) is not Status.OUTSTANDING)
-    assert ledger.size() == len(model.siblings) <= n * (outstanding + waiting)
-    assert len(ledger.checkpoint().sealed) <= ledger.size()
+    assert ledger.sibling_count() == len(model.siblings) <= n * (outstanding + waiting)
+    assert len(ledger.checkpoint().sealed) <= ledger.sibling_count()
 
 
-def check_reuse_sound(ledger: SampleLedger, model: SampleModel) -> None:
+def check_reuse_sound(ledger: Ledger, model: SampleModel) -> None:
     """Every held sealed sibling is a seal some life accepted, of a group
     that needs generation."""
     for x in ledger.held():
@@ -349,7 +349,7 @@ def check_reuse_sound(ledger: SampleLedger, model: SampleModel) -> None:
         )
 
 
-def check_sample_retry_bound(ledger: SampleLedger, model: SampleModel) -> None:
+def check_sample_retry_bound(ledger: Ledger, model: SampleModel) -> None:
     """Under ``retry`` a group is dropped only after ``max_attempts``
     failures, failed samples included."""
     if model.config.on_failure is FailurePolicy.RETRY:
@@ -357,7 +357,7 @@ def check_sample_retry_bound(ledger: SampleLedger, model: SampleModel) -> None:
             assert model.groups.failures[o] >= model.config.max_attempts, o
 
 
-SAMPLE_INVARIANT_CHECKS: dict[str, Callable[[SampleLedger, SampleModel], None]] = {
+SAMPLE_INVARIANT_CHECKS: dict[str, Callable[[Ledger, SampleModel], None]] = {
     "SAMPLE-MODEL-AGREE": check_sample_model_agree,
     "SAMPLE-EXACTLY-ONCE": check_sample_exactly_once,
     "ATTEMPT-FENCING": check_attempt_fencing,
@@ -368,7 +368,7 @@ SAMPLE_INVARIANT_CHECKS: dict[str, Callable[[SampleLedger, SampleModel], None]] 
 }
 
 
-def check_all_samples(ledger: SampleLedger, model: SampleModel) -> None:
+def check_all_samples(ledger: Ledger, model: SampleModel) -> None:
     for check in SAMPLE_INVARIANT_CHECKS.values():
         check(ledger, model)
 

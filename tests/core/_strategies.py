@@ -4,16 +4,7 @@ from __future__ import annotations
 
 from hypothesis import strategies as st
 
-from frontier_core import (
-    FailurePolicy,
-    Granularity,
-    Lease,
-    Ledger,
-    LedgerConfig,
-    SampleLedger,
-    Sibling,
-    Status,
-)
+from frontier_core import FailurePolicy, Granularity, Lease, Ledger, LedgerConfig, Sibling, Status
 
 configs = st.builds(
     LedgerConfig,
@@ -73,11 +64,11 @@ _SAMPLE_OPS = (
 
 
 @st.composite
-def sample_ledgers(draw: st.DrawFn, max_ops: int = 60) -> SampleLedger:
+def sample_ledgers(draw: st.DrawFn, max_ops: int = 60) -> Ledger:
     """A sample-level ledger reached by random legal events: seals (current
     or stale), failed samples, restarts, whole-group moves, and resumes that
     hold a random subset of every sibling sealed so far."""
-    ledger = SampleLedger.start(draw(sample_configs))
+    ledger = Ledger.start(draw(sample_configs))
     saved = [ledger.checkpoint()]
     issued: list[Lease] = []
     accepted: set[Lease] = set()
@@ -86,7 +77,7 @@ def sample_ledgers(draw: st.DrawFn, max_ops: int = 60) -> SampleLedger:
         if op == "stamp":
             ledger = ledger.stamp(draw(st.integers(0, 6))).ledger
         elif op == "dispatch":
-            pending = list(ledger.ledger.ordinals(Status.PENDING))
+            pending = list(ledger.ordinals(Status.PENDING))
             chosen = draw(st.lists(st.sampled_from(pending), unique=True)) if pending else []
             step = ledger.dispatch(chosen)
             issued += step.effect.leases
@@ -104,7 +95,7 @@ def sample_ledgers(draw: st.DrawFn, max_ops: int = 60) -> SampleLedger:
         elif op == "restart":
             unstarted = [
                 (o, s)
-                for o in ledger.ledger.ordinals(Status.OUTSTANDING)
+                for o in ledger.ordinals(Status.OUTSTANDING)
                 for s in range(ledger.config.samples)
                 if ledger.sibling(o, s) == (Sibling.UNSTARTED, None)
             ]
@@ -122,7 +113,7 @@ def sample_ledgers(draw: st.DrawFn, max_ops: int = 60) -> SampleLedger:
             # What a journal made durable: some of the accepted seals, at
             # most one per sibling (the latest attempt wins, as in replay).
             durable = {x[:2]: x for x in sorted(accepted) if draw(st.booleans())}
-            ledger = SampleLedger.resume(
+            ledger = Ledger.resume(
                 ledger.config,
                 checkpoint,
                 load_replay_buffer=draw(st.booleans()),
@@ -130,7 +121,7 @@ def sample_ledgers(draw: st.DrawFn, max_ops: int = 60) -> SampleLedger:
                 attempt_floor=ledger.next_attempt,
             ).ledger
         else:
-            candidates = list(ledger.ledger.ordinals(_MOVES[op]))
+            candidates = list(ledger.ordinals(_MOVES[op]))
             if candidates:
                 chosen = draw(st.lists(st.sampled_from(candidates), unique=True))
                 ledger = getattr(ledger, op)(chosen).ledger

@@ -9,6 +9,7 @@ import hashlib
 import json
 from typing import Any
 
+import attrs
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -17,11 +18,13 @@ from frontier_core import (
     Checkpoint,
     CheckpointCorruptError,
     CheckpointError,
+    CheckpointMismatchError,
     CheckpointVersionError,
     FingerprintMismatchError,
     Ledger,
     LedgerConfig,
 )
+from frontier_core._checkpoint import groups_record
 
 from ._strategies import ledgers
 
@@ -33,7 +36,7 @@ def sample_record() -> dict[str, Any]:
     ledger = Ledger.start(config).stamp(20).ledger.dispatch(range(20)).ledger
     ledger = ledger.buffer(range(2, 20)).ledger.train([2, 3, 7, 8, 9]).ledger
     ledger = ledger.fail([0]).ledger.evict([11]).ledger
-    return ledger.checkpoint().state_dict()
+    return groups_record(ledger.checkpoint())
 
 
 @settings(max_examples=150, deadline=None)
@@ -63,7 +66,8 @@ def test_resume_then_checkpoint_is_a_fixed_point(ledger: Ledger) -> None:
 
 def test_record_size_follows_the_window_not_the_run() -> None:
     """BOUNDED-SIZE on the wire: the same window after 10**3 and 2 * 10**5
-    prompts differs only in the digits of the cut."""
+    prompts differs only in the digits of the cut and of the attempt
+    counter (one attempt per prompt at n = 1)."""
 
     def window_at(offset: int) -> int:
         ledger = Ledger.start(LedgerConfig(fingerprint="w"))
@@ -75,7 +79,36 @@ def test_record_size_follows_the_window_not_the_run() -> None:
         return len(json.dumps(ledger.checkpoint().state_dict()))
 
     small, large = window_at(1_000), window_at(200_000)
-    assert large - small == len(str(200_000)) - len(str(1_000))
+    assert large - small == 2 * (len(str(200_000)) - len(str(1_000)))
+
+
+def test_the_record_nests_the_groups_record() -> None:
+    """One checkpoint record: the ledger's (format ``frontier_core.samples``)
+    around the groups' (``frontier_core.checkpoint``), each checksummed."""
+    ledger = Ledger.start(LedgerConfig(stream_len=40, fingerprint="ds"))
+    ledger = ledger.stamp(4).ledger.dispatch(range(4)).ledger.buffer([1]).ledger
+    checkpoint = ledger.checkpoint()
+    record = checkpoint.state_dict()
+    assert record["format"] == "frontier_core.samples"
+    assert (record["samples"], record["next_attempt"], record["sealed"]) == (1, 4, [])
+    assert record["ledger"] == groups_record(checkpoint)
+    assert record["ledger"]["format"] == "frontier_core.checkpoint"
+    assert Checkpoint.from_state_dict(record, fingerprint="ds") == checkpoint
+
+
+def test_a_groups_record_alone_reads_as_single_samples_with_no_attempt_dealt() -> None:
+    """A record written by the prompt-level ``Ledger.checkpoint`` of before
+    issue 22 (the groups' record alone) reads as n = 1, no attempt dealt,
+    and a ledger resumes from it."""
+    record = sample_record()
+    checkpoint = Checkpoint.from_state_dict(record, fingerprint="ds")
+    assert (checkpoint.samples, checkpoint.next_attempt, checkpoint.sealed) == (1, 0, ())
+    assert checkpoint.cut == 1
+    config = LedgerConfig(stream_len=40, fingerprint="ds")
+    resumed = Ledger.resume(config, checkpoint, load_replay_buffer=True)
+    assert resumed.ledger.cut == 1 and resumed.ledger.next_attempt == 0
+    with pytest.raises(CheckpointMismatchError, match="groups of 1 samples, this run 2"):
+        Ledger.resume(attrs.evolve(config, samples=2), checkpoint, load_replay_buffer=True)
 
 
 def test_sample_record_is_json_only_and_ranged() -> None:
@@ -223,7 +256,7 @@ def test_a_record_keeping_attempts_of_a_resolved_ordinal_is_refused() -> None:
 
 def _signed(**fields: object) -> dict[str, object]:
     """A record with these fields, checksummed by an independent writer."""
-    body = Checkpoint(cut=3, stream_len=20, fingerprint="fp").state_dict()
+    body = groups_record(Checkpoint(cut=3, stream_len=20, fingerprint="fp"))
     del body["checksum"]
     body.update(fields)
     canonical = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
@@ -234,7 +267,7 @@ def test_the_checksum_is_the_documented_canonical_form() -> None:
     """Records written by one version must read back in the next: the
     checksum is SHA-256 over compact, key-sorted, ASCII-escaped JSON."""
     for fingerprint in ("fp", "données-v2"):
-        record = Checkpoint(cut=3, stream_len=20, fingerprint=fingerprint).state_dict()
+        record = groups_record(Checkpoint(cut=3, stream_len=20, fingerprint=fingerprint))
         assert record == _signed(fingerprint=fingerprint)
 
 
@@ -242,7 +275,8 @@ def test_the_checksum_is_the_documented_canonical_form() -> None:
     ("fields", "error", "message"),
     [
         ({"format": "x"}, CheckpointVersionError,
-         "not a frontier_core checkpoint: 'format' is 'x', expected 'frontier_core.checkpoint'"),
+         "not a frontier_core checkpoint: 'format' is 'x', expected 'frontier_core.samples' "
+         "(or 'frontier_core.checkpoint')"),
         ({"version": 2}, CheckpointVersionError,
          "checkpoint schema version 2 is not supported (this library reads version 1)"),
         ({"x": 1}, CheckpointCorruptError,
@@ -318,7 +352,7 @@ def test_the_highest_ordinal_of_an_empty_record_is_below_the_cut() -> None:
 
 def test_attempts_are_delta_coded_one_ordinal_apart() -> None:
     saved = Checkpoint(cut=3, attempts=((5, 2), (9, 1), (10, 3)))
-    assert saved.state_dict()["attempts"] == [[2, 2], [3, 1], [0, 3]]
+    assert groups_record(saved)["attempts"] == [[2, 2], [3, 1], [0, 3]]
     assert Checkpoint.from_state_dict(saved.state_dict()) == saved
 
 

@@ -1,4 +1,6 @@
-"""Exhaustive small-scope checking of the real ledger (frontier_core.testing.explore)."""
+"""Exhaustive small-scope checking of the real ledger's group table
+(frontier_core.testing.explore; the ledger itself at n = 1 is
+test_exhaustive_samples.py's)."""
 
 from __future__ import annotations
 
@@ -8,7 +10,8 @@ import attrs
 import pytest
 
 import frontier_core._ledger as ledger_module
-from frontier_core import Checkpoint, FailurePolicy, Ledger
+from frontier_core import Checkpoint, FailurePolicy
+from frontier_core._ledger import GroupTable
 from frontier_core.testing import Bounds, InvariantViolation, explore
 
 # The bounds proofs/INVARIANTS.md quotes; FRONTIER_EXPLORE_LEN raises them
@@ -39,10 +42,10 @@ def test_every_reachable_state_keeps_every_invariant(policy: FailurePolicy) -> N
 
 
 def _mutants() -> dict[str, object]:
-    original_checkpoint = Ledger.checkpoint
-    original_resume = Ledger.resume.__func__  # type: ignore[attr-defined]
+    original_checkpoint = GroupTable.checkpoint
+    original_resume = GroupTable.resume.__func__  # type: ignore[attr-defined]
 
-    def cut_one_too_high(self: Ledger, *, save_buffer: bool = True) -> Checkpoint:
+    def cut_one_too_high(self: GroupTable, *, save_buffer: bool = True) -> Checkpoint:
         c = original_checkpoint(self, save_buffer=save_buffer)
         if not self.count(ledger_module.Status.OUTSTANDING):
             return c
@@ -50,10 +53,10 @@ def _mutants() -> dict[str, object]:
             c, cut=c.cut + 1, trained_above_cut=(), dropped_above_cut=(), retained=(), attempts=()
         )
 
-    def forget_trained(cls: type[Ledger], config, checkpoint, **kw):  # type: ignore[no-untyped-def]
+    def forget_trained(cls: type[GroupTable], config, checkpoint, **kw):  # type: ignore[no-untyped-def]
         return original_resume(cls, config, attrs.evolve(checkpoint, trained_above_cut=()), **kw)
 
-    def forget_attempts(self: Ledger, *, save_buffer: bool = True) -> Checkpoint:
+    def forget_attempts(self: GroupTable, *, save_buffer: bool = True) -> Checkpoint:
         return attrs.evolve(original_checkpoint(self, save_buffer=save_buffer), attempts=())
 
     return {
@@ -67,7 +70,7 @@ def _mutants() -> dict[str, object]:
 def test_the_checker_catches_a_seeded_bug(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """The checker is not vacuous: each seeded bug is found, with a trace."""
     attribute, replacement = _mutants()[name]  # type: ignore[misc]
-    monkeypatch.setattr(Ledger, attribute, replacement)
+    monkeypatch.setattr(GroupTable, attribute, replacement)
     with pytest.raises(InvariantViolation) as info:
         explore(Bounds(stream_len=3, batch=2, on_failure=FailurePolicy.RETRY))
     assert info.value.invariant in {

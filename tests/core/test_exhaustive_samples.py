@@ -10,7 +10,7 @@ import os
 import pytest
 
 import frontier_core._samples as samples_module
-from frontier_core import Fail, FailurePolicy, Granularity, SampleLedger
+from frontier_core import Fail, FailurePolicy, Granularity, Ledger
 from frontier_core.testing import InvariantViolation, SampleBounds, explore_samples
 
 DROP, RETRY = FailurePolicy.DROP, FailurePolicy.RETRY
@@ -27,20 +27,28 @@ CI_COUNTS = {
     (DROP, SIBLING): (491, 8614, 3704),
     (DROP, GROUP): (491, 8614, 3704),
 }
+#: The same stream with single-sample groups (the fast path): new in issue 22.
+N1_COUNTS = {
+    (RETRY, SIBLING): (288, 2452, 755),
+    (RETRY, GROUP): (259, 2247, 753),
+    (DROP, SIBLING): (84, 685, 235),
+    (DROP, GROUP): (84, 685, 235),
+}
 #: FRONTIER_EXPLORE_SAMPLES_LEN=3 runs the larger bound (stream 3 in
 #: batches of 2) instead, outside CI, and checks no counts.
 LONG = os.environ.get("FRONTIER_EXPLORE_SAMPLES_LEN")
 
 
 @pytest.mark.mutation
-@pytest.mark.parametrize("samples", [2, 3])
+@pytest.mark.parametrize("samples", [1, 2, 3])
 @pytest.mark.parametrize("granularity", list(Granularity))
 @pytest.mark.parametrize("policy", list(FailurePolicy))
 def test_one_group_explored_keeps_every_invariant(
     policy: FailurePolicy, granularity: Granularity, samples: int
 ) -> None:
-    """The mutation run's workhorse: one group of two or three siblings,
-    every interleaving of its samples' fates and every crash."""
+    """The mutation run's workhorse: one group of one (the single-sample
+    fast path), two or three siblings, every interleaving of its samples'
+    fates and every crash."""
     report = explore_samples(
         SampleBounds(
             stream_len=1,
@@ -84,9 +92,35 @@ def test_every_reachable_sample_state_keeps_every_invariant(
     assert report.ledgers == report.states
 
 
+@pytest.mark.parametrize(("policy", "granularity"), list(N1_COUNTS))
+def test_single_sample_groups_keep_every_invariant(
+    policy: FailurePolicy, granularity: Granularity
+) -> None:
+    """The ledger at n = 1 (its fast path keeps a sibling's detail in the
+    group's own entry) at the CI bound's stream: every state keeps every
+    invariant, and it is the group table's space (N1-EQUIVALENCE)."""
+    bounds = SampleBounds(
+        stream_len=2,
+        batch=1,
+        samples=1,
+        on_failure=policy,
+        max_attempts=2,
+        granularity=granularity,
+    )
+    report = explore_samples(bounds)
+    print(f"\n{policy.value} {granularity.value} n=1: {report}")
+    assert (report.states, report.transitions, report.resumes_checked) == N1_COUNTS[
+        (policy, granularity)
+    ]
+    assert report.drained_states >= 1
+    assert report.landed_at_dispatch > 0
+    assert report.results_checked > report.states
+    assert report.illegal_events_checked > report.states
+
+
 def _seeded() -> dict[str, tuple[str, object, set[str]]]:
     """A bug, where it goes, and the invariants that may report it."""
-    original_resume = SampleLedger.resume.__func__  # type: ignore[attr-defined]
+    original_resume = Ledger.resume.__func__  # type: ignore[attr-defined]
 
     def second_seal_accepted(status: object, attempt: object, result: int) -> bool:
         return status is not None and attempt == result
@@ -109,17 +143,17 @@ def _seeded() -> dict[str, tuple[str, object, set[str]]]:
             {"ATTEMPT-FENCING"},
         ),
         "the resume forgets how far the crashed run counted": (
-            "SampleLedger.resume",
+            "Ledger.resume",
             classmethod(forgets_the_floor),
             {"ATTEMPT-MONOTONE"},
         ),
         "the resume drops the held siblings": (
-            "SampleLedger.resume",
+            "Ledger.resume",
             classmethod(holds_nothing),
             {"REUSE-SOUND"},
         ),
         "a group that leaves outstanding keeps its detail": (
-            "SampleLedger._forget",
+            "Ledger._forget",
             keeps_detail,
             {"SIBLING-DETAIL-BOUNDED", "ATTEMPT-FENCING", "SAMPLE-EXACTLY-ONCE"},
         ),
@@ -134,8 +168,8 @@ def _seeded() -> dict[str, tuple[str, object, set[str]]]:
 @pytest.mark.parametrize("name", list(_seeded()))
 def test_the_checker_catches_a_seeded_bug(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
     where, replacement, invariants = _seeded()[name]
-    if where.startswith("SampleLedger."):
-        monkeypatch.setattr(SampleLedger, where.split(".")[1], replacement)
+    if where.startswith("Ledger."):
+        monkeypatch.setattr(Ledger, where.split(".")[1], replacement)
     else:
         monkeypatch.setattr(samples_module, where, replacement)
     with pytest.raises(InvariantViolation) as info:

@@ -17,7 +17,7 @@ from hypothesis import given, note, settings
 from hypothesis import strategies as st
 
 import frontier_core._samples as samples_module
-from frontier_core import SampleLedger, Sibling, Status
+from frontier_core import Ledger, Sibling, Status
 from frontier_core._replay import MAX_SAMPLES, Replayer, TraceError
 
 from .._docs import section
@@ -386,16 +386,16 @@ def test_a_stale_sample_a_ledger_accepted_stays_fenced_across_a_kill(
 def test_a_checkpoint_holding_a_sample_no_seal_accepted_is_refused_at_the_resume(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    checkpoint = SampleLedger.checkpoint
+    checkpoint = Ledger.checkpoint
 
-    def inventive(self: SampleLedger, **kwargs: Any) -> Any:
+    def inventive(self: Ledger, **kwargs: Any) -> Any:
         saved = checkpoint(self, **kwargs)
         if not saved.sealed:
             return saved
         # Saves sibling 1's handed-out attempt as sealed, though nothing sealed it.
         return attrs.evolve(saved, sealed=(*saved.sealed, (0, 1, 1)))
 
-    monkeypatch.setattr(SampleLedger, "checkpoint", inventive)
+    monkeypatch.setattr(Ledger, "checkpoint", inventive)
     ops = [
         *group_of(2),
         {"op": "seal", "leases": [[0, 0, 0]]},
@@ -437,23 +437,21 @@ def test_a_ledger_that_lands_a_group_early_is_reported(monkeypatch: pytest.Monke
 def test_a_ledger_that_reissues_attempts_after_a_resume_is_reported(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    resume = SampleLedger.resume
+    resume = Ledger.resume
 
     def forgetful(*args: Any, **kwargs: Any) -> Any:
         resumed = resume(*args, **kwargs)
         checkpoint = args[1]
         ledger = resumed.ledger
         # Counts on from the checkpoint, ignoring the floor and what it holds.
-        broken = SampleLedger(
-            ledger=ledger.ledger,
+        broken = Ledger(
+            groups=ledger._groups,
             next_attempt=checkpoint.next_attempt,
             siblings=ledger._siblings,
         )
         return attrs.evolve(resumed, ledger=broken)
 
-    monkeypatch.setattr(
-        SampleLedger, "resume", classmethod(lambda cls, *a, **k: forgetful(*a, **k))
-    )
+    monkeypatch.setattr(Ledger, "resume", classmethod(lambda cls, *a, **k: forgetful(*a, **k)))
     out = run(
         [
             {"op": "config", "stream_len": 2, "samples": 1},
@@ -505,9 +503,9 @@ class Driver:
         return out
 
     @property
-    def ledger(self) -> SampleLedger:
+    def ledger(self) -> Ledger:
         ledger = self.replayer.ledger
-        assert isinstance(ledger, SampleLedger)
+        assert isinstance(ledger, Ledger)
         return ledger
 
     def some(self, items: list[Any], most: int = 4) -> list[Any]:
@@ -521,7 +519,7 @@ class Driver:
         if self.replayer.ledger is None:
             self.resume()
             return
-        groups = self.ledger.ledger
+        groups = self.ledger
         kind = self.data.draw(
             st.sampled_from(
                 [
@@ -610,16 +608,16 @@ class Driver:
             self.resume()
         n = self.ledger.config.samples
         for _ in range(200):
-            groups = self.ledger.ledger
+            groups = self.ledger
             if groups.drained:
                 break
             self.send({"op": "stamp", "count": 4})
-            pending = list(self.ledger.ledger.ordinals(Status.PENDING))
+            pending = list(self.ledger.ordinals(Status.PENDING))
             if pending:
                 self.send({"op": "dispatch", "ordinals": pending})
             unstarted = [
                 [o, s]
-                for o in self.ledger.ledger.ordinals(Status.OUTSTANDING)
+                for o in self.ledger.ordinals(Status.OUTSTANDING)
                 for s in range(n)
                 if (self.ledger.sibling(o, s) or (None,))[0] is Sibling.UNSTARTED
             ]
@@ -628,10 +626,10 @@ class Driver:
             running = [list(x) for x in self.ledger.running()]
             if running:
                 self.send({"op": "seal", "leases": running})
-            buffered = list(self.ledger.ledger.ordinals(Status.BUFFERED))
+            buffered = list(self.ledger.ordinals(Status.BUFFERED))
             if buffered:
                 self.send({"op": "train", "ordinals": buffered})
-        assert self.ledger.ledger.drained
+        assert self.ledger.drained
         return self.send({"op": "finish"})[0]
 
 

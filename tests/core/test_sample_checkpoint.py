@@ -1,4 +1,4 @@
-"""The sample-level checkpoint record (``SampleCheckpoint``): round trips
+"""The sample-level checkpoint record (``Checkpoint``): round trips
 over ledgers reached by random runs, and every way a hostile or damaged
 record is refused, each by a typed ``CheckpointError`` naming the problem,
 with work that follows the record's size and never a number inside it."""
@@ -11,6 +11,7 @@ import json
 import tracemalloc
 from typing import Any
 
+import attrs
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -24,11 +25,11 @@ from frontier_core import (
     FingerprintMismatchError,
     IllegalTransitionError,
     Lease,
+    Ledger,
     LedgerConfig,
-    SampleCheckpoint,
-    SampleLedger,
     Status,
 )
+from frontier_core._checkpoint import groups_record
 
 from ._strategies import sample_ledgers
 
@@ -37,11 +38,11 @@ pytestmark = pytest.mark.mutation
 CONFIG = LedgerConfig(stream_len=20, fingerprint="fp", samples=3)
 
 
-def sample_run() -> tuple[SampleLedger, dict[tuple[int, int], Lease]]:
+def sample_run() -> tuple[Ledger, dict[tuple[int, int], Lease]]:
     """Groups 0..5 dispatched: 0 and 4 trained (the cut stays at 1), 2
     buffered, 1, 3 and 5 outstanding with siblings (1, 2), (3, 0) and
     (3, 1) sealed; and the lease of every sibling."""
-    ledger = SampleLedger.start(CONFIG).stamp(6).ledger
+    ledger = Ledger.start(CONFIG).stamp(6).ledger
     step = ledger.dispatch(range(6))
     leases = {x[:2]: x for x in step.effect.leases}
     ledger = step.ledger.seal([leases[(o, s)] for o in (0, 2, 4) for s in range(3)]).ledger
@@ -49,11 +50,11 @@ def sample_run() -> tuple[SampleLedger, dict[tuple[int, int], Lease]]:
     return ledger.train([0, 4]).ledger, leases
 
 
-def sample_ledger() -> SampleLedger:
+def sample_ledger() -> Ledger:
     return sample_run()[0]
 
 
-def body(checkpoint: SampleCheckpoint | None = None) -> dict[str, Any]:
+def body(checkpoint: Checkpoint | None = None) -> dict[str, Any]:
     record = (checkpoint or sample_ledger().checkpoint()).state_dict()
     del record["checksum"]
     return record
@@ -68,8 +69,8 @@ def signed(record: dict[str, Any]) -> dict[str, Any]:
     return {**record, "checksum": "sha256:" + hashlib.sha256(canonical.encode()).hexdigest()}
 
 
-def read(record: Any, fingerprint: str | None = "fp") -> SampleCheckpoint:
-    return SampleCheckpoint.from_state_dict(record, fingerprint=fingerprint)
+def read(record: Any, fingerprint: str | None = "fp") -> Checkpoint:
+    return Checkpoint.from_state_dict(record, fingerprint=fingerprint)
 
 
 # -- round trip ---------------------------------------------------------------------
@@ -80,12 +81,12 @@ def test_the_record_of_a_known_ledger() -> None:
     the previous ordinal (the cut for the first), sibling, attempt]."""
     ledger, leases = sample_run()
     saved = ledger.checkpoint()
-    assert saved.ledger.cut == 1
+    assert saved.cut == 1
     assert saved.next_attempt == 18  # six groups of three, one attempt each
     record = saved.state_dict()
     assert record["format"] == "frontier_core.samples" and record["version"] == 1
     assert record["samples"] == 3 and record["next_attempt"] == 18
-    assert record["ledger"] == ledger.ledger.checkpoint().state_dict()
+    assert record["ledger"] == groups_record(saved) == groups_record(ledger._groups.checkpoint())
     x, y, z = leases[(1, 2)], leases[(3, 0)], leases[(3, 1)]
     assert saved.sealed == (x, y, z)
     # Gaps: 1 - cut 1, 3 - 1, 3 - 3.
@@ -114,24 +115,24 @@ def test_the_record_of_a_known_ledger() -> None:
     load=st.booleans(),
 )
 def test_a_record_survives_json_and_resumes_the_same(
-    ledger: SampleLedger, save_buffer: bool, save_sealed: bool, load: bool
+    ledger: Ledger, save_buffer: bool, save_sealed: bool, load: bool
 ) -> None:
     checkpoint = ledger.checkpoint(save_buffer=save_buffer, save_sealed=save_sealed)
     text = json.dumps(checkpoint.state_dict(), allow_nan=False)
-    back = SampleCheckpoint.from_state_dict(json.loads(text), fingerprint=ledger.config.fingerprint)
+    back = Checkpoint.from_state_dict(json.loads(text), fingerprint=ledger.config.fingerprint)
     assert back == checkpoint
     assert back.state_dict() == checkpoint.state_dict()
     # What it records: the inner record, the counter, the sealed siblings.
-    assert back.ledger == ledger.ledger.checkpoint(save_buffer=save_buffer)
+    assert groups_record(back) == groups_record(ledger._groups.checkpoint(save_buffer=save_buffer))
     assert back.next_attempt == ledger.next_attempt
     assert back.sealed == (tuple(ledger.held()) if save_sealed else ())
-    a = SampleLedger.resume(ledger.config, checkpoint, load_replay_buffer=load, sealed=back.sealed)
-    b = SampleLedger.resume(ledger.config, back, load_replay_buffer=load, sealed=back.sealed)
+    a = Ledger.resume(ledger.config, checkpoint, load_replay_buffer=load, sealed=back.sealed)
+    b = Ledger.resume(ledger.config, back, load_replay_buffer=load, sealed=back.sealed)
     assert a.ledger == b.ledger and (a.reused, a.ignored) == (b.reused, b.ignored)
     # A crash right after the resume loses nothing.
     if load and save_buffer:
         again = a.ledger.checkpoint(save_buffer=True, save_sealed=save_sealed)
-        assert again.ledger == back.ledger
+        assert groups_record(again) == groups_record(back)
         assert again.next_attempt == back.next_attempt
         assert again.sealed == (a.reused if save_sealed else ())
 
@@ -140,17 +141,15 @@ def test_a_group_with_every_sibling_held_is_a_valid_record() -> None:
     """A resume keeps every sibling of a group whose samples a journal
     holds until its dispatch lands it, so a checkpoint taken in between
     lists all n: the record reads back and resumes the same."""
-    ledger = SampleLedger.start(CONFIG).stamp(1).ledger
+    ledger = Ledger.start(CONFIG).stamp(1).ledger
     saved = ledger.checkpoint()
     leases = ledger.dispatch([0]).effect.leases
-    resumed = SampleLedger.resume(
-        CONFIG, saved, load_replay_buffer=True, sealed=leases, attempt_floor=3
-    )
+    resumed = Ledger.resume(CONFIG, saved, load_replay_buffer=True, sealed=leases, attempt_floor=3)
     record = resumed.ledger.checkpoint()
     assert record.sealed == leases
     back = read(json.loads(json.dumps(record.state_dict())))
     assert back == record
-    again = SampleLedger.resume(CONFIG, back, load_replay_buffer=True, sealed=back.sealed)
+    again = Ledger.resume(CONFIG, back, load_replay_buffer=True, sealed=back.sealed)
     assert again.ledger == resumed.ledger
     assert again.ledger.stamp(1).ledger.dispatch([0]).effect.landed == (0,)
 
@@ -165,20 +164,29 @@ def test_a_record_that_is_not_a_dict_is_refused(value: object) -> None:
     assert str(info.value) == f"checkpoint record must be a dict, got {type(value).__name__}"
 
 
-@pytest.mark.parametrize("value", ["frontier_core.checkpoint", "x", None, 1])
+@pytest.mark.parametrize("value", ["x", None, 1])
 def test_another_format_is_a_version_error(value: object) -> None:
     record = signed({**body(), "format": value})
     with pytest.raises(CheckpointVersionError) as info:
         read(record)
     assert str(info.value) == (
-        f"not a frontier_core sample checkpoint: 'format' is {value!r}, "
-        "expected 'frontier_core.samples'"
+        f"not a frontier_core checkpoint: 'format' is {value!r}, "
+        "expected 'frontier_core.samples' (or 'frontier_core.checkpoint')"
     )
 
 
-def test_the_prompt_level_record_in_its_place_is_a_version_error() -> None:
-    with pytest.raises(CheckpointVersionError, match="not a frontier_core sample checkpoint"):
-        read(sample_ledger().ledger.checkpoint().state_dict())
+def test_the_groups_record_in_its_place_reads_as_single_samples() -> None:
+    """The groups' record alone (what the prompt-level ledger of before
+    issue 22 wrote) reads as n = 1 with no attempt dealt, so this n = 3 run
+    refuses to resume from it; the groups' format around a ledger record is
+    read as a groups' record, and refused by its keys."""
+    back = read(groups_record(sample_ledger().checkpoint()))
+    assert (back.samples, back.next_attempt, back.sealed) == (1, 0, ())
+    assert back.cut == 1
+    with pytest.raises(CheckpointMismatchError, match="groups of 1 samples, this run 3"):
+        Ledger.resume(CONFIG, back, load_replay_buffer=True)
+    with pytest.raises(CheckpointCorruptError, match="missing keys"):
+        read(signed({**body(), "format": "frontier_core.checkpoint"}))
 
 
 def test_a_missing_format_is_a_version_error() -> None:
@@ -194,8 +202,7 @@ def test_another_version_is_a_version_error(value: object) -> None:
     with pytest.raises(CheckpointVersionError) as info:
         read(record)
     assert str(info.value) == (
-        f"sample checkpoint schema version {value!r} is not supported "
-        "(this library reads version 1)"
+        f"checkpoint schema version {value!r} is not supported (this library reads version 1)"
     )
 
 
@@ -218,13 +225,13 @@ def test_missing_and_unknown_keys_are_named(
     with pytest.raises(CheckpointCorruptError) as info:
         read(record)
     assert str(info.value) == (
-        f"sample checkpoint record has missing keys {missing} and unknown keys {extra}"
+        f"checkpoint record has missing keys {missing} and unknown keys {extra}"
     )
 
 
 def test_a_non_string_key_is_named_not_a_crash() -> None:
     record: dict[Any, Any] = {**signed(body()), 7: "x"}
-    with pytest.raises(CheckpointCorruptError, match=r"unknown keys \['7'\]"):
+    with pytest.raises(CheckpointCorruptError, match=r"unknown keys \[7\]"):
         read(record)
 
 
@@ -236,9 +243,7 @@ def test_a_changed_field_fails_the_checksum(key: str, value: object) -> None:
     record = {**sample_ledger().checkpoint().state_dict(), key: value}
     with pytest.raises(CheckpointCorruptError) as info:
         read(record)
-    assert str(info.value) == (
-        "sample checkpoint checksum mismatch: the record was altered or truncated"
-    )
+    assert str(info.value) == ("checkpoint checksum mismatch: the record was altered or truncated")
 
 
 def test_a_changed_checksum_is_refused() -> None:
@@ -253,8 +258,8 @@ def test_a_value_that_is_not_json_is_refused(value: object) -> None:
     record = {**sample_ledger().checkpoint().state_dict(), "sealed": value}
     with pytest.raises(CheckpointCorruptError) as info:
         read(record)
-    assert str(info.value).startswith("sample checkpoint record is not JSON data: ")
-    assert len(str(info.value)) <= len("sample checkpoint record is not JSON data: ") + 200
+    assert str(info.value).startswith("checkpoint record is not JSON data: ")
+    assert len(str(info.value)) <= len("checkpoint record is not JSON data: ") + 200
 
 
 def test_a_deeply_nested_value_is_refused_as_not_json() -> None:
@@ -274,7 +279,7 @@ def test_the_inner_record_is_read_strictly_and_its_fingerprint_checked() -> None
     assert isinstance(info.value, CheckpointMismatchError)
     assert (info.value.expected, info.value.found) == ("other", "fp")
     # Without a fingerprint to check, the record's own is taken.
-    assert read(signed(record), fingerprint=None).ledger.fingerprint == "fp"
+    assert read(signed(record), fingerprint=None).fingerprint == "fp"
     # The inner record's own checksum guards it too.
     broken = {**inner, "cut": 0}
     with pytest.raises(CheckpointCorruptError, match=r"^checkpoint checksum mismatch"):
@@ -393,11 +398,11 @@ def test_a_sealed_sibling_of_a_resolved_or_retained_group_is_refused(
 
 def test_a_sealed_sibling_of_a_dropped_group_is_refused() -> None:
     config = LedgerConfig(stream_len=8, fingerprint="fp", samples=2)
-    ledger = SampleLedger.start(config).stamp(3).ledger
+    ledger = Ledger.start(config).stamp(3).ledger
     step = ledger.dispatch([0, 1, 2])
     ledger = step.ledger.fail([1]).ledger  # dropped above the cut 0
     record = body(ledger.checkpoint())
-    assert list(ledger.checkpoint().ledger.dropped()) == [1]
+    assert list(ledger.checkpoint().dropped()) == [1]
     assert _message({**record, "sealed": [[1, 0, 0]]}) == (
         f"sealed sibling {Lease(1, 0, 0)} belongs to a group the record resolves or retains"
     )
@@ -427,14 +432,14 @@ def test_a_huge_gap_costs_nothing_and_a_resume_refuses_it() -> None:
     constant memory, and refused by the resume before it builds anything;
     one asking for 10**30 is refused by the read itself."""
     config = LedgerConfig(fingerprint="fp", samples=2)
-    saved = SampleLedger.start(config).checkpoint()
+    saved = Ledger.start(config).checkpoint()
     far = 2**64 - 1
     record = signed({**body(saved), "next_attempt": 2**32, "sealed": [[far, 1, 2**32 - 1]]})
     tracemalloc.start()
     try:
         back = read(record)
         with pytest.raises(IllegalTransitionError) as info:
-            SampleLedger.resume(config, back, load_replay_buffer=True, sealed=back.sealed)
+            Ledger.resume(config, back, load_replay_buffer=True, sealed=back.sealed)
         with pytest.raises(CheckpointCorruptError, match="ordinal"):
             read(signed({**body(saved), "next_attempt": 2**32, "sealed": [[10**30, 1, 0]]}))
         peak = tracemalloc.get_traced_memory()[1]
@@ -449,12 +454,11 @@ def test_a_huge_gap_costs_nothing_and_a_resume_refuses_it() -> None:
 
 
 def test_a_hand_built_checkpoint_is_validated_too() -> None:
-    inner = Checkpoint(cut=4, trained_above_cut=((6, 7),), stream_len=10)
-    ok = SampleCheckpoint(inner, samples=2, next_attempt=9, sealed=[(4, 0, 1), [5, 1, 8]])
+    inner: dict[str, Any] = {"cut": 4, "trained_above_cut": ((6, 7),), "stream_len": 10}
+    ok = Checkpoint(**inner, samples=2, next_attempt=9, sealed=[(4, 0, 1), [5, 1, 8]])
     assert ok.sealed == (Lease(4, 0, 1), Lease(5, 1, 8))
-    assert SampleCheckpoint(inner).samples == 1 and SampleCheckpoint(inner).next_attempt == 0
+    assert Checkpoint(**inner).samples == 1 and Checkpoint(**inner).next_attempt == 0
     cases: list[tuple[dict[str, Any], str]] = [
-        ({"ledger": inner.state_dict()}, "ledger must be a Checkpoint, got dict"),
         (
             {"sealed": [(3, 0, 1)]},
             f"sealed sibling {Lease(3, 0, 1)}: ordinals >= the cut 4, siblings < 2, "
@@ -484,15 +488,15 @@ def test_a_hand_built_checkpoint_is_validated_too() -> None:
         ),
     ]
     for fields, message in cases:
-        args: dict[str, Any] = {"ledger": inner, "samples": 2, "next_attempt": 9, **fields}
+        args: dict[str, Any] = {**inner, "samples": 2, "next_attempt": 9, **fields}
         with pytest.raises(CheckpointCorruptError) as info:
-            SampleCheckpoint(**args)
+            Checkpoint(**args)
         assert str(info.value) == message, fields
 
 
 def test_a_sealed_sibling_after_the_first_is_checked_in_full() -> None:
     """Every rule applies to every sealed sibling, not only to the first."""
-    inner = Checkpoint(cut=0, retained=((3, 4),), stream_len=10)
+    inner: dict[str, Any] = {"cut": 0, "retained": ((3, 4),), "stream_len": 10}
     for bad, words in [
         ((1, 2, 0), "siblings < 2"),
         ((1, 1, 9), "attempts < next_attempt 9"),
@@ -500,7 +504,7 @@ def test_a_sealed_sibling_after_the_first_is_checked_in_full() -> None:
         ((10, 0, 0), "beyond the stream"),
     ]:
         with pytest.raises(CheckpointCorruptError, match=words):
-            SampleCheckpoint(inner, samples=2, next_attempt=9, sealed=[(0, 0, 0), bad])
+            Checkpoint(**inner, samples=2, next_attempt=9, sealed=[(0, 0, 0), bad])
 
 
 # -- at resume ------------------------------------------------------------------------
@@ -511,7 +515,7 @@ def test_a_record_of_another_group_size_is_refused_at_resume() -> None:
     for n in (1, 2, 4):
         config = LedgerConfig(stream_len=20, fingerprint="fp", samples=n)
         with pytest.raises(CheckpointMismatchError) as info:
-            SampleLedger.resume(config, saved, load_replay_buffer=True, sealed=())
+            Ledger.resume(config, saved, load_replay_buffer=True, sealed=())
         assert str(info.value) == f"checkpoint has groups of 3 samples, this run {n}"
 
 
@@ -519,10 +523,10 @@ def test_a_record_of_another_stream_is_refused_at_resume() -> None:
     saved = sample_ledger().checkpoint()
     config = LedgerConfig(stream_len=20, fingerprint="other", samples=3)
     with pytest.raises(FingerprintMismatchError):
-        SampleLedger.resume(config, saved, load_replay_buffer=True, sealed=())
+        Ledger.resume(config, saved, load_replay_buffer=True, sealed=())
     shorter = LedgerConfig(stream_len=4, fingerprint="fp", samples=3)
     with pytest.raises(CheckpointMismatchError, match="beyond this stream's length 4"):
-        SampleLedger.resume(shorter, saved, load_replay_buffer=True, sealed=())
+        Ledger.resume(shorter, saved, load_replay_buffer=True, sealed=())
 
 
 def test_every_refusal_is_a_checkpoint_error() -> None:
@@ -579,12 +583,12 @@ def test_any_changed_leaf_is_refused_or_reads_back_a_valid_value(data: st.DataOb
     except CheckpointError:
         return
     # Accepted: every rule holds, and it resumes or is refused by type.
-    assert back == SampleCheckpoint(back.ledger, back.samples, back.next_attempt, back.sealed)
+    assert back == attrs.evolve(back)
     config = LedgerConfig(
-        stream_len=back.ledger.stream_len, fingerprint=back.ledger.fingerprint, samples=back.samples
+        stream_len=back.stream_len, fingerprint=back.fingerprint, samples=back.samples
     )
     try:
-        resumed = SampleLedger.resume(config, back, load_replay_buffer=True, sealed=back.sealed)
+        resumed = Ledger.resume(config, back, load_replay_buffer=True, sealed=back.sealed)
     except (CheckpointError, IllegalTransitionError):
         return
     assert resumed.ledger.next_attempt >= back.next_attempt
@@ -602,7 +606,7 @@ def test_the_not_json_reason_is_the_encoders_cut_at_200_characters() -> None:
         record = {**sample_ledger().checkpoint().state_dict(), "sealed": value}
         with pytest.raises(CheckpointCorruptError) as info:
             read(record)
-        assert str(info.value) == "sample checkpoint record is not JSON data: " + reason[:200]
+        assert str(info.value) == "checkpoint record is not JSON data: " + reason[:200]
 
 
 def test_the_bounds_are_exactly_what_the_ledger_deals() -> None:
@@ -611,15 +615,13 @@ def test_the_bounds_are_exactly_what_the_ledger_deals() -> None:
     with a typed error; one more is refused when the record is read. A
     sealed sibling's ordinal, sibling and attempt are bounded too."""
     cfg = LedgerConfig(stream_len=4, fingerprint="fp", samples=1)
-    saved = read(signed({**body(SampleLedger.start(cfg).checkpoint()), "next_attempt": 2**32}))
+    saved = read(signed({**body(Ledger.start(cfg).checkpoint()), "next_attempt": 2**32}))
     assert saved.next_attempt == 2**32
-    ledger = SampleLedger.resume(cfg, saved, load_replay_buffer=True, sealed=()).ledger
+    ledger = Ledger.resume(cfg, saved, load_replay_buffer=True, sealed=()).ledger
     with pytest.raises(IllegalTransitionError, match="2\\*\\*32 - 1"):
         ledger.stamp(1).ledger.dispatch([0])
-    last = SampleCheckpoint(
-        Checkpoint(cut=0), samples=2, next_attempt=2**32, sealed=[(0, 1, 2**32 - 1)]
-    )
+    last = Checkpoint(cut=0, samples=2, next_attempt=2**32, sealed=[(0, 1, 2**32 - 1)])
     assert last.sealed == (Lease(0, 1, 2**32 - 1),)
     assert read(signed(body(last)), fingerprint=None) == last
     with pytest.raises(CheckpointCorruptError, match="ordinal"):
-        SampleCheckpoint(Checkpoint(cut=2**64), samples=2, next_attempt=1, sealed=[(2**64, 0, 0)])
+        Checkpoint(cut=2**64, samples=2, next_attempt=1, sealed=[(2**64, 0, 0)])

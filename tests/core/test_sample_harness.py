@@ -1,4 +1,4 @@
-"""frontier_core.testing's sample-level harness: the bare ``SampleLedger``
+"""frontier_core.testing's sample-level harness: the bare ``Ledger``
 wired as an integration passes under both granularities (with and without a
 journal of its seals), and seeded wiring bugs are caught, each with the
 invariant it breaks and a printed, replayable program."""
@@ -14,13 +14,13 @@ import pytest
 from hypothesis import HealthCheck, Phase, settings
 
 from frontier_core import (
+    Applied,
+    Checkpoint,
     FailurePolicy,
     Granularity,
     Lease,
+    Ledger,
     LedgerConfig,
-    SampleApplied,
-    SampleCheckpoint,
-    SampleLedger,
     Sibling,
     Status,
 )
@@ -46,7 +46,7 @@ UNSHRUNK = settings(FAST, max_examples=500, phases=[Phase.explicit, Phase.reuse,
 
 
 class BareSampleLedger(SampleIntegration):
-    """A framework's wiring of the bare ``SampleLedger``: a sample store
+    """A framework's wiring of the bare ``Ledger``: a sample store
     (the samples of sealed siblings, each named by its lease), a replay
     buffer of whole groups, both saved with the checkpoint, and the attempt
     counter reserved on "disk" (``self.disk`` survives ``crash``, as a
@@ -67,12 +67,12 @@ class BareSampleLedger(SampleIntegration):
 
     def start(self) -> None:
         self.disk: dict[str, Any] = {"floor": 0}
-        self.ledger = SampleLedger.start(self.config())
+        self.ledger = Ledger.start(self.config())
         self.store: dict[tuple[int, int], Lease] = {}
         self.buffer: dict[int, list[Lease]] = {}
         self.to_restart: set[tuple[int, int]] = set()
 
-    def _apply(self, applied: SampleApplied) -> Any:
+    def _apply(self, applied: Applied) -> Any:
         self.ledger, e = applied.ledger, applied.effect
         self.disk["floor"] = self.ledger.next_attempt
         for x in e.sealed:
@@ -96,7 +96,7 @@ class BareSampleLedger(SampleIntegration):
         again = sorted(x for x in self.to_restart if self.ledger.sibling(*x) is not None)
         self.to_restart = set()
         restarted = self._apply(self.ledger.restart(again)).leases
-        chosen = list(self.ledger.ledger.ordinals(Status.PENDING))[:n]
+        chosen = list(self.ledger.ordinals(Status.PENDING))[:n]
         e = self._apply(self.ledger.dispatch(chosen))
         return [*restarted, *e.leases], e.reused
 
@@ -132,9 +132,9 @@ class BareSampleLedger(SampleIntegration):
     def resume(self, checkpoint: object) -> Iterable[int]:
         assert isinstance(checkpoint, str)
         saved = json.loads(checkpoint)
-        record = SampleCheckpoint.from_state_dict(saved["ledger"])
+        record = Checkpoint.from_state_dict(saved["ledger"])
         held = self.held(saved)
-        resumed = SampleLedger.resume(
+        resumed = Ledger.resume(
             self.config(),
             record,
             load_replay_buffer=True,
@@ -252,7 +252,7 @@ class TrainsAStaleSiblingAfterAGroupFailure(GroupGranularity):
     sealed before the failure, every sample one a worker produced while
     current, one per sibling."""
 
-    def _apply(self, applied: SampleApplied) -> Any:
+    def _apply(self, applied: Applied) -> Any:
         self.ledger, e = applied.ledger, applied.effect
         self.disk["floor"] = self.ledger.next_attempt
         for x in e.sealed:

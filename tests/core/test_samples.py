@@ -1,4 +1,4 @@
-"""The sample-level ledger (``SampleLedger``), against the semantics of
+"""The sample-level ledger (``Ledger``), against the semantics of
 issue 13 item 1 as ``_samples.py``'s docstring states them: a group of n
 siblings, each unstarted, running under one attempt, or sealed by exactly
 one; fencing of every result that is not from its sibling's current attempt;
@@ -23,6 +23,7 @@ from hypothesis import strategies as st
 
 from frontier_core import (
     Buffer,
+    Checkpoint,
     CheckpointMismatchError,
     Dispatch,
     Effect,
@@ -36,14 +37,13 @@ from frontier_core import (
     Ledger,
     LedgerConfig,
     Restart,
-    SampleCheckpoint,
-    SampleLedger,
     Seal,
     Setback,
     Sibling,
     Status,
     Train,
 )
+from frontier_core._ledger import GroupTable
 
 pytestmark = pytest.mark.mutation
 
@@ -72,33 +72,33 @@ def config(
 
 def dispatched(
     cfg: LedgerConfig, groups: Iterable[int], stamp: int | None = None
-) -> tuple[SampleLedger, dict[tuple[int, int], Lease]]:
+) -> tuple[Ledger, dict[tuple[int, int], Lease]]:
     """A fresh ledger with ``groups`` stamped and dispatched, and the lease
     of each sibling by ``(ordinal, sibling)``."""
     groups = list(groups)
-    ledger = SampleLedger.start(cfg).stamp(stamp if stamp is not None else max(groups) + 1).ledger
+    ledger = Ledger.start(cfg).stamp(stamp if stamp is not None else max(groups) + 1).ledger
     step = ledger.dispatch(groups)
     return step.ledger, {(x.ordinal, x.sibling): x for x in step.effect.leases}
 
 
-def roundtrip(checkpoint: SampleCheckpoint) -> SampleCheckpoint:
+def roundtrip(checkpoint: Checkpoint) -> Checkpoint:
     record = json.loads(json.dumps(checkpoint.state_dict()))
-    return SampleCheckpoint.from_state_dict(record, fingerprint="fp")
+    return Checkpoint.from_state_dict(record, fingerprint="fp")
 
 
-def detail(ledger: SampleLedger, ordinal: int) -> list[tuple[Sibling, int | None] | None]:
+def detail(ledger: Ledger, ordinal: int) -> list[tuple[Sibling, int | None] | None]:
     return [ledger.sibling(ordinal, s) for s in range(ledger.config.samples)]
 
 
-def fingerprint(ledger: SampleLedger) -> tuple[object, ...]:
+def fingerprint(ledger: Ledger) -> tuple[object, ...]:
     """Everything observable of a sample ledger, to tell "unchanged"."""
     return (
-        ledger.ledger,
-        ledger.ledger.filter_horizon,
+        ledger._groups,
+        ledger.filter_horizon,
         ledger.next_attempt,
         tuple(ledger.running()),
         tuple(ledger.held()),
-        ledger.size(),
+        ledger.sibling_count(),
         ledger.checkpoint().state_dict(),
     )
 
@@ -107,7 +107,7 @@ def fingerprint(ledger: SampleLedger) -> tuple[object, ...]:
 
 
 def test_dispatch_starts_one_lease_per_sibling_under_distinct_fresh_attempts() -> None:
-    ledger = SampleLedger.start(config(3)).stamp(4).ledger
+    ledger = Ledger.start(config(3)).stamp(4).ledger
     assert ledger.next_attempt == 0
     step = ledger.dispatch([2, 0])
     leases = step.effect.leases
@@ -127,13 +127,13 @@ def test_dispatch_starts_one_lease_per_sibling_under_distinct_fresh_attempts() -
     for x in leases:
         assert step.ledger.sibling(x.ordinal, x.sibling) == (RUNNING, x.attempt)
     assert detail(step.ledger, 1) == [None, None, None]
-    assert step.ledger.size() == 6
+    assert step.ledger.sibling_count() == 6
     # The next dispatch numbers on from the counter: no attempt is reused.
     later = step.ledger.dispatch([1])
     assert {x.attempt for x in later.effect.leases} == {6, 7, 8}
     assert later.ledger.next_attempt == 9
     # The old value is untouched.
-    assert ledger.next_attempt == 0 and ledger.size() == 0
+    assert ledger.next_attempt == 0 and ledger.sibling_count() == 0
 
 
 def test_sibling_refuses_an_index_outside_the_group() -> None:
@@ -228,7 +228,7 @@ def test_a_late_answer_after_the_whole_group_failed_is_fenced(how: str) -> None:
     assert ledger.status(0) is Status.PENDING
     # The whole group is generated again: nothing of its siblings is kept.
     assert detail(ledger, 0) == [None, None]
-    assert ledger.size() == 0
+    assert ledger.sibling_count() == 0
     for old in (sealed, running):
         assert ledger.seal([old]).effect.fenced == (old,)
     again = ledger.dispatch([0])
@@ -255,16 +255,14 @@ def test_a_seal_for_a_group_that_landed_or_was_never_dispatched_is_fenced() -> N
 
 def test_a_pre_crash_attempt_is_fenced_after_the_resume() -> None:
     cfg = config(2)
-    ledger = SampleLedger.start(cfg).stamp(2).ledger
+    ledger = Ledger.start(cfg).stamp(2).ledger
     saved = roundtrip(ledger.checkpoint())  # before any attempt
     step = ledger.dispatch([0, 1])
     pre_crash = step.effect.leases
     crashed = step.ledger.seal([pre_crash[0]]).ledger
     # The crashed run reached this counter (a journal knows it).
     floor = crashed.next_attempt
-    resumed = SampleLedger.resume(
-        cfg, saved, load_replay_buffer=True, sealed=(), attempt_floor=floor
-    )
+    resumed = Ledger.resume(cfg, saved, load_replay_buffer=True, sealed=(), attempt_floor=floor)
     ledger = resumed.ledger
     assert ledger.next_attempt >= floor
     ledger = ledger.stamp(2).ledger
@@ -285,10 +283,10 @@ def test_without_a_floor_a_pre_crash_attempt_above_the_counter_is_refused() -> N
     the crashed run counted starts from the checkpoint's counter, so the
     crashed run's later attempts name attempts this run never started."""
     cfg = config(2)
-    ledger = SampleLedger.start(cfg).stamp(1).ledger
+    ledger = Ledger.start(cfg).stamp(1).ledger
     saved = ledger.checkpoint()
     pre_crash = ledger.dispatch([0]).effect.leases
-    resumed = SampleLedger.resume(cfg, saved, load_replay_buffer=True, sealed=())
+    resumed = Ledger.resume(cfg, saved, load_replay_buffer=True, sealed=())
     # The least counter the rules allow: the checkpoint's, 0.
     assert resumed.ledger.next_attempt == saved.next_attempt == 0
     with pytest.raises(IllegalTransitionError) as info:
@@ -325,7 +323,7 @@ def test_a_group_lands_exactly_when_its_last_sibling_seals() -> None:
     assert ledger.status(0) is Status.BUFFERED
     # A landed group keeps no sibling detail; group 1 still has its three.
     assert detail(ledger, 0) == [None, None, None]
-    assert ledger.size() == 3
+    assert ledger.sibling_count() == 3
     assert list(ledger.held()) == []
     trained = ledger.train([0]).ledger
     assert trained.status(0) is None and trained.cut == 1
@@ -337,14 +335,14 @@ def test_one_seal_event_can_land_several_groups_each_once() -> None:
     assert sorted(step.effect.landed) == [0, 2]
     assert len(step.effect.landed) == 2
     assert step.ledger.status(1) is Status.OUTSTANDING
-    assert step.ledger.size() == 2
+    assert step.ledger.sibling_count() == 2
 
 
 def test_a_prompt_level_buffer_lands_the_group_whole_and_fences_its_attempts() -> None:
     ledger, leases = dispatched(config(2), [0])
     step = ledger.buffer([0])
     assert step.ledger.status(0) is Status.BUFFERED
-    assert step.ledger.size() == 0 and list(step.ledger.running()) == []
+    assert step.ledger.sibling_count() == 0 and list(step.ledger.running()) == []
     assert step.ledger.seal([leases[(0, 0)]]).effect.fenced == (leases[(0, 0)],)
 
 
@@ -362,8 +360,8 @@ def test_sibling_granularity_under_retry_regenerates_only_the_failed_sibling() -
     ledger = step.ledger
     # The group stays outstanding with one failed attempt counted.
     assert ledger.status(0) is Status.OUTSTANDING
-    assert ledger.ledger.attempts(0) == 1
-    assert roundtrip(ledger.checkpoint()).ledger.attempts == ((0, 1),)
+    assert ledger.attempts(0) == 1
+    assert roundtrip(ledger.checkpoint()).attempts == ((0, 1),)
     # Its other siblings go on: the sealed one stays sealed, the running one runs.
     assert detail(ledger, 0) == [
         (SEALED, leases[(0, 0)].attempt),
@@ -407,7 +405,7 @@ def test_sibling_granularity_at_the_attempt_limit_drops_the_group() -> None:
     assert second.effect.dropped == (0,) and second.effect.restart == ()
     ledger = second.ledger
     assert ledger.status(0) is None and ledger.cut == 1  # dropped, resolved
-    assert ledger.size() == 0
+    assert ledger.sibling_count() == 0
     assert ledger.seal([leases[(0, 0)]]).effect.fenced == (leases[(0, 0)],)
 
 
@@ -416,7 +414,7 @@ def test_two_failed_siblings_of_one_group_in_one_event_are_two_attempts() -> Non
     step = ledger.fail_sample([leases[(0, 2)], leases[(0, 0)]])
     assert sorted(step.effect.restart) == [(0, 0), (0, 2)]
     assert step.effect.fenced == ()
-    assert step.ledger.ledger.attempts(0) == 2
+    assert step.ledger.attempts(0) == 2
     assert step.ledger.status(0) is Status.OUTSTANDING
     assert detail(step.ledger, 0) == [
         (UNSTARTED, None),
@@ -465,8 +463,8 @@ def test_group_granularity_under_retry_fails_the_whole_group_and_regenerates_it(
     assert step.effect.requeued == (0,) and step.effect.restart == ()
     assert step.effect.dropped == ()
     ledger = step.ledger
-    assert ledger.status(0) is Status.PENDING and ledger.ledger.attempts(0) == 1
-    assert ledger.size() == 0  # the sealed sibling went with its group
+    assert ledger.status(0) is Status.PENDING and ledger.attempts(0) == 1
+    assert ledger.sibling_count() == 0  # the sealed sibling went with its group
     again = ledger.dispatch([0])
     assert again.effect.reused == () and len(again.effect.leases) == 3
     # The second failure reaches max_attempts 2: dropped, on record.
@@ -479,7 +477,7 @@ def test_group_granularity_counts_two_failed_siblings_in_one_event_once() -> Non
     ledger, leases = dispatched(config(2, policy=RETRY, granularity=GROUP), [0])
     step = ledger.fail_sample([leases[(0, 0)], leases[(0, 1)]])
     assert step.effect.requeued == (0,)
-    assert step.ledger.ledger.attempts(0) == 1
+    assert step.ledger.attempts(0) == 1
     assert len(step.effect.fenced) == 1
 
 
@@ -488,7 +486,7 @@ def test_a_fenced_failure_changes_nothing() -> None:
     ledger = ledger.seal([leases[(0, 0)]]).ledger
     step = ledger.fail_sample([leases[(0, 0)]])  # sealed already
     assert step.effect.fenced == (leases[(0, 0)],)
-    assert step.ledger.ledger.attempts(0) == 0
+    assert step.ledger.attempts(0) == 0
     assert fingerprint(step.ledger) == fingerprint(ledger)
 
 
@@ -497,7 +495,7 @@ def test_a_failure_reported_twice_counts_once() -> None:
     once = ledger.fail_sample([leases[(0, 1)]]).ledger
     twice = once.fail_sample([leases[(0, 1)]])
     assert twice.effect.fenced == (leases[(0, 1)],)
-    assert twice.ledger.ledger.attempts(0) == 1
+    assert twice.ledger.attempts(0) == 1
 
 
 # -- restart ----------------------------------------------------------------------
@@ -630,12 +628,14 @@ def test_a_checkpoint_saves_the_counter_and_the_sealed_siblings_of_outstanding_g
     assert saved.samples == 3
     assert saved.next_attempt == ledger.next_attempt == 6
     assert saved.sealed == (leases[(0, 1)], leases[(1, 2)])
-    assert saved.ledger == ledger.ledger.checkpoint()
+    groups = ledger._groups
+    assert attrs.evolve(saved, samples=1, next_attempt=0, sealed=()) == groups.checkpoint()
     # Without the samples saved, the record says nothing of them.
     bare = ledger.checkpoint(save_sealed=False)
     assert bare.sealed == () and bare.next_attempt == 6
-    assert bare.ledger == ledger.ledger.checkpoint()
-    assert ledger.checkpoint(save_buffer=False).ledger == ledger.ledger.checkpoint(
+    assert attrs.evolve(bare, samples=1, next_attempt=0) == groups.checkpoint()
+    unbuffered = ledger.checkpoint(save_buffer=False)
+    assert attrs.evolve(unbuffered, samples=1, next_attempt=0, sealed=()) == groups.checkpoint(
         save_buffer=False
     )
 
@@ -645,7 +645,7 @@ def test_sealed_siblings_held_at_resume_are_reused_not_regenerated() -> None:
     ledger, leases = dispatched(cfg, [0, 1], stamp=3)
     ledger = ledger.seal([leases[(0, 0)], leases[(0, 2)]]).ledger
     saved = roundtrip(ledger.checkpoint())
-    resumed = SampleLedger.resume(cfg, saved, load_replay_buffer=True, sealed=saved.sealed)
+    resumed = Ledger.resume(cfg, saved, load_replay_buffer=True, sealed=saved.sealed)
     assert resumed.rewind_to == 0 and resumed.covered == ()
     assert resumed.reused == (leases[(0, 0)], leases[(0, 2)]) and resumed.ignored == ()
     ledger = resumed.ledger
@@ -675,7 +675,7 @@ def test_a_group_with_all_its_siblings_held_lands_at_its_dispatch() -> None:
     ledger = ledger.seal([leases[(0, 0)], leases[(0, 1)], leases[(1, 0)]]).ledger
     # Crash; the journal made the three seals durable.
     journal = [leases[(0, 0)], leases[(0, 1)], leases[(1, 0)]]
-    resumed = SampleLedger.resume(
+    resumed = Ledger.resume(
         cfg, saved, load_replay_buffer=True, sealed=journal, attempt_floor=ledger.next_attempt
     )
     assert resumed.reused == tuple(journal)
@@ -683,7 +683,7 @@ def test_a_group_with_all_its_siblings_held_lands_at_its_dispatch() -> None:
     # The state with a whole group held checkpoints and reads back.
     record = roundtrip(after.checkpoint())
     assert record.sealed == tuple(journal)
-    again = SampleLedger.resume(cfg, record, load_replay_buffer=True, sealed=record.sealed)
+    again = Ledger.resume(cfg, record, load_replay_buffer=True, sealed=record.sealed)
     assert again.ledger == after
     counter = after.next_attempt
     step = after.stamp(2).ledger.dispatch([0, 1])
@@ -707,7 +707,7 @@ def test_held_siblings_of_covered_groups_are_ignored(load: bool) -> None:
     assert ledger.cut == 1
     saved = roundtrip(ledger.checkpoint())
     journal = [leases[(o, s)] for o in range(5) for s in (0, 1) if (o, s) != (4, 1)]
-    resumed = SampleLedger.resume(cfg, saved, load_replay_buffer=load, sealed=journal)
+    resumed = Ledger.resume(cfg, saved, load_replay_buffer=load, sealed=journal)
     by_group = {o: [x for x in journal if x.ordinal == o] for o in range(5)}
     # Needing generation: 1 and 4 (in flight), and 3 when the buffer is not
     # restored. Covered: 0 (below the cut), 2 (trained), 3 if restored.
@@ -732,14 +732,14 @@ def test_the_attempt_counter_never_goes_down_across_a_resume() -> None:
     saved = roundtrip(ledger.checkpoint())
     assert saved.next_attempt == 4
     # The checkpoint's counter.
-    plain = SampleLedger.resume(cfg, saved, load_replay_buffer=True, sealed=())
+    plain = Ledger.resume(cfg, saved, load_replay_buffer=True, sealed=())
     assert plain.ledger.next_attempt >= 4
     # A floor above it (the crashed run counted on).
-    floored = SampleLedger.resume(cfg, saved, load_replay_buffer=True, sealed=(), attempt_floor=50)
+    floored = Ledger.resume(cfg, saved, load_replay_buffer=True, sealed=(), attempt_floor=50)
     assert floored.ledger.next_attempt >= 50
     # A held attempt above both (a journaled seal after the checkpoint).
     late = Lease(1, 1, 70)
-    held = SampleLedger.resume(cfg, saved, load_replay_buffer=True, sealed=[late], attempt_floor=50)
+    held = Ledger.resume(cfg, saved, load_replay_buffer=True, sealed=[late], attempt_floor=50)
     assert held.ledger.next_attempt >= 71
     # And the attempts handed out next are above all of these.
     for resumed, floor in ((plain, 4), (floored, 50), (held, 71)):
@@ -749,7 +749,7 @@ def test_the_attempt_counter_never_goes_down_across_a_resume() -> None:
     # An ignored held attempt counts too: group 0 trained.
     ledger = ledger.seal([leases[(0, 0)], leases[(0, 1)]]).ledger.train([0]).ledger
     saved = roundtrip(ledger.checkpoint())
-    ignored = SampleLedger.resume(cfg, saved, load_replay_buffer=True, sealed=[Lease(0, 0, 90)])
+    ignored = Ledger.resume(cfg, saved, load_replay_buffer=True, sealed=[Lease(0, 0, 90)])
     assert ignored.ignored == (Lease(0, 0, 90),)
     assert ignored.ledger.next_attempt >= 91
 
@@ -760,15 +760,15 @@ def test_a_resume_then_a_checkpoint_is_a_fixed_point() -> None:
     ledger = ledger.seal([leases[(0, 1)], leases[(2, 0)], leases[(2, 2)]]).ledger
     ledger = ledger.seal([leases[(1, s)] for s in range(3)]).ledger
     saved = roundtrip(ledger.checkpoint())
-    resumed = SampleLedger.resume(cfg, saved, load_replay_buffer=True, sealed=saved.sealed)
+    resumed = Ledger.resume(cfg, saved, load_replay_buffer=True, sealed=saved.sealed)
     assert resumed.ledger.checkpoint() == saved
     assert roundtrip(resumed.ledger.checkpoint()) == saved
 
 
 def test_resume_refuses_another_group_size() -> None:
-    saved = SampleLedger.start(config(2)).checkpoint()
+    saved = Ledger.start(config(2)).checkpoint()
     with pytest.raises(CheckpointMismatchError, match="groups of 2 samples, this run 3"):
-        SampleLedger.resume(config(3), saved, load_replay_buffer=True, sealed=())
+        Ledger.resume(config(3), saved, load_replay_buffer=True, sealed=())
 
 
 @pytest.mark.parametrize(
@@ -783,9 +783,9 @@ def test_resume_refuses_held_siblings_outside_the_groups(
     sealed: list[tuple[int, int, int]], words: str
 ) -> None:
     cfg = config(2, stream_len=8)
-    saved = SampleLedger.start(cfg).checkpoint()
+    saved = Ledger.start(cfg).checkpoint()
     with pytest.raises(IllegalTransitionError) as info:
-        SampleLedger.resume(cfg, saved, load_replay_buffer=True, sealed=sealed)
+        Ledger.resume(cfg, saved, load_replay_buffer=True, sealed=sealed)
     assert info.value.event == "resume"
     assert words in info.value.reason
     assert info.value.ordinals == (sealed[-1][0],)
@@ -793,22 +793,22 @@ def test_resume_refuses_held_siblings_outside_the_groups(
 
 def test_resume_refuses_held_siblings_beyond_the_window() -> None:
     cfg = LedgerConfig(samples=2, max_window=4, fingerprint="fp")
-    saved = SampleLedger.start(cfg).checkpoint()
-    ok = SampleLedger.resume(cfg, saved, load_replay_buffer=True, sealed=[(3, 1, 0)])
+    saved = Ledger.start(cfg).checkpoint()
+    ok = Ledger.resume(cfg, saved, load_replay_buffer=True, sealed=[(3, 1, 0)])
     assert ok.reused == (Lease(3, 1, 0),)
     with pytest.raises(IllegalTransitionError, match="ordinals below 4"):
-        SampleLedger.resume(cfg, saved, load_replay_buffer=True, sealed=[(4, 0, 0)])
+        Ledger.resume(cfg, saved, load_replay_buffer=True, sealed=[(4, 0, 0)])
 
 
 def test_resume_refuses_a_sibling_held_twice_and_a_bad_floor() -> None:
     cfg = config(2)
-    saved = SampleLedger.start(cfg).checkpoint()
+    saved = Ledger.start(cfg).checkpoint()
     with pytest.raises(IllegalTransitionError) as info:
-        SampleLedger.resume(cfg, saved, load_replay_buffer=True, sealed=[(1, 0, 0), (1, 0, 3)])
+        Ledger.resume(cfg, saved, load_replay_buffer=True, sealed=[(1, 0, 0), (1, 0, 3)])
     assert info.value.event == "resume" and info.value.ordinals == (1,)
     for floor in (-1, True, 1.0, None):
         with pytest.raises(IllegalTransitionError, match="attempt_floor must be an int >= 0"):
-            SampleLedger.resume(
+            Ledger.resume(
                 cfg,
                 saved,
                 load_replay_buffer=True,
@@ -823,8 +823,8 @@ def test_resume_passes_the_prompt_level_arguments_through() -> None:
     ledger = ledger.seal([leases[(o, s)] for o in (0, 2, 3) for s in (0, 1)]).ledger
     ledger = ledger.train([0]).ledger
     saved = roundtrip(ledger.checkpoint())
-    assert saved.ledger.cut == 1
-    resumed = SampleLedger.resume(
+    assert saved.cut == 1
+    resumed = Ledger.resume(
         cfg, saved, load_replay_buffer=True, sealed=(), evicted_on_restore=[3], rewind_to=0
     )
     assert resumed.rewind_to == 0
@@ -832,9 +832,9 @@ def test_resume_passes_the_prompt_level_arguments_through() -> None:
     assert resumed.ledger.status(2) is Status.BUFFERED
     assert resumed.ledger.status(3) is Status.UNSTAMPED
     assert (
-        resumed.ledger.ledger
-        == Ledger.resume(
-            cfg, saved.ledger, load_replay_buffer=True, evicted_on_restore=[3], rewind_to=0
+        resumed.ledger._groups
+        == GroupTable.resume(
+            cfg, saved, load_replay_buffer=True, evicted_on_restore=[3], rewind_to=0
         ).ledger
     )
 
@@ -849,14 +849,14 @@ def test_sibling_detail_is_bounded_by_the_outstanding_groups_over_a_long_run() -
     checkpoint's sealed list likewise, and a drained run holds none."""
     n = 4
     cfg = config(n, policy=RETRY, granularity=SIBLING, max_attempts=4, stream_len=1200)
-    ledger = SampleLedger.start(cfg)
+    ledger = Ledger.start(cfg)
     saved = roundtrip(ledger.checkpoint())
     tick = 0
-    while not ledger.ledger.drained:
+    while not ledger.drained:
         tick += 1
         assert tick < 2_000
         ledger = ledger.stamp(8).ledger
-        ledger = ledger.dispatch(list(ledger.ledger.ordinals(Status.PENDING))).ledger
+        ledger = ledger.dispatch(list(ledger.ordinals(Status.PENDING))).ledger
         running = list(ledger.running())
         # Every seventh attempt fails; some answers come twice.
         failed = [x for x in running if x.attempt % 7 == 3]
@@ -866,15 +866,15 @@ def test_sibling_detail_is_bounded_by_the_outstanding_groups_over_a_long_run() -
         ledger = ledger.seal(good[: len(good) // 5] + good[len(good) // 2 :]).ledger
         unstarted = [x[:2] for x in failed if ledger.sibling(*x[:2]) == (UNSTARTED, None)]
         ledger = ledger.restart(unstarted).ledger
-        outstanding = ledger.ledger.count(Status.OUTSTANDING)
+        outstanding = ledger.count(Status.OUTSTANDING)
         waiting = [x for x in ledger.held() if ledger.status(x.ordinal) is not Status.OUTSTANDING]
-        assert ledger.size() <= n * outstanding + len(waiting)
+        assert ledger.sibling_count() <= n * outstanding + len(waiting)
         assert len(ledger.checkpoint().sealed) <= n * outstanding + len(waiting)
-        ledger = ledger.train(list(ledger.ledger.ordinals(Status.BUFFERED))).ledger
+        ledger = ledger.train(list(ledger.ordinals(Status.BUFFERED))).ledger
         if tick % 40 == 0:
             saved = roundtrip(ledger.checkpoint())
         if tick % 100 == 0:
-            resumed = SampleLedger.resume(
+            resumed = Ledger.resume(
                 cfg,
                 saved,
                 load_replay_buffer=True,
@@ -883,9 +883,9 @@ def test_sibling_detail_is_bounded_by_the_outstanding_groups_over_a_long_run() -
             )
             ledger = resumed.ledger
             # Only the held siblings, each of a group that needs generation.
-            assert ledger.size() == len(saved.sealed) == len(resumed.reused)
+            assert ledger.sibling_count() == len(saved.sealed) == len(resumed.reused)
     assert tick > 100  # it crossed resumes
-    assert ledger.size() == 0 and ledger.ledger.size() == 0
+    assert ledger.sibling_count() == 0 and ledger.size() == 0
     assert ledger.checkpoint().sealed == ()
 
 
@@ -951,8 +951,8 @@ def test_with_one_sample_and_prompt_events_it_is_the_prompt_level_ledger(
         samples=1,
         granularity=granularity,
     )
-    plain = Ledger.start(cfg)
-    sampled = SampleLedger.start(cfg)
+    plain = GroupTable.start(cfg)
+    sampled = Ledger.start(cfg)
     saves = [(plain.checkpoint(), sampled.checkpoint())]
     ops = ["stamp", *_EVENT, "illegal", "checkpoint", "crash"]
     for _ in range(data.draw(st.integers(0, 40), label="steps")):
@@ -966,7 +966,7 @@ def test_with_one_sample_and_prompt_events_it_is_the_prompt_level_ledger(
             save_buffer = data.draw(st.booleans(), label="save_buffer")
             c1 = plain.checkpoint(save_buffer=save_buffer)
             c2 = roundtrip(sampled.checkpoint(save_buffer=save_buffer))
-            assert c2.ledger == c1 and c2.sealed == () and c2.samples == 1
+            assert attrs.evolve(c2, next_attempt=0) == c1 and c2.sealed == () and c2.samples == 1
             saves.append((c1, c2))
         elif op == "crash":
             c1, c2 = data.draw(st.sampled_from(saves), label="from")
@@ -977,8 +977,8 @@ def test_with_one_sample_and_prompt_events_it_is_the_prompt_level_ledger(
                 if load and retained
                 else []
             )
-            r1 = Ledger.resume(cfg, c1, load_replay_buffer=load, evicted_on_restore=evicted)
-            r2 = SampleLedger.resume(
+            r1 = GroupTable.resume(cfg, c1, load_replay_buffer=load, evicted_on_restore=evicted)
+            r2 = Ledger.resume(
                 cfg, c2, load_replay_buffer=load, evicted_on_restore=evicted, sealed=()
             )
             assert (r1.rewind_to, r1.covered) == (r2.rewind_to, r2.covered)
@@ -1009,14 +1009,19 @@ def test_with_one_sample_and_prompt_events_it_is_the_prompt_level_ledger(
             b = sampled.apply(event)
             assert _prompt_part(a.effect) == _prompt_part(b.effect)
             plain, sampled = a.ledger, b.ledger
-        assert sampled.ledger == plain
-        assert sampled.cut == plain.cut
-        assert sampled.ledger.filter_horizon == plain.filter_horizon
-        assert sampled.checkpoint().ledger == plain.checkpoint()
+        assert (sampled.cut, sampled.next_ordinal) == (plain.cut, plain.next_ordinal)
+        assert sampled.filter_horizon == plain.filter_horizon
+        assert sampled.filtering == plain.filtering
+        assert attrs.evolve(sampled.checkpoint(), next_attempt=0) == plain.checkpoint()
+        assert sampled.size() == plain.size() and sampled.in_flight() == plain.in_flight()
+        for status in Status:
+            assert sampled.count(status) == plain.count(status)
+            assert list(sampled.ordinals(status)) == list(plain.ordinals(status))
         top = plain.next_ordinal + 3
         assert [sampled.status(o) for o in range(top)] == [plain.status(o) for o in range(top)]
+        assert [sampled.attempts(o) for o in range(top)] == [plain.attempts(o) for o in range(top)]
         # The only detail: one running attempt per outstanding group.
-        assert sampled.size() == plain.count(Status.OUTSTANDING)
+        assert sampled.sibling_count() == plain.count(Status.OUTSTANDING)
         assert list(sampled.held()) == []
 
 
@@ -1027,13 +1032,13 @@ def test_the_group_queries_are_the_prompt_level_ledgers() -> None:
     cfg = config(2, policy=RETRY, granularity=SIBLING, stream_len=3)
     ledger, leases = dispatched(cfg, [0, 1], stamp=3)
     ledger = ledger.fail_sample([leases[(1, 0)]]).ledger
-    inner = ledger.ledger
+    inner = ledger._groups
     assert ledger.config is cfg
     assert (ledger.cut, ledger.next_ordinal) == (inner.cut, inner.next_ordinal) == (0, 3)
     assert ledger.attempts(1) == inner.attempts(1) == 1 and ledger.attempts(0) == 0
     assert [ledger.status(o) for o in range(4)] == [inner.status(o) for o in range(4)]
     assert ledger.exhausted and not ledger.drained
-    assert not SampleLedger.start(cfg).exhausted
+    assert not Ledger.start(cfg).exhausted
     ledger = ledger.restart([(1, 0)]).ledger
     ledger = ledger.seal(list(ledger.running())).ledger.stamp(1).ledger
     ledger = ledger.dispatch([2]).ledger
@@ -1042,9 +1047,9 @@ def test_the_group_queries_are_the_prompt_level_ledgers() -> None:
 
 
 def test_start_without_a_config_is_the_default_one() -> None:
-    ledger = SampleLedger.start()
+    ledger = Ledger.start()
     assert ledger.config == LedgerConfig()
-    assert ledger.config.samples == 1 and ledger.next_attempt == 0 and ledger.size() == 0
+    assert ledger.config.samples == 1 and ledger.next_attempt == 0 and ledger.sibling_count() == 0
 
 
 def test_ledgers_are_equal_exactly_when_their_states_are() -> None:
@@ -1054,11 +1059,11 @@ def test_ledgers_are_equal_exactly_when_their_states_are() -> None:
     assert a == b and hash(a) == hash(b) and a is not b
     sealed = a.seal([leases[(0, 0)]]).ledger
     states = {
-        SampleLedger.start(cfg),
+        Ledger.start(cfg),
         a,
         sealed,
         a.fail_sample([leases[(0, 1)]]).ledger,  # the same groups, one sibling unstarted
-        SampleLedger.resume(  # the same groups and detail, another counter
+        Ledger.resume(  # the same groups and detail, another counter
             cfg,
             sealed.checkpoint(),
             load_replay_buffer=True,
@@ -1080,16 +1085,16 @@ def test_attempts_up_to_the_journal_width_keep_their_siblings_apart() -> None:
     attempt of one sibling leaves its neighbours' detail alone."""
     top = 2**32 - 1
     cfg = config(3)
-    saved = SampleLedger.start(cfg).checkpoint()
+    saved = Ledger.start(cfg).checkpoint()
     held = [Lease(0, 0, top), Lease(0, 2, 2**31), Lease(1, 1, top - 1)]
-    resumed = SampleLedger.resume(cfg, saved, load_replay_buffer=True, sealed=held)
+    resumed = Ledger.resume(cfg, saved, load_replay_buffer=True, sealed=held)
     ledger = resumed.ledger
     assert ledger.next_attempt == 2**32
     assert detail(ledger, 0) == [(SEALED, top), None, (SEALED, 2**31)]
     assert detail(ledger, 1) == [None, (SEALED, top - 1), None]
     assert list(ledger.held()) == sorted(held)
     with pytest.raises(IllegalTransitionError) as info:
-        SampleLedger.resume(cfg, saved, load_replay_buffer=True, sealed=[Lease(0, 1, top + 1)])
+        Ledger.resume(cfg, saved, load_replay_buffer=True, sealed=[Lease(0, 1, top + 1)])
     assert info.value.event == "resume" and info.value.ordinals == (0,)
     assert info.value.reason == f"attempt {top + 1} exceeds 2**32 - 1"
 
@@ -1097,11 +1102,11 @@ def test_attempts_up_to_the_journal_width_keep_their_siblings_apart() -> None:
 def test_the_attempt_counter_stops_at_the_journal_width() -> None:
     top = 2**32 - 1
     cfg = config(2, policy=RETRY, granularity=SIBLING, max_attempts=5)
-    saved = SampleLedger.start(cfg).checkpoint()
+    saved = Ledger.start(cfg).checkpoint()
 
-    def at(floor: int) -> SampleLedger:
+    def at(floor: int) -> Ledger:
         return (
-            SampleLedger.resume(cfg, saved, load_replay_buffer=True, sealed=(), attempt_floor=floor)
+            Ledger.resume(cfg, saved, load_replay_buffer=True, sealed=(), attempt_floor=floor)
             .ledger.stamp(2)
             .ledger
         )
@@ -1139,7 +1144,7 @@ def test_a_prompt_level_setback_forgets_the_group_only_when_it_drops_it() -> Non
     assert detail(kept.ledger, 0) == detail(ledger, 0)
     gone = kept.ledger.apply(Setback([0]))
     assert gone.effect.dropped == (0,)
-    assert gone.ledger.size() == 0
+    assert gone.ledger.sibling_count() == 0
     assert gone.ledger.seal([leases[(0, 0)]]).effect.fenced == (leases[(0, 0)],)
 
 
@@ -1192,10 +1197,10 @@ def test_a_refused_restart_names_the_first_five_siblings() -> None:
 
 def test_a_refused_resume_names_the_first_five_strangers() -> None:
     cfg = config(2, stream_len=10)
-    saved = SampleLedger.start(cfg).checkpoint()
+    saved = Ledger.start(cfg).checkpoint()
     held = [Lease(o, 2, 0) for o in range(6)]
     with pytest.raises(IllegalTransitionError) as info:
-        SampleLedger.resume(cfg, saved, load_replay_buffer=True, sealed=held)
+        Ledger.resume(cfg, saved, load_replay_buffer=True, sealed=held)
     assert info.value.ordinals == tuple(range(6))
     assert info.value.reason == (
         "sealed names siblings outside the groups (n=2, ordinals below 10): "
@@ -1222,9 +1227,9 @@ def test_a_ledger_deals_exactly_the_attempts_below_its_limit(
     cfg = config(2, max_attempts=10)
     if floor > limit:
         with pytest.raises(IllegalTransitionError, match="below attempt_floor"):
-            SampleLedger.start(cfg, attempt_floor=floor, attempt_limit=limit)
+            Ledger.start(cfg, attempt_floor=floor, attempt_limit=limit)
         return
-    ledger = SampleLedger.start(cfg, attempt_floor=floor, attempt_limit=limit)
+    ledger = Ledger.start(cfg, attempt_floor=floor, attempt_limit=limit)
     assert (ledger.next_attempt, ledger.attempt_limit) == (floor, limit)
     dealt: list[int] = []
     for move in moves:
@@ -1258,7 +1263,7 @@ def test_a_ledger_deals_exactly_the_attempts_below_its_limit(
         elif move == "seal" and list(ledger.running()):
             ledger = ledger.seal([next(iter(ledger.running()))]).ledger
         elif move == "train":
-            ledger = ledger.train(list(ledger.ledger.ordinals(Status.BUFFERED))).ledger
+            ledger = ledger.train(list(ledger.ordinals(Status.BUFFERED))).ledger
         assert ledger.attempt_limit == limit
     assert all(floor <= a < limit for a in dealt) and len(set(dealt)) == len(dealt)
 
@@ -1266,8 +1271,8 @@ def test_a_ledger_deals_exactly_the_attempts_below_its_limit(
 def test_a_group_of_held_siblings_lands_at_the_limit() -> None:
     """A dispatch that deals nothing is not refused, whatever the limit."""
     cfg = config(2)
-    saved = SampleLedger.start(cfg).stamp(1).ledger.dispatch([0]).ledger.checkpoint()
-    resumed = SampleLedger.resume(
+    saved = Ledger.start(cfg).stamp(1).ledger.dispatch([0]).ledger.checkpoint()
+    resumed = Ledger.resume(
         cfg,
         saved,
         load_replay_buffer=True,
@@ -1281,7 +1286,7 @@ def test_a_group_of_held_siblings_lands_at_the_limit() -> None:
 
 def test_with_attempt_limit_raises_the_counter_and_the_limit_only_as_asked() -> None:
     cfg = config(2)
-    ledger = SampleLedger.start(cfg, attempt_limit=2).stamp(2).ledger
+    ledger = Ledger.start(cfg, attempt_limit=2).stamp(2).ledger
     ledger = ledger.dispatch([0]).ledger  # attempts 0, 1
     with pytest.raises(IllegalTransitionError):
         ledger.dispatch([1])
@@ -1301,19 +1306,19 @@ def test_with_attempt_limit_raises_the_counter_and_the_limit_only_as_asked() -> 
         with pytest.raises(IllegalTransitionError, match="attempt_limit"):
             ledger.with_attempt_limit(bad)  # type: ignore[arg-type]
         with pytest.raises(IllegalTransitionError, match="attempt_limit"):
-            SampleLedger.start(cfg, attempt_limit=bad)  # type: ignore[arg-type]
+            Ledger.start(cfg, attempt_limit=bad)  # type: ignore[arg-type]
     with pytest.raises(IllegalTransitionError, match="attempt_floor"):
-        SampleLedger.start(cfg, attempt_floor=2**32 + 1)
-    assert SampleLedger.start(cfg, attempt_floor=2**32, attempt_limit=2**32).next_attempt == 2**32
+        Ledger.start(cfg, attempt_floor=2**32 + 1)
+    assert Ledger.start(cfg, attempt_floor=2**32, attempt_limit=2**32).next_attempt == 2**32
 
 
 def test_resume_refuses_a_limit_below_its_counter_and_keeps_a_good_one() -> None:
     cfg = config(2)
-    saved = SampleLedger.start(cfg).stamp(1).ledger.dispatch([0]).ledger.checkpoint()
+    saved = Ledger.start(cfg).stamp(1).ledger.dispatch([0]).ledger.checkpoint()
     assert saved.next_attempt == 2
     for floor, limit in ((0, 1), (3, 2)):
         with pytest.raises(IllegalTransitionError, match="below the counter") as info:
-            SampleLedger.resume(
+            Ledger.resume(
                 cfg,
                 saved,
                 load_replay_buffer=True,
@@ -1322,14 +1327,14 @@ def test_resume_refuses_a_limit_below_its_counter_and_keeps_a_good_one() -> None
                 attempt_limit=limit,
             )
         assert info.value.event == "resume"
-    ledger = SampleLedger.resume(
+    ledger = Ledger.resume(
         cfg, saved, load_replay_buffer=True, sealed=(), attempt_floor=3, attempt_limit=5
     ).ledger
     assert (ledger.next_attempt, ledger.attempt_limit) == (3, 5)
     ledger = ledger.stamp(1).ledger
     assert [x.attempt for x in ledger.dispatch([0]).effect.leases] == [3, 4]
     assert (
-        SampleLedger.resume(
+        Ledger.resume(
             cfg, saved, load_replay_buffer=True, sealed=(), attempt_limit=2
         ).ledger.attempt_limit
         == 2

@@ -28,13 +28,13 @@ from hypothesis.stateful import (
 )
 
 from frontier_core import (
+    Checkpoint,
     FailurePolicy,
     Granularity,
     IllegalTransitionError,
     Lease,
+    Ledger,
     LedgerConfig,
-    SampleCheckpoint,
-    SampleLedger,
     Sibling,
     Status,
 )
@@ -48,9 +48,9 @@ from ._sample_model import (
 )
 
 
-def roundtrip(checkpoint: SampleCheckpoint) -> SampleCheckpoint:
+def roundtrip(checkpoint: Checkpoint) -> Checkpoint:
     record = json.loads(json.dumps(checkpoint.state_dict()))
-    return SampleCheckpoint.from_state_dict(record, fingerprint="fp")
+    return Checkpoint.from_state_dict(record, fingerprint="fp")
 
 
 class SampleLedgerMachine(RuleBasedStateMachine):
@@ -58,20 +58,20 @@ class SampleLedgerMachine(RuleBasedStateMachine):
 
     def __init__(self) -> None:
         super().__init__()
-        self.ledger: SampleLedger
+        self.ledger: Ledger
         self.model: SampleModel
         self.saved = 0
 
     # -- helpers --------------------------------------------------------------------
 
-    def _save(self, checkpoint: SampleCheckpoint, save_buffer: bool, save_sealed: bool) -> object:
+    def _save(self, checkpoint: Checkpoint, save_buffer: bool, save_sealed: bool) -> object:
         name = f"checkpoint_{self.saved}"
         self.saved += 1
         note(f"{name} = ledger.checkpoint(save_buffer={save_buffer}, save_sealed={save_sealed})")
         return (checkpoint, self.model.snapshot(save_buffer, save_sealed), name)
 
     def _pick(self, data: st.DataObject, status: Status, least: int = 0) -> list[int]:
-        ordinals = list(self.ledger.ledger.ordinals(status))
+        ordinals = list(self.ledger.ordinals(status))
         if not ordinals:
             return []
         return data.draw(
@@ -123,14 +123,14 @@ class SampleLedgerMachine(RuleBasedStateMachine):
             samples=samples,
             granularity=granularity,
         )
-        self.ledger = SampleLedger.start(config)
+        self.ledger = Ledger.start(config)
         self.model = SampleModel(config)
         note(
             f"config = LedgerConfig(on_failure=FailurePolicy.{policy.name}, max_attempts="
             f"{max_attempts}, stream_len={stream_len}, fingerprint='fp', samples={samples}, "
             f"granularity=Granularity.{granularity.name})"
         )
-        note("ledger = SampleLedger.start(config)")
+        note("ledger = Ledger.start(config)")
         return self._save(roundtrip(self.ledger.checkpoint()), True, True)
 
     # -- the source and the groups ------------------------------------------------------
@@ -224,7 +224,7 @@ class SampleLedgerMachine(RuleBasedStateMachine):
             self.fail_sample(data)
             self.restart(data)
         self.seal(data)
-        if self.ledger.ledger.count(Status.BUFFERED):
+        if self.ledger.count(Status.BUFFERED):
             self.train(data)
 
     @rule(data=st.data())
@@ -261,7 +261,7 @@ class SampleLedgerMachine(RuleBasedStateMachine):
         ) == expected
         self.ledger = step.ledger
 
-    @precondition(lambda self: self.ledger.ledger.count(Status.BUFFERED) > 0)
+    @precondition(lambda self: self.ledger.count(Status.BUFFERED) > 0)
     @rule(data=st.data())
     def train(self, data: st.DataObject) -> None:
         chosen = self._pick(data, Status.BUFFERED)
@@ -276,7 +276,7 @@ class SampleLedgerMachine(RuleBasedStateMachine):
         before = self.ledger
         record = before.checkpoint().state_dict()
         n = self.model.n
-        top = before.ledger.next_ordinal + 2
+        top = before.next_ordinal + 2
         o = data.draw(st.integers(0, top), label="ordinal")
         if kind in ("attempt", "sibling"):
             bad = (
@@ -327,9 +327,9 @@ class SampleLedgerMachine(RuleBasedStateMachine):
     @rule(saved=checkpoints, load_buffer=st.booleans(), data=st.data())
     def crash_and_resume(self, saved: tuple, load_buffer: bool, data: st.DataObject) -> None:
         checkpoint, model_saved, name = saved
-        assert isinstance(checkpoint, SampleCheckpoint)
+        assert isinstance(checkpoint, Checkpoint)
         assert isinstance(model_saved, SampleModelCheckpoint)
-        retained = sorted(checkpoint.ledger.retained_ordinals())
+        retained = sorted(checkpoint.retained_ordinals())
         evicted: list[int] = []
         if load_buffer and retained:
             evicted = data.draw(st.lists(st.sampled_from(retained), unique=True), label="evicted")
@@ -346,7 +346,7 @@ class SampleLedgerMachine(RuleBasedStateMachine):
         sealed = sorted(held.values())
         # A journal knows how far the crashed run counted.
         floor = self.ledger.next_attempt
-        resumed = SampleLedger.resume(
+        resumed = Ledger.resume(
             self.ledger.config,
             checkpoint,
             load_replay_buffer=load_buffer,
@@ -355,14 +355,14 @@ class SampleLedgerMachine(RuleBasedStateMachine):
             attempt_floor=floor,
         )
         note(
-            f"ledger = SampleLedger.resume(config, {name}, load_replay_buffer={load_buffer}, "
+            f"ledger = Ledger.resume(config, {name}, load_replay_buffer={load_buffer}, "
             f"evicted_on_restore={evicted}, sealed={[tuple(x) for x in sealed]}, "
             f"attempt_floor={floor}).ledger  # killed; reused {[tuple(x) for x in resumed.reused]}"
         )
         reused, ignored = self.model.restore(model_saved, load_buffer, set(evicted), sealed, floor)
         assert list(resumed.reused) == reused
         assert list(resumed.ignored) == ignored
-        assert resumed.rewind_to == checkpoint.ledger.cut
+        assert resumed.rewind_to == checkpoint.cut
         # ATTEMPT-MONOTONE across the crash.
         assert resumed.ledger.next_attempt >= max(floor, checkpoint.next_attempt)
         self.ledger = resumed.ledger
@@ -381,11 +381,11 @@ class SampleLedgerMachine(RuleBasedStateMachine):
         ledger, model = self.ledger, self.model
         assert model.config.stream_len is not None
         for _ in range(4 * model.config.stream_len + 8):
-            if ledger.ledger.drained:
+            if ledger.drained:
                 break
             ledger = ledger.stamp(5).ledger
             model.groups.stamp(5)
-            pending = list(ledger.ledger.ordinals(Status.PENDING))
+            pending = list(ledger.ordinals(Status.PENDING))
             step = ledger.dispatch(pending)
             assert list(step.effect.leases) == model.dispatch(pending)[0]
             ledger = step.ledger
@@ -397,12 +397,12 @@ class SampleLedgerMachine(RuleBasedStateMachine):
             step = ledger.seal(running)
             assert list(step.effect.sealed) == model.seal(running)[0] == running
             ledger = step.ledger
-            buffered = list(ledger.ledger.ordinals(Status.BUFFERED))
+            buffered = list(ledger.ordinals(Status.BUFFERED))
             ledger = ledger.train(buffered).ledger
             model.train(buffered)
             check_all_samples(ledger, model)
-        assert ledger.ledger.drained, ledger
-        assert ledger.size() == 0 and list(ledger.held()) == []
+        assert ledger.drained, ledger
+        assert ledger.sibling_count() == 0 and list(ledger.held()) == []
         check_drained_exactly_once(model)
         check_sample_exactly_once(ledger, model)
 

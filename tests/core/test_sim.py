@@ -193,8 +193,8 @@ def test_the_frontier_checkpoint_goes_through_json(tmp_path: Path) -> None:
     backend = FrontierBackend(w)
     backend.dispatch(backend.pull(8))
     record = json.loads(backend.snapshot())
-    assert record["format"] == "frontier_core.checkpoint" and record["cut"] == 0
-    tampered = json.dumps({**record, "cut": 3})
+    assert record["format"] == "frontier_core.samples" and record["ledger"]["cut"] == 0
+    tampered = json.dumps({**record, "next_attempt": 3})
     with pytest.raises(ValueError, match="checksum"):
         backend.restore(tampered, load_buffer=True, evicted=[])
 

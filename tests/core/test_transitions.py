@@ -364,7 +364,7 @@ def test_the_ledger_resumes_each_recorded_ordinal_as_stated() -> None:
             assert resumed.covered == ((2,) if want in COVERED else ())
             assert ledger.filter_horizon == (3 if want in COVERED else 1)
             # What the resume created is what a checkpoint records again.
-            assert set(ledger._noted) == ({2} if want is not None else set())
+            assert set(ledger._groups._noted) == ({2} if want is not None else set())
 
 
 def test_an_ordinal_the_resume_drops_does_not_stop_it_restoring_the_rest() -> None:

@@ -9,7 +9,7 @@ continuation) and does no I/O. This package owns the rest, once:
   compaction, one writer per file (``flock``); ``read_journal`` decodes a
   journal file read-only;
 * ``RolloutJournal`` (``_rollout``): the single writer of a run's journal
-  and its glue to a ``SampleLedger``: seals and progress as they happen, a
+  and its glue to a ``Ledger``: seals and progress as they happen, a
   mark before each checkpoint, compaction after it, and ``recover`` at
   every start, which checks the journal against the checkpoint, applies
   the reuse policy and reserves this life's attempts (``Recovered``);

@@ -2,7 +2,7 @@
 
 ``RolloutJournal`` is the single writer of a run's rollout journal
 (``JournalWriter``) and the glue between it and a
-``SampleLedger``: a rollout loop reports each sealed sample and each
+``Ledger``: a rollout loop reports each sealed sample and each
 running sample's progress here as they happen; a checkpoint appends a mark
 and syncs, so the checkpoint knows its journal position; a compaction after
 the checkpoint keeps only what the window still needs; and a resume reads
@@ -11,7 +11,7 @@ applies the reuse policy, and says which siblings come back sealed, which
 continue from a prefix, and which attempt numbers this life may deal.
 
 The core decides everything (``frontier_core.journal``: format, replay,
-fencing, compaction, reuse, continuation; ``SampleLedger``: which results
+fencing, compaction, reuse, continuation; ``Ledger``: which results
 count); this module sequences the calls and owns the file. It imports
 frontier_core and the journal file adapter only.
 
@@ -48,10 +48,10 @@ import attrs
 
 from frontier_core import (
     MAX_ATTEMPT,
+    Checkpoint,
     CheckpointMismatchError,
     Lease,
-    SampleCheckpoint,
-    SampleLedger,
+    Ledger,
 )
 from frontier_core.journal import (
     CommitPolicy,
@@ -87,8 +87,8 @@ class Recovered:
     (with the samples saved with the checkpoint) after the reuse policy
     (look up a reused sibling's sample or a prefix to continue with
     ``sample`` and ``prefix``); ``sealed``, ``attempt_floor`` and
-    ``attempt_limit``, the arguments of ``SampleLedger.resume`` (and of
-    ``SampleLedger.start`` on a fresh start): every sibling in ``sealed`` has
+    ``attempt_limit``, the arguments of ``Ledger.resume`` (and of
+    ``Ledger.start`` on a fresh start): every sibling in ``sealed`` has
     its sample here, and the attempts from ``attempt_floor`` (the journal's
     floor: one above every attempt it names, and at or above every earlier
     reservation) to below ``attempt_limit`` are reserved durably for this
@@ -202,7 +202,7 @@ class RolloutJournal:
         self.reserved = max(self.reserved, below)
         return position
 
-    def cover(self, ledger: SampleLedger, count: int, *, reserve: int = RESERVE) -> SampleLedger:
+    def cover(self, ledger: Ledger, count: int, *, reserve: int = RESERVE) -> Ledger:
         """``ledger``, ready to deal its next ``count`` attempts: they are
         reserved durably (a block of ``reserve`` more, if they were not) and
         are within its ``attempt_limit``, and its counter is at or above
@@ -261,7 +261,7 @@ class RolloutJournal:
 
     def recover(
         self,
-        checkpoint: SampleCheckpoint | None,
+        checkpoint: Checkpoint | None,
         *,
         position: int | None,
         checkpoint_id: int | None,
@@ -348,7 +348,7 @@ def _check_block(reserve: object) -> None:
         raise ValueError(f"reserve must be an int >= 1, got {reserve!r:.40}")
 
 
-def _saved_seals(checkpoint: SampleCheckpoint, saved: Mapping[Lease, Payload]) -> list[Sealed]:
+def _saved_seals(checkpoint: Checkpoint, saved: Mapping[Lease, Payload]) -> list[Sealed]:
     """The samples saved with ``checkpoint`` as the seals they were."""
     recorded = set(checkpoint.sealed)
     seals = []

@@ -3,7 +3,7 @@
 One life (``run_life``) generates GRPO groups of ``samples`` siblings with a
 deterministic stand-in engine (sibling ``s`` of prompt ``o`` is a fixed
 token sequence of a heavy-tailed length, one token per sibling per tick, so
-a kill lands mid-generation), through a ``SampleLedger`` and a
+a kill lands mid-generation), through a ``Ledger`` and a
 ``RolloutJournal``: every sealed sample is journaled, every running one every
 ``progress_every`` tokens; every ``checkpoint_every`` steps the journal is
 marked and synced, the checkpoint (ledger, step, buffer, journal position)
@@ -40,7 +40,7 @@ from typing import Any
 
 import attrs
 
-from frontier_core import Lease, LedgerConfig, SampleCheckpoint, SampleLedger
+from frontier_core import Checkpoint, Lease, Ledger, LedgerConfig
 from frontier_core.journal import CommitPolicy, Reuse, TokenPayload
 
 from ..journal import RolloutJournal, resumed_sample
@@ -123,7 +123,7 @@ def run_life(args: DurableArgs) -> int:
     step = 0
     if ck_path.exists():
         saved = json.loads(ck_path.read_text())
-        checkpoint = SampleCheckpoint.from_state_dict(saved["ledger"], fingerprint=FINGERPRINT)
+        checkpoint = Checkpoint.from_state_dict(saved["ledger"], fingerprint=FINGERPRINT)
         step = saved["step"]
         buffer = {int(o): g for o, g in saved["buffer"].items()}
         recovered = journal.recover(
@@ -134,7 +134,7 @@ def run_life(args: DurableArgs) -> int:
             fork=step,
             step=step,
         )
-        ledger = SampleLedger.resume(
+        ledger = Ledger.resume(
             config,
             checkpoint,
             load_replay_buffer=True,
@@ -147,7 +147,7 @@ def run_life(args: DurableArgs) -> int:
         recovered = journal.recover(
             None, position=None, checkpoint_id=None, reuse=reuse, fork=0, step=0
         )
-        ledger = SampleLedger.start(
+        ledger = Ledger.start(
             config, attempt_floor=recovered.attempt_floor, attempt_limit=recovered.attempt_limit
         )
         append_line(trained_log, {"resume": 0}, sync=True)
@@ -180,8 +180,8 @@ def run_life(args: DurableArgs) -> int:
 
     def dispatch() -> None:
         nonlocal ledger
-        room = args.in_flight - ledger.ledger.in_flight()
-        if room <= 0 or ledger.ledger.exhausted:
+        room = args.in_flight - ledger.in_flight()
+        if room <= 0 or ledger.exhausted:
             return
         step_ = ledger.stamp(room)
         # Reserve the attempts this dispatch may deal (one per sibling)
@@ -198,7 +198,7 @@ def run_life(args: DurableArgs) -> int:
             running[lease] = [prefix, [], 0]
         land(applied.effect.landed)
 
-    while not ledger.ledger.drained:
+    while not ledger.drained:
         dispatch()
         # One engine tick: every running sibling makes one token.
         made = 0
@@ -240,7 +240,7 @@ def run_life(args: DurableArgs) -> int:
             time.sleep(args.tick)
         # Train when a step's worth landed (or the stream's last groups).
         ready = sorted(buffer)
-        tail = ledger.ledger.exhausted and not running
+        tail = ledger.exhausted and not running
         if len(ready) >= args.groups_per_step or (tail and ready):
             chosen = ready[: args.groups_per_step]
             ledger = ledger.train(chosen).ledger
@@ -256,7 +256,7 @@ def run_life(args: DurableArgs) -> int:
                 },
                 sync=True,
             )
-            if step % args.checkpoint_every == 0 or ledger.ledger.drained:
+            if step % args.checkpoint_every == 0 or ledger.drained:
                 save_checkpoint()
     journal.close()
     return 0

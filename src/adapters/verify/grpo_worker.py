@@ -21,7 +21,7 @@ remainder at the checkpoint are never trained. Failure attempts live in
 memory only, as they did.
 
 ``--journal`` runs the life sample by sample instead (``run_journal``, CPU
-engine, frontier mode): a ``SampleCollector`` over a ``SampleLedger``, a
+engine, frontier mode): a ``SampleCollector`` over a ``Ledger``, a
 ``SampleRolloutLoop`` that sends each sibling as a request of its own,
 streamed, and a ``RolloutJournal`` with group commit that records each
 sealed sample and each running one every ``--progress-every`` tokens; each
@@ -66,11 +66,11 @@ import attrs
 import torch
 
 from frontier_core import (
+    Checkpoint,
     Effect,
     FailurePolicy,
     Lease,
     LedgerConfig,
-    SampleCheckpoint,
     TrainLogWriter,
 )
 from frontier_core.journal import (
@@ -860,7 +860,7 @@ def run_journal(args: WorkerArgs) -> int:
     else:
         state = life.state
         recovered = journal.recover(
-            SampleCheckpoint.from_state_dict(state["collector"]["ledger"], fingerprint=fingerprint),
+            Checkpoint.from_state_dict(state["collector"]["ledger"], fingerprint=fingerprint),
             position=state["journal"]["position"],
             checkpoint_id=state["journal"]["id"],
             reuse=reuse,

@@ -46,7 +46,7 @@ from typing import Any
 import attrs
 import torch
 
-from frontier_core import FailurePolicy, Lease, LedgerConfig, SampleCheckpoint, TrainLogWriter
+from frontier_core import Checkpoint, FailurePolicy, Lease, LedgerConfig, TrainLogWriter
 from frontier_core.journal import CommitPolicy, Reuse, SiblingState, TokenPayload
 
 from .._collector import StreamCollector
@@ -369,7 +369,7 @@ def run_journal(args: RunArgs) -> int:
         state = loaded.json_parts["state"]
         step, resumes = loaded.step, state["resumes"] + 1
         recovered = journal.recover(
-            SampleCheckpoint.from_state_dict(state["collector"]["ledger"], fingerprint=fingerprint),
+            Checkpoint.from_state_dict(state["collector"]["ledger"], fingerprint=fingerprint),
             position=state["journal"]["position"],
             checkpoint_id=state["journal"]["id"],
             reuse=reuse,

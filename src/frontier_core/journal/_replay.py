@@ -98,7 +98,7 @@ class JournalState:
 
     def sealed(self) -> tuple[Lease, ...]:
         """The sealed siblings ``(ordinal, sibling, attempt)``, ascending:
-        what ``SampleLedger.resume`` takes as ``sealed``."""
+        what ``Ledger.resume`` takes as ``sealed``."""
         return tuple(Lease(o, s, st.attempt) for o, s, st in self.siblings() if st.sealed)
 
     def progress(self) -> tuple[Lease, ...]:
@@ -108,7 +108,7 @@ class JournalState:
 
     @property
     def next_attempt(self) -> int:
-        """A floor for the attempts of a resumed run (``SampleLedger.resume``'s
+        """A floor for the attempts of a resumed run (``Ledger.resume``'s
         ``attempt_floor``): one above every attempt the state names, and at
         least ``reserved``; 0 if neither."""
         attempts = [st.attempt + 1 for g in self.groups.values() for st in g.values()]

@@ -13,7 +13,8 @@ from collections.abc import Sequence
 
 from .._checkpoint import Checkpoint
 from .._events import Status
-from .._ledger import Ledger, LedgerConfig
+from .._ledger import LedgerConfig
+from .._samples import Ledger
 from ._workload import Workload
 
 

@@ -30,7 +30,7 @@ A group's ``num_generations`` siblings each have their own length (the
 workload's ``sibling_tokens``) and generate concurrently, ``tokens_per_time``
 tokens per unit of time each, in the worker that holds the group. A
 prompt-level backend sees the group land when its longest sibling finishes.
-A sample-level backend (``SampleLevel``: the real ``SampleLedger``) is told
+A sample-level backend (``SampleLevel``: the real ``Ledger``) is told
 of each sibling as it seals; its dispatch says which siblings to generate
 (under which attempts) and which come back sealed from what a resume held,
 and its resume says which sealed samples and which durable prefixes the
@@ -58,7 +58,7 @@ Rules of the house
 * The pipeline holds no coverage logic: which pulled prompts need
   generating, what a failure does, what a resume re-yields, which siblings
   are generated and which samples are reused are the backend's answers (the
-  real ``Ledger`` or ``SampleLedger``).
+  real ``Ledger``).
 * Everything is simulated time; every random quantity comes from the
   workload's pure functions, so a run is a function of its workload and
   kill schedule.

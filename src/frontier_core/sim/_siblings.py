@@ -1,4 +1,4 @@
-"""The sample-level modes' backend: the real ``SampleLedger``, and where the
+"""The sample-level modes' backend: the real ``Ledger``, and where the
 samples of sealed siblings survive a crash.
 
 Three modes, one class; they differ only in what a resume still holds:
@@ -27,9 +27,10 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 
+from .._checkpoint import Checkpoint
 from .._events import Lease, Status
 from .._ledger import LedgerConfig
-from .._samples import SampleCheckpoint, SampleLedger
+from .._samples import Ledger
 from ._frontier import requeued_pending
 from ._journal import SimJournal
 from ._pipeline import Dispatched, Generation, Restored, Sample, Saved, SimulationError
@@ -37,7 +38,7 @@ from ._workload import Workload
 
 
 class SiblingBackend:
-    """Drives a ``SampleLedger`` for the pipeline (``_pipeline.Backend`` and
+    """Drives a ``Ledger`` for the pipeline (``_pipeline.Backend`` and
     ``_pipeline.SampleLevel``)."""
 
     def __init__(
@@ -57,7 +58,7 @@ class SiblingBackend:
             fingerprint=workload.fingerprint,
             samples=workload.num_generations,
         )
-        self.ledger = SampleLedger.start(self.config)
+        self.ledger = Ledger.start(self.config)
         self.save_sealed = save_sealed
         self.journal = journal
         self.continue_prefixes = continue_prefixes
@@ -70,15 +71,15 @@ class SiblingBackend:
 
     @property
     def position(self) -> int:
-        return self.ledger.ledger.next_ordinal
+        return self.ledger.next_ordinal
 
     @property
     def exhausted(self) -> bool:
-        return self.ledger.ledger.exhausted
+        return self.ledger.exhausted
 
     @property
     def done(self) -> bool:
-        return self.ledger.ledger.drained
+        return self.ledger.drained
 
     def pull(self, count: int) -> list[int]:
         step = self.ledger.stamp(count)
@@ -98,15 +99,15 @@ class SiblingBackend:
     def fail(self, ordinals: Sequence[int]) -> tuple[list[int], list[int]]:
         step = self.ledger.fail(ordinals)
         self.ledger = step.ledger
-        return requeued_pending(self.ledger.ledger, step.effect.requeued), list(step.effect.dropped)
+        return requeued_pending(self.ledger, step.effect.requeued), list(step.effect.dropped)
 
     def evict(self, ordinals: Sequence[int]) -> tuple[list[int], list[int]]:
         step = self.ledger.evict(ordinals)
         self.ledger = step.ledger
-        return requeued_pending(self.ledger.ledger, step.effect.requeued), list(step.effect.dropped)
+        return requeued_pending(self.ledger, step.effect.requeued), list(step.effect.dropped)
 
     def buffered(self) -> set[int]:
-        return set(self.ledger.ledger.ordinals(Status.BUFFERED))
+        return set(self.ledger.ordinals(Status.BUFFERED))
 
     def snapshot(self) -> str:
         return self.checkpoint(self._at)
@@ -158,7 +159,7 @@ class SiblingBackend:
         if self.journal is not None:
             self._marks += 1
             mark = {"position": self.journal.mark(self._marks, at), "id": self._marks}
-        self._cut = record.ledger.cut
+        self._cut = record.cut
         return json.dumps({"ledger": record.state_dict(), "journal": mark, "step": self.steps})
 
     def committed(self, at: float) -> None:
@@ -174,12 +175,12 @@ class SiblingBackend:
             self.journal.crash(at)
 
     def resume(self, saved: Saved, *, load_buffer: bool, evicted: Sequence[int]) -> Restored:
-        """``SampleLedger.resume`` from the committed record, given the
+        """``Ledger.resume`` from the committed record, given the
         sealed siblings this mode still holds: the checkpoint's (their
         samples in ``saved.sealed``) or the durable journal's. Raises what
         the checkpoint, the journal and the ledger raise."""
         record = json.loads(saved.record)
-        checkpoint = SampleCheckpoint.from_state_dict(
+        checkpoint = Checkpoint.from_state_dict(
             record["ledger"], fingerprint=self.config.fingerprint
         )
         state = None
@@ -189,7 +190,7 @@ class SiblingBackend:
             sealed, floor = state.sealed(), state.next_attempt
         else:
             sealed, floor = checkpoint.sealed, 0
-        resumed = SampleLedger.resume(
+        resumed = Ledger.resume(
             self.config,
             checkpoint,
             load_replay_buffer=load_buffer,

@@ -8,11 +8,11 @@ sample:
 
 * ``legacy``: the live-cursor checkpoint; loses prompts (their tokens are
   discarded and never generated again: it redoes less because it skips).
-* ``coverage``: the prompt-level ``Ledger`` (NeMo-RL #3599): exact
+* ``coverage``: the ``Ledger`` told of whole groups (NeMo-RL #3599): exact
   coverage, everything in flight regenerated.
-* ``siblings``: the ``SampleLedger`` with the sealed siblings of
+* ``siblings``: the ``Ledger`` with the sealed siblings of
   outstanding groups saved with the checkpoint (NeMo-RL #3923).
-* ``journal``: the ``SampleLedger`` with every seal journaled (group
+* ``journal``: the ``Ledger`` with every seal journaled (group
   commit, ``Workload.commit_delay``), reused from the durable journal.
 * ``progress``: as ``journal``, plus each running sample's progress every
   ``Workload.progress_every`` tokens, continued after the resume.

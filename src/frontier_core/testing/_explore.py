@@ -1,6 +1,9 @@
-"""Exhaustive small-scope model checking of the real ledger.
+"""Exhaustive small-scope model checking of the real ledger's group table.
 
-Not a model of the ledger: the real ``Ledger`` class, driven breadth first
+Not a model of the ledger: the real ``GroupTable`` class (the ledger's
+private group table, which the ledger is at n = 1 with the group events
+only: proofs/SAMPLES.md; ``_explore_samples`` checks the ledger itself,
+n = 1 included), driven breadth first
 through every state reachable within small bounds (stream length, batch
 size, kills, failure policy), with duplicate states merged. In every state it
 checks the invariants of proofs/INVARIANTS.md that can be read off the state
@@ -33,7 +36,7 @@ import attrs
 from .._checkpoint import Checkpoint
 from .._errors import IllegalTransitionError
 from .._events import FailurePolicy, Status
-from .._ledger import Ledger, LedgerConfig
+from .._ledger import _FAIL_SHIFT, GroupTable, LedgerConfig
 from .._transitions import TRANSITIONS, Move
 
 _LIVE = (Status.PENDING, Status.OUTSTANDING, Status.BUFFERED)
@@ -114,12 +117,12 @@ class State:
     stream and the attempts are.
     """
 
-    ledger: Ledger
+    ledger: GroupTable
     lineage: Tally
     horizon: int | None
 
     @classmethod
-    def of(cls, ledger: Ledger, lineage: Tally) -> State:
+    def of(cls, ledger: GroupTable, lineage: Tally) -> State:
         return cls(ledger, lineage, ledger.filter_horizon if ledger.filtering else None)
 
 
@@ -205,12 +208,12 @@ def explore(bounds: Bounds) -> Report:
         stream_len=bounds.stream_len,
         fingerprint="explore",
     )
-    first = Ledger.start(config)
+    first = GroupTable.start(config)
     start = State.of(first, Tally.empty(bounds.stream_len))
     #: Ledgers (with their active horizons) whose own invariants were
     #: checked: many states share one.
-    ledgers: set[tuple[Ledger, int | None]] = set()
-    resumes: dict[Checkpoint, list[tuple[str, Ledger]]] = {}
+    ledgers: set[tuple[GroupTable, int | None]] = set()
+    resumes: dict[Checkpoint, list[tuple[str, GroupTable]]] = {}
     counters = {"transitions": 0, "drained": 0, "illegal": 0, "checkpoints": 0}
 
     def visit(state: State, trace: _Trace) -> None:
@@ -244,12 +247,12 @@ def _successors(
     state: State,
     bounds: Bounds,
     counters: dict[str, int],
-    cache: dict[Checkpoint, list[tuple[str, Ledger]]],
+    cache: dict[Checkpoint, list[tuple[str, GroupTable]]],
     trace: _Trace,
 ) -> Iterator[tuple[str, State]]:
     ledger, lineage = state.ledger, state.lineage
 
-    def moved(after: Ledger, lineage: Tally = lineage) -> State:
+    def moved(after: GroupTable, lineage: Tally = lineage) -> State:
         # CUT-MONO within a process life.
         if after.cut < ledger.cut:
             raise InvariantViolation(
@@ -257,7 +260,7 @@ def _successors(
             )
         return State.of(after, lineage)
 
-    def failed(o: int, after: Ledger, dropped: tuple[int, ...]) -> State:
+    def failed(o: int, after: GroupTable, dropped: tuple[int, ...]) -> State:
         return moved(after, retry_bound(lineage, o, dropped, bounds, "RETRY-BOUND", trace))
 
     if not ledger.exhausted:
@@ -316,10 +319,10 @@ def retry_bound(
 def _resumes(
     checkpoint: Checkpoint,
     config: LedgerConfig,
-    cache: dict[Checkpoint, list[tuple[str, Ledger]]],
+    cache: dict[Checkpoint, list[tuple[str, GroupTable]]],
     counters: dict[str, int],
     trace: _Trace,
-) -> list[tuple[str, Ledger]]:
+) -> list[tuple[str, GroupTable]]:
     """Every ledger a crash after ``checkpoint`` can resume into. Many states
     share a checkpoint, so each distinct one is checked and resumed once."""
     if checkpoint in cache:
@@ -336,7 +339,7 @@ def _resumes(
         options.extend((True, evicted) for evicted in itertools.combinations(retained, r))
     out = []
     for load, evicted in options:
-        resumed = Ledger.resume(
+        resumed = GroupTable.resume(
             config, restored, load_replay_buffer=load, evicted_on_restore=evicted
         )
         _check_resume(restored, resumed.ledger, resumed.rewind_to, resumed.covered, trace)
@@ -356,7 +359,7 @@ def _resumes(
     return out
 
 
-def _check_filter(ledger: Ledger, stamped: range, kept: tuple[int, ...], trace: _Trace) -> None:
+def _check_filter(ledger: GroupTable, stamped: range, kept: tuple[int, ...], trace: _Trace) -> None:
     expected = tuple(
         o
         for o in stamped
@@ -372,7 +375,7 @@ def _check_filter(ledger: Ledger, stamped: range, kept: tuple[int, ...], trace: 
 
 def _check_resume(
     checkpoint: Checkpoint,
-    ledger: Ledger,
+    ledger: GroupTable,
     rewind_to: int,
     covered: tuple[int, ...],
     trace: _Trace,
@@ -400,13 +403,13 @@ def _check_lineage(state: State, bounds: Bounds, trace: _Trace) -> None:
             raise InvariantViolation("NO-DUP", f"resolved ordinal {o} is live again", trace())
 
 
-def _check_ledger(ledger: Ledger, trace: _Trace) -> None:
+def _check_ledger(ledger: GroupTable, trace: _Trace) -> None:
     """The invariants that read the ledger alone, in one pass over every
     entry it holds (from 0, not from the cut: none may lie below it)."""
     counts = [0] * len(Status)
     recorded: set[int] = set()
     for o, value in ledger._entries.items():
-        status, attempts = Status(value & 7), value >> 3
+        status, attempts = Status(value & 7), value >> _FAIL_SHIFT
         counts[status] += 1
         if o < ledger.cut:
             raise InvariantViolation(
@@ -428,7 +431,7 @@ def _check_ledger(ledger: Ledger, trace: _Trace) -> None:
         )
 
 
-def _check_illegal(ledger: Ledger, bounds: Bounds, trace: _Trace) -> int:
+def _check_illegal(ledger: GroupTable, bounds: Bounds, trace: _Trace) -> int:
     """ILLEGAL-NOCHANGE for every class of illegal single-ordinal event here.
 
     Whether an event is legal, and what the error says, depends only on the

@@ -1,6 +1,6 @@
 """Exhaustive small-scope checking of the real sample-level ledger.
 
-The companion of ``_explore`` for ``SampleLedger``: the real class, driven
+The companion of ``_explore`` for the ``Ledger``: the real class, driven
 breadth first through every state reachable within small bounds (a stream
 of a few groups of n siblings in batches, a failure policy and a
 granularity), with duplicate states merged. Every transition of one sibling
@@ -48,10 +48,11 @@ from collections.abc import Iterator
 
 import attrs
 
+from .._checkpoint import Checkpoint
 from .._errors import IllegalTransitionError
 from .._events import FailurePolicy, Granularity, Lease, Sibling, Status
 from .._ledger import LedgerConfig
-from .._samples import SampleCheckpoint, SampleLedger, SampleResumed
+from .._samples import Ledger, Resumed
 from .._transitions import failure_outcome, setback_outcome
 from ._explore import (
     Bounds,
@@ -66,7 +67,7 @@ from ._explore import (
 )
 
 #: A resume's label, ledger, filter horizon and shape (``_State`` but the lineage).
-_Resumed = tuple[str, SampleLedger, "int | None", tuple[object, ...]]
+_Resumed = tuple[str, Ledger, "int | None", tuple[object, ...]]
 
 
 @attrs.frozen
@@ -103,14 +104,14 @@ class _State:
     identity), the lineage, the resume filter's horizon while active, and
     the ledger's shape (``_shape``)."""
 
-    ledger: SampleLedger = attrs.field(eq=False)
+    ledger: Ledger = attrs.field(eq=False)
     lineage: Tally
     horizon: int | None
     shape: tuple[object, ...]
 
     @classmethod
-    def of(cls, ledger: SampleLedger, lineage: Tally) -> _State:
-        inner = ledger.ledger
+    def of(cls, ledger: Ledger, lineage: Tally) -> _State:
+        inner = ledger._groups
         horizon = inner.filter_horizon if inner.filtering else None
         return cls(ledger, lineage, horizon, _shape(ledger))
 
@@ -119,25 +120,25 @@ class _State:
 _HIDDEN = -1
 
 
-def _detail(ledger: SampleLedger) -> dict[tuple[int, int], tuple[Sibling, int]]:
+def _detail(ledger: Ledger) -> dict[tuple[int, int], tuple[Sibling, int]]:
     """Every sibling the ledger shows detail of, by its public queries:
     ``(status, attempt)``, ``_HIDDEN`` for an unstarted one's."""
     out = {(x.ordinal, x.sibling): (Sibling.RUNNING, x.attempt) for x in ledger.running()}
     out.update({(x.ordinal, x.sibling): (Sibling.SEALED, x.attempt) for x in ledger.held()})
-    for o in ledger.ledger.ordinals(Status.OUTSTANDING):
+    for o in ledger.ordinals(Status.OUTSTANDING):
         for s in range(ledger.config.samples):
             if (o, s) not in out and ledger.sibling(o, s) is not None:
                 out[(o, s)] = (Sibling.UNSTARTED, _HIDDEN)
     return dict(sorted(out.items()))
 
 
-def _shape(ledger: SampleLedger) -> tuple[object, ...]:
+def _shape(ledger: Ledger) -> tuple[object, ...]:
     """The ledger's identity up to a renaming of attempts (module docstring)."""
     detail = _detail(ledger)
     shown = sorted({a for _, a in detail.values() if a != _HIDDEN})
     rank = {a: i for i, a in enumerate(shown)}
     siblings = tuple((o, s, status, rank.get(a, _HIDDEN)) for (o, s), (status, a) in detail.items())
-    return (ledger.ledger, siblings, ledger.next_attempt > len(shown))
+    return (ledger._groups, siblings, ledger.next_attempt > len(shown))
 
 
 def explore_samples(bounds: SampleBounds) -> SampleReport:
@@ -152,8 +153,8 @@ def explore_samples(bounds: SampleBounds) -> SampleReport:
         samples=bounds.samples,
         granularity=bounds.granularity,
     )
-    start = _State.of(SampleLedger.start(config), Tally.empty(bounds.stream_len))
-    ledgers: set[tuple[SampleLedger, int | None]] = set()
+    start = _State.of(Ledger.start(config), Tally.empty(bounds.stream_len))
+    ledgers: set[tuple[Ledger, int | None]] = set()
     resumes: dict[object, list[_Resumed]] = {}
     counters = dict.fromkeys(
         ("transitions", "drained", "results", "illegal", "resumes", "landed_at_dispatch"), 0
@@ -161,15 +162,15 @@ def explore_samples(bounds: SampleBounds) -> SampleReport:
 
     def visit(state: _State, trace: _Trace) -> None:
         # The groups' lineage, by the prompt-level checks.
-        groups = State(state.ledger.ledger, state.lineage, state.horizon)
+        groups = State(state.ledger._groups, state.lineage, state.horizon)
         _check_lineage(groups, Bounds(stream_len=bounds.stream_len), trace)
         if (state.ledger, state.horizon) not in ledgers:
             ledgers.add((state.ledger, state.horizon))
-            _check_ledger(state.ledger.ledger, trace)
+            _check_ledger(state.ledger._groups, trace)
             _check_detail(state.ledger, trace)
             counters["results"] += _check_results(state.ledger, trace)
             counters["illegal"] += _check_illegal(state.ledger, bounds, trace)
-        if state.ledger.ledger.drained:
+        if state.ledger.drained:
             counters["drained"] += 1
             for o in range(bounds.stream_len):
                 if state.lineage.resolved[o] != 1:
@@ -178,7 +179,7 @@ def explore_samples(bounds: SampleBounds) -> SampleReport:
                         f"drained, yet group {o} was resolved {state.lineage.resolved[o]}x",
                         trace(),
                     )
-            if state.ledger.size():
+            if state.ledger.sibling_count():
                 raise InvariantViolation(
                     "SIBLING-DETAIL-BOUNDED", "a drained ledger holds sibling detail", trace()
                 )
@@ -210,14 +211,14 @@ def _successors(
     trace: _Trace,
 ) -> Iterator[tuple[str, _State]]:
     ledger, lineage = state.ledger, state.lineage
-    inner = ledger.ledger
+    inner = ledger._groups
     n = bounds.samples
     detail = _detail(ledger)
 
-    def moved(after: SampleLedger, lin: Tally = lineage) -> _State:
-        if after.ledger.cut < inner.cut:
+    def moved(after: Ledger, lin: Tally = lineage) -> _State:
+        if after.cut < inner.cut:
             raise InvariantViolation(
-                "CUT-MONO", f"cut fell from {inner.cut} to {after.ledger.cut}", trace()
+                "CUT-MONO", f"cut fell from {inner.cut} to {after.cut}", trace()
             )
         if after.next_attempt < ledger.next_attempt:
             raise InvariantViolation(
@@ -227,7 +228,7 @@ def _successors(
             )
         return _State.of(after, lin)
 
-    def failed(o: int, after: SampleLedger, dropped: tuple[int, ...]) -> _State:
+    def failed(o: int, after: Ledger, dropped: tuple[int, ...]) -> _State:
         return moved(after, retry_bound(lineage, o, dropped, bounds, "SAMPLE-RETRY-BOUND", trace))
 
     def fresh(leases: tuple[Lease, ...], wanted: list[tuple[int, int]]) -> None:
@@ -243,7 +244,10 @@ def _successors(
 
     if not inner.exhausted:
         step = ledger.stamp(bounds.batch)
-        if step.ledger.size() != ledger.size() or step.ledger.next_attempt != ledger.next_attempt:
+        if (
+            step.ledger.sibling_count() != ledger.sibling_count()
+            or step.ledger.next_attempt != ledger.next_attempt
+        ):
             raise InvariantViolation(
                 "SAMPLE-MODEL-AGREE", "a stamp changed sibling detail", trace()
             )
@@ -354,10 +358,10 @@ def _successors(
 
 
 def _check_sample_failure(
-    ledger: SampleLedger,
+    ledger: Ledger,
     bounds: SampleBounds,
     lease: Lease,
-    after: SampleLedger,
+    after: Ledger,
     effect: object,
     trace: _Trace,
 ) -> None:
@@ -365,7 +369,7 @@ def _check_sample_failure(
     attempt of the group (``sibling``: only it is generated again, unless
     the policy drops the group) or a failure of the whole group (``group``)."""
     o, s, _ = lease
-    attempts = ledger.ledger.attempts(o)
+    attempts = ledger.attempts(o)
     if bounds.granularity is Granularity.SIBLING:
         status, left = setback_outcome(bounds.on_failure, bounds.max_attempts, attempts)
         expected_restart = ((o, s),) if status is Status.OUTSTANDING else ()
@@ -374,7 +378,7 @@ def _check_sample_failure(
             bounds.on_failure, bounds.max_attempts, attempts, stamped=True
         )
         expected_restart = ()
-    got = after.ledger.status(o)
+    got = after.status(o)
     if status is Status.DROPPED and got is None:
         got = Status.DROPPED  # resolved, and the cut passed it
     restart = getattr(effect, "restart", None)
@@ -386,7 +390,7 @@ def _check_sample_failure(
         )
     kept = [k for k in _detail(after) if k[0] == o]
     if status is Status.OUTSTANDING:
-        if after.sibling(o, s) != (Sibling.UNSTARTED, None) or after.ledger.attempts(o) != left:
+        if after.sibling(o, s) != (Sibling.UNSTARTED, None) or after.attempts(o) != left:
             raise InvariantViolation("SAMPLE-RETRY-BOUND", f"{(o, s)} not unstarted", trace())
     elif kept:
         raise InvariantViolation(
@@ -395,8 +399,8 @@ def _check_sample_failure(
 
 
 def _resumes(
-    ledger: SampleLedger,
-    checkpoints: list[SampleCheckpoint],
+    ledger: Ledger,
+    checkpoints: list[Checkpoint],
     held_options: list[tuple[Lease, ...]],
     floor: int,
     cache: dict[object, list[_Resumed]],
@@ -412,7 +416,7 @@ def _resumes(
     restored = []
     for checkpoint in checkpoints:
         record = json.loads(json.dumps(checkpoint.state_dict()))
-        back = SampleCheckpoint.from_state_dict(record, fingerprint="explore")
+        back = Checkpoint.from_state_dict(record, fingerprint="explore")
         if back != checkpoint:
             raise InvariantViolation("SAMPLE-CKPT-ROUNDTRIP", "record read back differs", trace())
         restored.append(back)
@@ -420,7 +424,7 @@ def _resumes(
     if with_sealed.sealed != tuple(ledger.held()) or restored[1].sealed:
         raise InvariantViolation("SAMPLE-CKPT-ROUNDTRIP", "the record's sealed is off", trace())
     config = ledger.config
-    inner = with_sealed.ledger
+    inner = with_sealed
     retained = tuple(inner.retained_ordinals())
     loads: list[tuple[bool, tuple[int, ...]]] = [(False, ())]
     for r in range(len(retained) + 1):
@@ -430,7 +434,7 @@ def _resumes(
     for load, evicted in loads:
         restored_groups = set(retained) - set(evicted) if load else set()
         for held in held_options:
-            resumed = SampleLedger.resume(
+            resumed = Ledger.resume(
                 config,
                 with_sealed,
                 load_replay_buffer=load,
@@ -452,15 +456,15 @@ def _resumes(
 
 def _check_resume(
     crashed: int,
-    checkpoint: SampleCheckpoint,
+    checkpoint: Checkpoint,
     held: tuple[Lease, ...],
     resolved: set[int],
     restored: set[int],
-    resumed: SampleResumed,
+    resumed: Resumed,
     trace: _Trace,
 ) -> None:
     ledger = resumed.ledger
-    cut = checkpoint.ledger.cut
+    cut = checkpoint.cut
     if resumed.rewind_to != cut or ledger.cut != cut:
         raise InvariantViolation("RESUME-EXACT", "rewound elsewhere than the cut", trace())
     # REUSE-SOUND: held siblings of groups that need generation are kept,
@@ -482,7 +486,7 @@ def _check_resume(
         )
 
 
-def _check_detail(ledger: SampleLedger, trace: _Trace) -> None:
+def _check_detail(ledger: Ledger, trace: _Trace) -> None:
     """SIBLING-DETAIL-BOUNDED and the attempts' identity, from the state."""
     n = ledger.config.samples
     detail = _detail(ledger)
@@ -507,13 +511,15 @@ def _check_detail(ledger: SampleLedger, trace: _Trace) -> None:
             raise InvariantViolation(
                 "SIBLING-DETAIL-BOUNDED", f"{group} group {o} holds {statuses}", trace()
             )
-    if ledger.size() != len(detail) or ledger.size() > n * len(groups):
-        raise InvariantViolation("SIBLING-DETAIL-BOUNDED", f"size {ledger.size()}", trace())
+    if ledger.sibling_count() != len(detail) or ledger.sibling_count() > n * len(groups):
+        raise InvariantViolation(
+            "SIBLING-DETAIL-BOUNDED", f"size {ledger.sibling_count()}", trace()
+        )
     if ledger.checkpoint().sealed != tuple(ledger.held()):
         raise InvariantViolation("SAMPLE-CKPT-ROUNDTRIP", "checkpoint.sealed is off", trace())
 
 
-def _check_results(ledger: SampleLedger, trace: _Trace) -> int:
+def _check_results(ledger: Ledger, trace: _Trace) -> int:
     """ATTEMPT-FENCING in this state, for every class of result: each
     sibling under its own attempt when it is not running (a second seal, a
     late answer of a failed attempt), under another sibling's attempt, and
@@ -548,7 +554,7 @@ def _check_results(ledger: SampleLedger, trace: _Trace) -> int:
     return checked
 
 
-def _check_illegal(ledger: SampleLedger, bounds: SampleBounds, trace: _Trace) -> int:
+def _check_illegal(ledger: Ledger, bounds: SampleBounds, trace: _Trace) -> int:
     """SAMPLE-ILLEGAL-NOCHANGE: a result under an attempt never handed out,
     a sibling outside the group, a restart of a sibling that is not
     unstarted, and a dispatch of a group that is not pending each raise,

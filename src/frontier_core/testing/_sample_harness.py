@@ -1,5 +1,5 @@
 """The integration harness at the sample level: a group's siblings, attempts
-and fencing, for frameworks that embed ``SampleLedger``.
+and fencing, for frameworks that embed ``Ledger``.
 
 The prompt-level harness (``_harness.py``) checks that every prompt is
 trained or dropped exactly once. A framework that generates a prompt's n

@@ -16,8 +16,8 @@ from frontier_core import (
     CheckpointMismatchError,
     IllegalTransitionError,
     Lease,
+    Ledger,
     LedgerConfig,
-    SampleLedger,
     Status,
 )
 from frontier_core.journal import (
@@ -41,7 +41,7 @@ def open_journal(path: Path, lineage: str = "run-a") -> RolloutJournal:
 
 def test_a_resume_reuses_sealed_siblings_and_continues_prefixes(tmp_path: Path) -> None:
     journal = open_journal(tmp_path)
-    ledger = SampleLedger.start(CONFIG)
+    ledger = Ledger.start(CONFIG)
     ledger = ledger.stamp(2).ledger
     step = ledger.dispatch([0, 1])
     ledger = step.ledger
@@ -66,7 +66,7 @@ def test_a_resume_reuses_sealed_siblings_and_continues_prefixes(tmp_path: Path) 
     )
     assert got.sealed == (a00, a10, a11)
     assert got.attempt_floor == a11.attempt + 1
-    resumed = SampleLedger.resume(
+    resumed = Ledger.resume(
         CONFIG,
         checkpoint,
         load_replay_buffer=True,
@@ -91,7 +91,7 @@ def test_a_resume_reuses_sealed_siblings_and_continues_prefixes(tmp_path: Path) 
 
 def test_reuse_nothing_is_coverage_only(tmp_path: Path) -> None:
     journal = open_journal(tmp_path)
-    ledger = SampleLedger.start(CONFIG).stamp(1).ledger
+    ledger = Ledger.start(CONFIG).stamp(1).ledger
     step = ledger.dispatch([0])
     position = journal.mark(1)
     checkpoint = step.ledger.checkpoint()
@@ -108,7 +108,7 @@ def test_reuse_nothing_is_coverage_only(tmp_path: Path) -> None:
 
 def test_a_journal_of_another_branch_or_behind_the_checkpoint_is_refused(tmp_path: Path) -> None:
     journal = open_journal(tmp_path)
-    ledger = SampleLedger.start(CONFIG)
+    ledger = Ledger.start(CONFIG)
     position = journal.mark(7)
     checkpoint = ledger.checkpoint()
     with pytest.raises(JournalBehindError):
@@ -136,7 +136,7 @@ def test_a_journal_of_another_branch_or_behind_the_checkpoint_is_refused(tmp_pat
 
 def test_a_missing_checkpoint_with_a_journal_is_not_a_fresh_start(tmp_path: Path) -> None:
     journal = open_journal(tmp_path)
-    step = SampleLedger.start(CONFIG).stamp(1).ledger.dispatch([0])
+    step = Ledger.start(CONFIG).stamp(1).ledger.dispatch([0])
     journal.sealed(step.effect.leases[0], sample([1]))
     journal.writer.sync()
     with pytest.raises(ValueError, match="not a fresh start"):
@@ -148,7 +148,7 @@ def test_a_missing_checkpoint_with_a_journal_is_not_a_fresh_start(tmp_path: Path
 
 def test_compaction_keeps_the_window_and_the_checkpoint_mark_valid(tmp_path: Path) -> None:
     journal = open_journal(tmp_path)
-    ledger = SampleLedger.start(CONFIG).stamp(3).ledger
+    ledger = Ledger.start(CONFIG).stamp(3).ledger
     step = ledger.dispatch([0, 1, 2])
     ledger = step.ledger
     leases = step.effect.leases
@@ -160,7 +160,7 @@ def test_compaction_keeps_the_window_and_the_checkpoint_mark_valid(tmp_path: Pat
     position = journal.mark(1)
     checkpoint = ledger.checkpoint(save_sealed=False)
     size_before = journal.writer.path.stat().st_size
-    journal.compact(range(checkpoint.ledger.cut, 1 << 62))
+    journal.compact(range(checkpoint.cut, 1 << 62))
     assert journal.writer.path.stat().st_size < size_before
     got = journal.recover(
         checkpoint, position=position, checkpoint_id=1, reuse=Reuse.everything(), fork=0, step=0
@@ -172,16 +172,14 @@ def test_compaction_keeps_the_window_and_the_checkpoint_mark_valid(tmp_path: Pat
 # -- a resume from an older checkpoint; the attempt reservation --------------------------
 
 
-def fresh(journal: RolloutJournal, config: LedgerConfig = CONFIG) -> SampleLedger:
+def fresh(journal: RolloutJournal, config: LedgerConfig = CONFIG) -> Ledger:
     """A fresh start as the README's example makes it: the journal
     recovered with no checkpoint, the ledger started at its floor and
     limit."""
     got = journal.recover(
         None, position=None, checkpoint_id=None, reuse=Reuse.everything(), fork=0, step=0
     )
-    return SampleLedger.start(
-        config, attempt_floor=got.attempt_floor, attempt_limit=got.attempt_limit
-    )
+    return Ledger.start(config, attempt_floor=got.attempt_floor, attempt_limit=got.attempt_limit)
 
 
 def payload_of(lease: Lease) -> TokenPayload:
@@ -238,7 +236,7 @@ def test_a_resume_from_an_older_checkpoint_after_compactions_gives_back_what_it_
         record, position=position, checkpoint_id=n, reuse=Reuse.everything(), fork=0, step=0
     )
     assert got.sealed == (a10,)  # (0, 0) is not in the journal any more: generated again
-    resumed = SampleLedger.resume(
+    resumed = Ledger.resume(
         CONFIG,
         record,
         load_replay_buffer=True,
@@ -327,7 +325,7 @@ def test_the_next_life_never_deals_an_attempt_of_a_killed_one(tmp_path: Path) ->
     got = journal.recover(
         record, position=position, checkpoint_id=0, reuse=Reuse.everything(), fork=0, step=0
     )
-    ledger = SampleLedger.resume(
+    ledger = Ledger.resume(
         CONFIG,
         record,
         load_replay_buffer=True,
@@ -363,7 +361,7 @@ def test_a_ledger_refuses_to_deal_past_its_reservation_and_cover_extends_it(
         reserve=3,
     )
     assert (got.attempt_floor, got.attempt_limit) == (0, 3)
-    ledger = SampleLedger.start(CONFIG, attempt_floor=0, attempt_limit=got.attempt_limit)
+    ledger = Ledger.start(CONFIG, attempt_floor=0, attempt_limit=got.attempt_limit)
     ledger = ledger.stamp(3).ledger
     step = ledger.dispatch([0])  # attempts 0, 1
     with pytest.raises(IllegalTransitionError, match=r"RolloutJournal\.cover"):
@@ -383,7 +381,7 @@ def test_a_ledger_refuses_to_deal_past_its_reservation_and_cover_extends_it(
 def test_cover_before_recover_is_refused(tmp_path: Path) -> None:
     journal = open_journal(tmp_path)
     with pytest.raises(RuntimeError, match="recover"):
-        journal.cover(SampleLedger.start(CONFIG), 2)
+        journal.cover(Ledger.start(CONFIG), 2)
     journal.close()
 
 
@@ -453,7 +451,7 @@ def test_any_resume_gives_back_every_sibling_it_holds_and_deals_no_attempt_twice
             if data.draw(st.booleans(), label="journaled"):
                 journal.sealed(lease, samples[lease])
         elif move == "train":
-            landed = sorted(ledger.ledger.ordinals(Status.BUFFERED))
+            landed = sorted(ledger.ordinals(Status.BUFFERED))
             if landed:
                 ledger = ledger.train(landed).ledger
                 trained += landed
@@ -475,7 +473,7 @@ def test_any_resume_gives_back_every_sibling_it_holds_and_deals_no_attempt_twice
     )
     for lease in got.sealed:
         assert got.sample(lease) == samples[lease]
-    ledger = SampleLedger.resume(
+    ledger = Ledger.resume(
         config,
         record,
         load_replay_buffer=False,
@@ -494,7 +492,7 @@ def test_any_resume_gives_back_every_sibling_it_holds_and_deals_no_attempt_twice
         late = applied.ledger.seal(sorted(dealt))
         assert late.effect.sealed == () and late.ledger == applied.ledger
         ledger = applied.ledger.seal(applied.effect.leases).ledger
-        landed = sorted(ledger.ledger.ordinals(Status.BUFFERED))
+        landed = sorted(ledger.ordinals(Status.BUFFERED))
         ledger = ledger.train(landed).ledger
         lineage += landed
     assert sorted(lineage) == list(range(n))

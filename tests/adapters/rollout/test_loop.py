@@ -250,7 +250,7 @@ def test_shutdown_mid_flight_aborts_requests_and_leaves_them_outstanding() -> No
             assert collector.ledger.status(o) is Status.OUTSTANDING
             assert collector.ledger.attempts(o) == 0
         state = collector.checkpoint_state()
-        assert state["ledger"]["cut"] == 0
+        assert state["ledger"]["ledger"]["cut"] == 0
         fresh = StreamCollector(ListSource(4), collector.config)
         fresh.resume(state, load_replay_buffer=True)
         assert [o for o, _ in fresh.take(4)] == [1, 2]
@@ -276,7 +276,7 @@ def test_checkpoint_between_landing_and_worker_exit_sees_the_group_buffered() ->
         assert events[-1].detail == "RuntimeError: worker crashed on its way out"
         assert collector.ledger.status(0) is Status.BUFFERED
         assert collector.ledger.attempts(0) == 0
-        assert state["ledger"]["retained"] == [[0, 1]]
+        assert state["ledger"]["ledger"]["retained"] == [[0, 1]]
         # Resume with the buffer: 0 is covered, nothing to regenerate.
         restored = StreamCollector(ListSource(1), collector.config)
         assert restored.resume(state, load_replay_buffer=True).covered == (0,)

@@ -181,9 +181,9 @@ def test_a_resume_reuses_sealed_siblings_and_continues_the_durable_prefix(tmp_pa
     async def life2() -> tuple[StreamEngine, Sink]:
         c = collector(1)
         journal = RolloutJournal(journal_path, fingerprint=FP, lineage="L", progress_every=2)
-        from frontier_core import SampleCheckpoint
+        from frontier_core import Checkpoint
 
-        checkpoint = SampleCheckpoint.from_state_dict(state["ledger"])
+        checkpoint = Checkpoint.from_state_dict(state["ledger"])
         got = journal.recover(
             checkpoint, position=position, checkpoint_id=0, reuse=Reuse.everything(), fork=0, step=0
         )
@@ -242,12 +242,12 @@ async def resume_after_crash(
 ) -> Group:
     """Life 2 after ``crash_mid_group``: recover with ``reuse`` at ``fork``,
     generate at version ``step`` until prompt 0 lands; its group."""
-    from frontier_core import SampleCheckpoint
+    from frontier_core import Checkpoint
 
     state, position = saved
     c = collector(1)
     journal = RolloutJournal(journal_path, fingerprint=FP, lineage="L", progress_every=2)
-    checkpoint = SampleCheckpoint.from_state_dict(state["ledger"])
+    checkpoint = Checkpoint.from_state_dict(state["ledger"])
     got = journal.recover(
         checkpoint, position=position, checkpoint_id=0, reuse=reuse, fork=fork, step=step
     )

@@ -35,7 +35,7 @@ from frontier_adapters.rollout import (  # noqa: E402
     sample_seed,
 )
 
-from frontier_core import Lease, LedgerConfig, SampleCheckpoint, Status  # noqa: E402
+from frontier_core import Checkpoint, Lease, LedgerConfig, Status  # noqa: E402
 from frontier_core.journal import Reuse, TokenPayload, replay  # noqa: E402
 
 from ._deadline import run_within  # noqa: E402
@@ -237,7 +237,7 @@ def resume(
 ) -> tuple[Any, ...]:
     c = collector(2)
     journal = RolloutJournal(life["journal"], fingerprint=FP, lineage="L", progress_every=3)
-    checkpoint = SampleCheckpoint.from_state_dict(life["state"]["ledger"])
+    checkpoint = Checkpoint.from_state_dict(life["state"]["ledger"])
     got = journal.recover(
         checkpoint, position=life["position"], checkpoint_id=0, reuse=Reuse.everything(),
         fork=0, step=0,

@@ -45,7 +45,7 @@ from frontier_adapters.rollout import (  # noqa: E402
     vllm_sample_params,
 )
 
-from frontier_core import Lease, LedgerConfig, SampleCheckpoint, Status  # noqa: E402
+from frontier_core import Checkpoint, Lease, LedgerConfig, Status  # noqa: E402
 from frontier_core.journal import Extend, Progress, Reuse, TokenPayload, replay  # noqa: E402
 
 from ._sample_support import Crash, Sink, prompt_of  # noqa: E402
@@ -282,7 +282,7 @@ def test_a_killed_sibling_continues_from_its_durable_prefix_on_vllm(
 
     c2, rec2, sink2 = collector(2), Recording(engine), Sink()
     journal2 = RolloutJournal(crashed, fingerprint=FP, lineage="L", progress_every=EVERY)
-    checkpoint = SampleCheckpoint.from_state_dict(state["ledger"])
+    checkpoint = Checkpoint.from_state_dict(state["ledger"])
     got = journal2.recover(
         checkpoint, position=position, checkpoint_id=0, reuse=Reuse.everything(), fork=0, step=0
     )

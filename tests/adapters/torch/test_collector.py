@@ -200,7 +200,7 @@ def test_bad_states_fail_with_their_message() -> None:
         seekable().resume({**state, "extra": 1}, load_replay_buffer=True)
     with pytest.raises(CheckpointCorruptError, match="checksum"):
         seekable().resume(
-            {**state, "ledger": {**state["ledger"], "cut": 1}}, load_replay_buffer=True
+            {**state, "ledger": {**state["ledger"], "next_attempt": 99}}, load_replay_buffer=True
         )
     with pytest.raises(CheckpointMismatchError, match="seed"):
         bad = {**state["stream"], "sampler": {**state["stream"]["sampler"], "seed": 1}}
