@@ -52,12 +52,12 @@ from typing import Any, Concatenate, Final, ParamSpec, TypeVar
 import attrs
 
 from frontier_core import (
+    Checkpoint,
     CheckpointCorruptError,
     Effect,
     Lease,
+    Ledger,
     LedgerConfig,
-    SampleCheckpoint,
-    SampleLedger,
     Status,
 )
 from frontier_core._errors import shown
@@ -369,7 +369,7 @@ class Run:
     # -- the groups --------------------------------------------------------------
 
     @property
-    def ledger(self) -> SampleLedger:
+    def ledger(self) -> Ledger:
         """The current ledger (an immutable value)."""
         return self.collector.samples
 
@@ -702,8 +702,8 @@ class Run:
                 0 if shipper is None else max(writer.position - shipper.shipped, 0)
             ),
             "cut": float(ledger.cut),
-            "window": float(ledger.ledger.in_flight()),
-            "in_flight": float(ledger.ledger.count(Status.OUTSTANDING)),
+            "window": float(ledger.in_flight()),
+            "in_flight": float(ledger.count(Status.OUTSTANDING)),
             "attempts_reserved": float(self.journal.reserved),
             "step": float(self.step),
         }
@@ -789,11 +789,11 @@ def _read_part(loaded: LoadedCheckpoint) -> Mapping[str, Any]:
     return state
 
 
-def _record(state: object, fingerprint: str) -> SampleCheckpoint:
+def _record(state: object, fingerprint: str) -> Checkpoint:
     """The ledger record inside a collector's state."""
     if not isinstance(state, Mapping) or "ledger" not in state:
         raise CheckpointCorruptError("the run's collector state holds no ledger record")
-    return SampleCheckpoint.from_state_dict(state["ledger"], fingerprint=fingerprint)
+    return Checkpoint.from_state_dict(state["ledger"], fingerprint=fingerprint)
 
 
 def _tokens(payload: Payload) -> int:
