@@ -68,7 +68,7 @@ from .._samples import SampleCollector, Taken
 from .._state import KEY_FORMAT, KEY_VERSION, check_state
 from ..checkpoints import LoadedCheckpoint, PartCodec, read_checkpoint, write_checkpoint
 from ..journal import RESERVE, SEGMENT_SECONDS, JournalShipError, Recovered, RolloutJournal, Shipper
-from ..store import open_store
+from ..store import is_url, open_store
 
 #: The checkpoint part the run keeps its own state in (``frontier.json``).
 PART: Final = "frontier"
@@ -762,7 +762,8 @@ def _commits(ref: weakref.ref[Run]) -> None:
 
 def _under(remote: str | os.PathLike[str], name: str) -> str | Path:
     """``name`` under ``remote``: a URL's path or a directory's."""
-    if isinstance(remote, str) and "://" in remote:
+    if is_url(remote):
+        assert isinstance(remote, str)
         return remote.rstrip("/") + "/" + name
     return Path(remote) / name
 
