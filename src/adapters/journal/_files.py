@@ -234,12 +234,17 @@ def read_journal(
     ``max_bytes``, and the core's ``JournalError``s (named with the path)
     for what ``decode`` refuses."""
     shown = Path(path)
-    fd = _open(shown, os.O_RDONLY)
+    return _decode_file(_read_path(shown, max_bytes), shown, fingerprint, lineage, max_frame)
+
+
+def _read_path(path: Path, max_bytes: int) -> bytes:
+    """The bytes of the journal file at ``path``, read as ``read_journal``
+    reads it (no symlink, a regular file, at most ``max_bytes``)."""
+    fd = _open(path, os.O_RDONLY)
     try:
-        data = _read_fd(fd, shown, max_bytes)
+        return _read_fd(fd, path, max_bytes)
     finally:
         os.close(fd)
-    return _decode_file(data, shown, fingerprint, lineage, max_frame)
 
 
 def _temp_name(target: Path) -> Path:

@@ -398,19 +398,12 @@ def restore_local(path: Path, shipper: Shipper, fingerprint: str, lineage: str) 
         DEFAULT_MAX_BYTES,
         _decode_file,
         _fsync_dir,
-        _open,
-        _read_fd,
+        _read_path,
         _write_temp,
     )
 
     shipped = restore(shipper.store, shipper.prefix)
-    raw: bytes | None = None
-    if os.path.lexists(path):
-        fd = _open(path, os.O_RDONLY)
-        try:
-            raw = _read_fd(fd, path, DEFAULT_MAX_BYTES)
-        finally:
-            os.close(fd)
+    raw = _read_path(path, DEFAULT_MAX_BYTES) if os.path.lexists(path) else None
     local = (
         None if raw is None else _decode_file(raw, path, fingerprint, lineage, DEFAULT_MAX_FRAME)
     )
