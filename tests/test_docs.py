@@ -31,10 +31,14 @@ def test_every_readme_link_leads_to_a_file() -> None:
 def test_every_page_is_linked_from_the_readme_the_home_page_and_the_nav() -> None:
     readme = links(section("README.md", "Documentation"))
     home = links(doc("index.md"))
-    nav = set(re.findall(r":\s*(\S+\.md)\s*$", (ROOT / "mkdocs.yml").read_text(), re.M))
+    nav = set(re.findall(r"[:-]\s*(\S+\.md)\s*$", (ROOT / "mkdocs.yml").read_text(), re.M))
+    api = links(doc("api/index.md"))
     for page in PAGES:
         assert page in nav, page
-        if page not in ("index.md", "changelog.md"):
+        if page.startswith("api/") and page != "api/index.md":
+            # The API reference's module pages hang off its own index.
+            assert page.removeprefix("api/") in api, page
+        elif page not in ("index.md", "changelog.md"):
             assert f"docs/{page}" in readme, page
             assert page in home, page
     assert "CHANGELOG.md" in readme and "changelog.md" in home
