@@ -95,6 +95,7 @@ from .._collector import (
 )
 from .._collector import VERSION as COLLECTOR_VERSION
 from .._errors import CheckpointFileError
+from .._samples import Taken
 from .._state import KEY_FORMAT, KEY_VERSION
 from ..checkpoints._fs import TMP_PREFIX as _TMP_PREFIX
 from ..checkpoints._fs import fsync_fd as _fsync_fd
@@ -189,6 +190,12 @@ class RankCollector:
         """As ``StreamCollector.take``: ``(global ordinal, row)`` items."""
         g = self.share.global_ordinal
         return [(g(o), row) for o, row in self.collector.take(n)]
+
+    def take_samples(self, n: int) -> list[Taken]:
+        """``take``'s groups as ``Taken`` values, for ``RolloutLoop``: the
+        rank's ledger holds no sibling detail, so they carry no leases and
+        the loop can only schedule whole groups (``Schedule.GROUP``)."""
+        return [Taken(o, row, (), (), False) for o, row in self.take(n)]
 
     def landed(self, ordinals: Iterable[int]) -> None:
         self.collector.landed(self.share.local_ordinals(ordinals))

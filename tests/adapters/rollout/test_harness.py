@@ -1,5 +1,5 @@
 """The integration harness on this project's own rollout adapter: a
-``RolloutLoop`` over a ``StreamCollector``, driven by an engine whose every
+``RolloutLoop`` over a ``SampleCollector``, driven by an engine whose every
 request waits until the harness says it lands or fails, with the replay
 buffer (the loop's sink) saved next to the collector state. The engine also
 checks that every request id carries the ledger's attempt count, which a
@@ -20,8 +20,7 @@ from frontier_core import FailurePolicy, LedgerConfig, Status
 from frontier_core.testing import Integration, run_integration_test
 
 rollout = pytest.importorskip("frontier_adapters.rollout._loop")
-collector_module = pytest.importorskip("frontier_adapters._collector")
-from frontier_adapters import SequenceSource  # noqa: E402
+from frontier_adapters import SampleCollector, SequenceSource  # noqa: E402
 
 engine_module = pytest.importorskip("frontier_adapters.rollout._engine")
 
@@ -90,7 +89,7 @@ class RolloutIntegration(Integration):
 
     def start(self) -> None:
         self.aio = asyncio.new_event_loop()
-        self.collector = collector_module.StreamCollector(
+        self.collector = SampleCollector(
             SequenceSource([f"r{o}" for o in range(N)], batch_size=3),
             LedgerConfig(stream_len=N, on_failure=FailurePolicy.RETRY, max_attempts=2),
         )
@@ -182,7 +181,7 @@ class RolloutIntegration(Integration):
         assert isinstance(checkpoint, str)
         state = json.loads(checkpoint)
         self.start()
-        self.collector.resume(state["collector"], load_replay_buffer=True)
+        self.collector.resume(state["collector"], load_replay_buffer=True, sealed=())
         self.sink.groups = {o: row for o, row in state["buffer"]}
         return list(self.sink.groups)
 
