@@ -108,7 +108,7 @@ import attrs
 from frontier_core import Effect, FrontierError, Lease
 from frontier_core.journal import Reuse, SiblingState, TokenPayload, lineage_version
 
-from .._samples import Taken
+from .. import Taken
 from ..journal import Recovered, RolloutJournal, resumed_sample
 from ._engine import (
     ABORT,

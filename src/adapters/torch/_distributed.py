@@ -86,6 +86,7 @@ from frontier_core import (
     reshard,
 )
 
+from .. import Taken
 from .._collector import FORMAT as COLLECTOR_FORMAT
 from .._collector import (
     KEY_LEDGER,
@@ -95,7 +96,6 @@ from .._collector import (
 )
 from .._collector import VERSION as COLLECTOR_VERSION
 from .._errors import CheckpointFileError
-from .._samples import Taken
 from .._state import KEY_FORMAT, KEY_VERSION
 from ..checkpoints._fs import TMP_PREFIX as _TMP_PREFIX
 from ..checkpoints._fs import fsync_fd as _fsync_fd
