@@ -648,8 +648,15 @@ class RolloutLoop:
             taken = self.collector.take_samples(n if self.schedule is Schedule.GROUP else 1)
             if not taken:
                 break
-            for t in taken:
-                started += self._start_group(t)
+            for i, t in enumerate(taken):
+                try:
+                    started += self._start_group(t)
+                except BaseException:
+                    # The feeder dies with it (``until`` raises it); the
+                    # groups dispatched with this one stay outstanding in
+                    # the ledger, and ``aclose`` must return them.
+                    self._stranded.update(u.ordinal for u in taken[i + 1 :] if not u.complete)
+                    raise
         return started
 
     def _start_group(self, taken: Taken) -> int:

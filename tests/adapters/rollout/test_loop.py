@@ -720,30 +720,32 @@ def test_the_schedule_is_one_option_checked_at_construction(tmp_path: Any) -> No
     assert request_id_of(17, 5, sibling=2) == "o17-s2-a5"
 
 
-def test_a_group_schedule_cannot_land_a_group_held_whole_by_the_resume() -> None:
+def test_a_group_the_group_schedule_cannot_land_stops_it_and_keeps_the_rest_on_record() -> None:
     """A resume that holds every sibling of an unresolved group (from a
-    journal) hands it out complete, for the journal's samples to land it;
-    a whole-group schedule has no journal, so the loop stops naming it
-    rather than drop the group or generate it beside the ledger."""
+    journal) hands it out complete, for the journal's samples to land it; a
+    group schedule has no journal, so the loop stops naming it rather than
+    drop the group or generate it beside the ledger. The groups taken with
+    it were dispatched and are outstanding in the ledger: ``aclose`` returns
+    them, so a resume regenerates them."""
     from frontier_adapters.rollout import RolloutError
 
-    config = LedgerConfig(stream_len=1, samples=2)
-    first = SampleCollector(ListSource(1), config)
+    config = LedgerConfig(stream_len=3, samples=2)
+    first = SampleCollector(ListSource(3), config)
     (taken,) = first.take_samples(1)
     first.sealed(taken.leases[:1])
     state = first.checkpoint_state()
-    resumed = SampleCollector(ListSource(1), config)
+    resumed = SampleCollector(ListSource(3), config)
     resumed.resume(state, load_replay_buffer=True, sealed=taken.leases)
-    sink = Sink()
+    engine, sink = ScriptEngine(resumed), Sink()
     loop = RolloutLoop(
-        resumed, ScriptEngine(resumed), sink, prompt_of=str, sampling_params=None,
-        num_generations=2,
+        resumed, engine, sink, prompt_of=str, sampling_params=None, num_generations=2,
     )  # fmt: skip
 
-    async def main() -> None:
+    async def main() -> tuple[int, ...]:
         with pytest.raises(RolloutError, match="no recovered journal"):
             async with loop:
                 await loop.until(lambda: loop.idle)
+        return await loop.aclose()
 
-    arun(main())
-    assert len(sink) == 0 and resumed.ledger.status(0) is not Status.BUFFERED
+    assert arun(main()) == (1, 2) and engine.submitted == [] and len(sink) == 0
+    assert tuple(resumed.ledger.ordinals(Status.OUTSTANDING)) == (1, 2)
