@@ -71,3 +71,33 @@ def test_the_run_page_example_runs_and_its_assertions_hold() -> None:
     example = python_blocks("run.md")[0]
     assert "._" not in example and "assert" in example
     exec(compile(example, filename("run.md"), "exec"), {"__name__": "run_page"})
+
+
+def test_the_headline_table_is_what_the_command_prints() -> None:
+    """README's "Two commands" table holds, mode by mode and in the command's
+    order, the tokens redone and the lost prompts that ``frontier simulate
+    --waste`` (its defaults, a fixed seed) prints, and its percentages."""
+    import json
+    import subprocess
+    import sys
+
+    run = subprocess.run(
+        [str(Path(sys.executable).with_name("frontier")), "simulate", "--waste", "--json"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert run.returncode == 0, run.stderr
+    modes = json.loads(run.stdout)["modes"]
+    text = section("README.md", "Two commands")
+    rows = [
+        [cell.strip() for cell in line.strip().strip("|").split("|")]
+        for line in text.splitlines()
+        if line.strip().startswith("|") and not set(line.strip()) <= set("|-: ")
+    ][1:]  # the header row
+    assert len(rows) == len(modes), (rows, list(modes))
+    for (_label, redone, share, lost), (name, mode) in zip(rows, modes.items(), strict=True):
+        assert int(redone.replace(",", "")) == mode["tokens_redone"], name
+        assert share.startswith(f"{mode['redone_vs_coverage_pct']:.1f}%"), name
+        assert int(lost) == mode["prompts_skipped"], name

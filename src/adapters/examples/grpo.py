@@ -18,12 +18,11 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable, Sequence
-from typing import Final
+from typing import Any, Final, Protocol
 
 import attrs
 import torch
 
-from ..rollout import Group
 from .cpu_engine import PAD, TinyCausalLM
 
 FIRST_CONTENT: Final = 2
@@ -40,6 +39,17 @@ def reward(prompt: Sequence[int], completion: Sequence[int]) -> float:
     return 1.0 if completion and completion[0] == prompt[0] else 0.0
 
 
+class Scored(Protocol):
+    """What ``grpo_step`` reads of a group (``rollout.Group`` is one): the
+    prompt's token list and its completions."""
+
+    @property
+    def row(self) -> Any: ...
+
+    @property
+    def completions(self) -> Sequence[Sequence[int]]: ...
+
+
 @attrs.frozen
 class StepStats:
     """What one GRPO step saw: the mean reward of its samples, the loss,
@@ -53,7 +63,7 @@ class StepStats:
 def grpo_step(
     model: TinyCausalLM,
     optimizer: torch.optim.Optimizer,
-    groups: Sequence[Group],
+    groups: Sequence[Scored],
     *,
     reward_fn: Callable[[Sequence[int], Sequence[int]], float] = reward,
     eps: float = 1e-4,

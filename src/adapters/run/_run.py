@@ -251,7 +251,7 @@ class Run:
         resumes the newest checkpoint's ``k``-th ancestor (when the newest
         is damaged); ``keep`` the checkpoints kept on the lineage;
         ``codec`` encodes and decodes your non-JSON parts (the torch
-        binding's ``TORCH_CODEC`` for tensors); ``logger`` is called with
+        binding's ``TENSOR_PARTS`` for tensors); ``logger`` is called with
         ``metrics()`` after every checkpoint (TRL's ``trainer.log``, a
         ``wandb.log``), which also go to the ``frontier_adapters.run``
         logger at INFO.
