@@ -22,18 +22,18 @@ Bind a vLLM rollout loop (vLLM 0.33 on a GPU, or the CPU build
             await rollout.until(lambda: len(buffer) >= groups_per_step or rollout.idle)
             ...   # evict stale -> collector.evicted; train -> collector.trained; checkpoint
 
-``collector`` is a ``frontier_adapters.StreamCollector``; the loop
-reports dispatch (inside ``collector.take``), landing and failure, and never
+``collector`` is a ``frontier_adapters.SampleCollector``; the loop
+reports dispatch (inside ``collector.take_samples``), landing and failure, and never
 decides coverage itself. Use the engine from one event loop for its whole
 life (``EngineLoopError`` otherwise). Streamed outputs
 (``vllm_sampling_params(..., output_kind="delta")``) reach
 ``RolloutLoop(on_progress=...)`` per sample as ``SampleProgress``.
 
-``SampleRolloutLoop`` (one request per sibling, journaled, continued from a
-durable prefix after a resume) on vLLM::
+One request per sibling (``schedule="sibling"``), journaled, continued from
+a durable prefix after a resume, on vLLM::
 
-    rollout = SampleRolloutLoop(
-        collector, engine, buffer, journal=journal, recovered=got,
+    rollout = RolloutLoop(
+        collector, engine, buffer, schedule="sibling", journal=journal, recovered=got,
         prompt_of=lambda row, prefix: continued_prompt(row["ids"], prefix),
         sampling_params=vllm_sample_params(max_tokens=512, seed=0, stop_token_ids=[eos]))
 """
@@ -59,9 +59,8 @@ from ._loop import RolloutEvent as RolloutEvent
 from ._loop import RolloutLoop as RolloutLoop
 from ._loop import RolloutStalledError as RolloutStalledError
 from ._loop import SampleProgress as SampleProgress
-from ._loop import default_request_id as default_request_id
-from ._sample_loop import SampleRolloutLoop as SampleRolloutLoop
-from ._sample_loop import sample_request_id as sample_request_id
+from ._loop import Schedule as Schedule
+from ._loop import request_id_of as request_id_of
 from ._vllm import VllmEngine as VllmEngine
 from ._vllm import continued_prompt as continued_prompt
 from ._vllm import loopback_environ as loopback_environ
@@ -90,15 +89,14 @@ __all__ = [
     "RolloutLoop",
     "RolloutStalledError",
     "SampleProgress",
-    "SampleRolloutLoop",
+    "Schedule",
     "VllmEngine",
     "check_event_loop",
     "continued_prompt",
-    "default_request_id",
     "loopback_environ",
     "remaining_tokens",
     "sample_params",
-    "sample_request_id",
+    "request_id_of",
     "sample_seed",
     "vllm_sample_params",
     "vllm_sampling_params",

@@ -1,37 +1,59 @@
-"""The rollout adapter: an asyncio loop that binds a prompt collector to an
-engine with vLLM's ``AsyncLLM`` contract.
+"""The rollout adapter: an asyncio loop that binds a collector to an engine
+with vLLM's ``AsyncLLM`` contract, one request per group or one per sibling.
 
 Theory of operation
 -------------------
-A feeder task keeps up to ``max_in_flight`` prompts generating. It takes
-``(ordinal, row)`` items from the collector, whose ``take`` reports them
-dispatched, and only then starts one worker task per prompt. A worker submits
-one request of ``n = num_generations`` samples, under a request id that
-names the ordinal and the attempt (``o17-a0``), and consumes the engine's
-outputs. The attempt is the ledger's count of the ordinal's failed attempts
-(``collector.attempts``), not a counter of the loop's: it is checkpointed,
-so after a resume ``o17`` that failed once before the crash is submitted as
-``o17-a1``. When the request's final output arrives with every sample usable
-(``finish_reason`` ``stop`` or ``length``), the worker builds the ``Group``,
-adds it to the replay buffer and reports it landed in one synchronous
-stretch: no await, so no checkpoint, falls between the two. It then lets the
-engine's generator run to its end (the worker's exit), which touches no
-coverage state: a checkpoint taken between the landing and the exit sees the
-group buffered, never outstanding, and an error raised after the landing is
-ignored rather than reported as a failure of a group that is already
-buffered.
+A feeder task keeps up to ``max_in_flight`` requests generating. It takes
+groups from the collector (``take_samples``, which reports them
+dispatched) and only then starts one worker task per request. What a
+request is, is the loop's ``schedule``:
+
+* ``Schedule.GROUP`` (the default): one request of ``n = num_generations``
+  samples per prompt, under a request id that names the ordinal and the
+  ledger's count of the ordinal's failed attempts (``o17-a0``; checkpointed,
+  so after a resume ``o17`` that failed once before the crash is submitted
+  as ``o17-a1``). The group lands, or fails, whole (``landed``, ``failed``).
+* ``Schedule.SIBLING``: each lease the ledger hands out is a request of one
+  sample, under ``o{ordinal}-s{sibling}-a{attempt}`` (the run-wide attempt
+  of the lease), so a failed or late sample costs only itself
+  (``sealed``, ``failed_samples``, ``restart``); a result the ledger fences
+  (an attempt no longer current) is dropped (event ``fenced``). With a
+  ``RolloutJournal`` every sample the ledger accepts is journaled as it
+  seals (a ``TokenPayload``: token ids, the engine's log-probs, the policy
+  version of each token) and a running sample every
+  ``journal.progress_every`` tokens; after a resume (``recovered``, from
+  ``RolloutJournal.recover``) siblings the ledger reused come back from the
+  journal without a request, and a new attempt of a sibling with a durable
+  prefix continues from it: the engine gets ``prompt_of(row, prefix)`` and
+  ``sampling_params(lease, len(prefix))``, and the sample it seals is the
+  prefix then the new tokens, each token keeping the version that
+  generated it. A group then lands when its last sibling seals (or at its
+  dispatch when every sibling is reused); ``Group.samples`` holds the
+  payloads and ``Group.attempt`` is the highest attempt among them.
+
+A landing is one synchronous stretch: the group is added to the replay
+buffer, then reported to the ledger, with no await between, so no
+checkpoint falls between the two. The worker then lets the engine's
+generator run to its end (its exit), which touches no coverage state: a
+checkpoint taken between the landing and the exit sees the group buffered,
+never outstanding, and an error raised after the landing is ignored rather
+than reported as a failure of a group that is already buffered. With a
+journal, call ``journal.mark(n)`` and take the collector's
+``checkpoint_state`` in one synchronous stretch too, then write both;
+compact after the checkpoint is durable.
 
 Rules of the house
 ------------------
-* Ordinals come from the loop's own record of what it submitted (the worker
-  holds its ordinal), never from the outputs: a request id or an output that
-  an environment rewrote cannot move coverage. An output whose request id is
-  not the one submitted fails the request.
-* Every coverage decision is the ledger's. The loop reports ``failed`` for
+* Ordinals and leases come from the loop's own record of what it submitted
+  (the worker holds them), never from the outputs: a request id or an
+  output that an environment rewrote cannot move coverage. An output whose
+  request id is not the one submitted fails the request.
+* Every coverage decision is the ledger's. The loop reports a failure for
   an exception, a timeout, an engine-side abort or an incomplete final
   output, and follows the effect: requeued ordinals come back through
-  ``take`` (the collector offers them first), dropped ones are passed to
-  ``on_dropped`` for the training log.
+  ``take_samples`` (the collector offers them first), siblings to generate
+  again are restarted, dropped ordinals are passed to ``on_dropped`` for
+  the training log.
 * Every exit path releases the worker's ordinal exactly once: landed, or
   failed, or left outstanding on purpose when the loop stops. ``aclose``
   cancels the workers, which aborts their requests (cancelling a vLLM
@@ -41,10 +63,10 @@ Rules of the house
   them and a resume regenerates them; ``aclose`` returns them.
 * Some errors are not a failed generation and *stop* the loop instead: the
   engine died (``fatal_errors``, vLLM's ``EngineDeadError``), the sink
-  refused a group (``GroupSink.add`` raised), the progress observer raised,
-  or the ledger refused a move (a ``FrontierError``: a wiring bug). The
-  worker's ordinal is then neither landed nor failed: it stays
-  outstanding, burns no attempt, and is among the ordinals ``aclose``
+  refused a group (``GroupSink.add`` raised), the progress observer or the
+  journal raised, or the ledger refused a move (a ``FrontierError``: a
+  wiring bug). The worker's ordinal is then neither landed nor failed: it
+  stays outstanding, burns no attempt, and is among the ordinals ``aclose``
   returns. The feeder takes no more prompts, and ``until`` and the ``async
   with`` raise the first such error (the sink's or the engine's own
   exception). A group the sink refused is never reported landed: the sink
@@ -59,17 +81,16 @@ Streaming
 ---------
 With ``FINAL_ONLY`` outputs (the default of ``vllm_sampling_params``) a
 request yields one output holding every sample. With vLLM's ``DELTA`` or
-``CUMULATIVE`` output kinds (read from ``sampling_params.output_kind``) it
-yields one output per engine step holding only the samples that advanced,
-the final one possibly only some of them. The worker keeps each sample's
-tokens by ``index`` (appending deltas, or taking the cumulative tokens), so
-the group is complete whichever kind is used, and ``partial(ordinal)`` shows
-them while the request runs. ``on_progress`` observes every advance of a
-sample as a ``SampleProgress`` (ordinal, attempt, sample index, the tokens
-it already had, the new tokens, the finish reason once it is known),
-synchronously and in order, before the group lands: the hook a durable
-rollout journal records. With ``FINAL_ONLY`` each sample advances once, at
-the end.
+``CUMULATIVE`` output kinds (read from the request's
+``sampling_params.output_kind``) it yields one output per engine step
+holding only the samples that advanced, the final one possibly only some of
+them. The worker keeps each sample's tokens by ``index`` (appending deltas,
+or taking the cumulative tokens), so the group is complete whichever kind is
+used, and ``partial(ordinal)`` shows them while the request runs.
+``on_progress`` observes every advance of a sample as a ``SampleProgress``
+(ordinal, attempt, sample, the tokens it already had, the new tokens, the
+finish reason once it is known), synchronously and in order, before the
+group lands. With ``FINAL_ONLY`` each sample advances once, at the end.
 
 This module imports asyncio, sys, attrs and frontier_core only (no torch).
 """
@@ -77,14 +98,18 @@ This module imports asyncio, sys, attrs and frontier_core only (no torch).
 from __future__ import annotations
 
 import asyncio
+import enum
 import sys
 from collections.abc import Callable, Hashable, Iterable, Sequence
 from typing import Any, Protocol
 
 import attrs
 
-from frontier_core import Effect, FrontierError
+from frontier_core import Effect, FrontierError, Lease
+from frontier_core.journal import Reuse, SiblingState, TokenPayload, lineage_version
 
+from .. import Taken
+from ..journal import Recovered, RolloutJournal, resumed_sample
 from ._engine import (
     ABORT,
     USABLE,
@@ -106,10 +131,30 @@ class RolloutStalledError(TimeoutError):
     or exit) made it true. The loop itself is left running."""
 
 
-class Collector(Protocol):
-    """What the loop needs of the stamping collector (``StreamCollector``)."""
+class Schedule(enum.Enum):
+    """What one request of the rollout loop generates: a prompt's whole
+    group (``GROUP``: ``n`` samples in one request), or one sibling
+    (``SIBLING``: a request per lease, journaled and continued)."""
 
-    def take(self, n: int) -> list[tuple[int, Any]]: ...
+    GROUP = "group"
+    SIBLING = "sibling"
+
+
+class Collector(Protocol):
+    """What the loop needs of the stamping collector: groups with their
+    leases (``take_samples``), the group events of ``Schedule.GROUP``
+    (``attempts``, ``landed``, ``failed``) and the sibling events of
+    ``Schedule.SIBLING`` (``sealed``, ``failed_samples``, ``restart``,
+    ``completes``, ``land_complete``); ``journal`` is the rollout journal
+    the collector reserves attempts in (the loop binds its own to a
+    collector that has none)."""
+
+    journal: RolloutJournal | None
+
+    @property
+    def exhausted(self) -> bool: ...
+
+    def take_samples(self, n: int) -> list[Taken]: ...
 
     def attempts(self, ordinal: int) -> int:
         """Failed attempts the ledger counts for an unresolved ``ordinal``."""
@@ -118,18 +163,29 @@ class Collector(Protocol):
 
     def failed(self, ordinals: Iterable[int]) -> Effect: ...
 
-    @property
-    def exhausted(self) -> bool: ...
+    def land_complete(self, ordinals: Iterable[int]) -> None: ...
+
+    def sealed(self, leases: Iterable[Iterable[int]]) -> Effect: ...
+
+    def failed_samples(self, leases: Iterable[Iterable[int]]) -> Effect: ...
+
+    def restart(self, siblings: Iterable[Iterable[int]]) -> tuple[Lease, ...]: ...
+
+    def completes(self, lease: Lease) -> bool:
+        """Whether sealing ``lease`` now would land its group."""
 
 
 @attrs.frozen
 class Group:
-    """The ``num_generations`` samples of one prompt, in ``index`` order.
+    """The samples of one prompt, in ``index`` (sibling) order.
 
-    ``version`` is the policy version when the prompt was dispatched (for
-    the buffer's age limit); ``attempt`` is the ledger's count of the
-    ordinal's failed attempts (failures and stale evictions, across
-    restarts) when it was dispatched, as in the request id."""
+    ``version`` is the policy version of the group for the buffer's age
+    limit: when the prompt was dispatched, or, for a group holding journaled
+    tokens, that of its oldest token along the lineage. ``attempt`` is, for
+    ``Schedule.GROUP``, the ledger's count of the ordinal's failed attempts
+    (failures and stale evictions, across restarts) when it was dispatched,
+    as in the request id; for ``Schedule.SIBLING`` the highest attempt of
+    its samples."""
 
     ordinal: int
     row: Any
@@ -139,7 +195,7 @@ class Group:
     attempt: int
     request_id: str
     #: Each sample's ``TokenPayload`` (ids, log-probs, versions), in sibling
-    #: order, when the sample-level loop built the group; empty otherwise.
+    #: order, under ``Schedule.SIBLING``; empty otherwise.
     samples: tuple[Any, ...] = ()
 
 
@@ -156,8 +212,9 @@ class GroupSink(Protocol):
 @attrs.frozen
 class RolloutEvent:
     """One step of the loop, for tests and progress: ``kind`` is one of
-    ``dispatch submit land fail requeue drop abort exit``; ``detail`` says
-    why for ``fail`` (``timeout``, ``abort``, the exception) and ``exit``."""
+    ``dispatch submit land fail fenced requeue drop abort exit``;
+    ``detail`` says why for ``fail`` (``timeout``, ``abort``, the
+    exception) and ``exit``."""
 
     kind: str
     ordinal: int
@@ -169,11 +226,13 @@ class RolloutEvent:
 class SampleProgress:
     """One advance of one sample of a request in flight (``on_progress``).
 
-    ``index`` is the sample's ``CompletionOutput.index``; the sample had
-    ``start`` tokens before and ``token_ids`` are the new ones (empty when
-    only the finish reason arrived, as on an abort); ``finish_reason`` is
-    ``None`` until the sample ended. The ordinal and attempt come from the
-    loop's own record of the request, never from the output."""
+    ``index`` is the sample's ``CompletionOutput.index`` (its sibling under
+    ``Schedule.SIBLING``); the sample had ``start`` tokens before (a
+    continued prefix's included) and ``token_ids`` are the new ones (empty
+    when only the finish reason arrived, as on an abort);
+    ``finish_reason`` is ``None`` until the sample ended. The ordinal and
+    attempt come from the loop's own record of the request, never from the
+    output."""
 
     ordinal: int
     attempt: int
@@ -184,8 +243,12 @@ class SampleProgress:
     finish_reason: str | None
 
 
-def default_request_id(ordinal: int, attempt: int) -> str:
-    return f"o{ordinal}-a{attempt}"
+def request_id_of(ordinal: int, attempt: int, *, sibling: int | None = None) -> str:
+    """The loop's request id: ``o{ordinal}-a{attempt}`` for a group's
+    request, ``o{ordinal}-s{sibling}-a{attempt}`` for a sibling's."""
+    if sibling is None:
+        return f"o{ordinal}-a{attempt}"
+    return f"o{ordinal}-s{sibling}-a{attempt}"
 
 
 def is_delta(sampling_params: Any) -> bool:
@@ -216,11 +279,14 @@ def _default_fatal_errors(engine: Any) -> tuple[type[BaseException], ...]:
 class _Request:
     __slots__ = (
         "attempt",
-        "key",
+        "journaled",
         "landed",
+        "lease",
         "logprobs",
         "ordinal",
+        "prefix",
         "reasons",
+        "recorded",
         "refused",
         "released",
         "request_id",
@@ -234,24 +300,31 @@ class _Request:
         ordinal: int,
         row: Any,
         attempt: int,
-        request_id: str,
         version: int,
-        key: Hashable | None = None,
+        lease: Lease | None = None,
+        prefix: TokenPayload | None = None,
     ) -> None:
-        #: What the loop files the request under: the ordinal (one request
-        #: per prompt), or the sample's lease (one request per sample).
-        self.key: Hashable = ordinal if key is None else key
         self.ordinal = ordinal
         self.row = row
         self.attempt = attempt
-        self.request_id = request_id
+        #: The sibling's lease (``Schedule.SIBLING``), or ``None`` for a
+        #: group's request; the loop files the request under it.
+        self.lease = lease
+        sibling = None if lease is None else lease.sibling
+        self.request_id = request_id_of(ordinal, attempt, sibling=sibling)
         self.version = version
-        #: The group landed in the sink.
+        #: The durable prefix this attempt continues, if any.
+        self.prefix = prefix
+        #: How many new tokens (after the prefix) the journal holds.
+        self.recorded = 0
+        #: Whether this attempt has its first progress record (a snapshot).
+        self.journaled = False
+        #: The group landed in the sink (or the sample was sealed).
         self.landed = False
         #: The ordinal left the outstanding state (landed, or failed).
         self.released = False
-        #: The sink refused the group, or the progress observer raised:
-        #: stop the loop, leave the ordinal outstanding.
+        #: The sink refused the group, or the progress observer or the
+        #: journal raised: stop the loop, leave the ordinal outstanding.
         self.refused = False
         #: Each sample's tokens so far and its finish reason, by index.
         self.tokens: dict[int, list[int]] = {}
@@ -259,31 +332,62 @@ class _Request:
         #: Each sample's log-probs so far, when the engine reports them.
         self.logprobs: dict[int, list[float]] = {}
 
+    @property
+    def key(self) -> Hashable:
+        """What the loop files the request under."""
+        return self.ordinal if self.lease is None else self.lease
+
+    @property
+    def offset(self) -> int:
+        """Tokens of the continued prefix."""
+        return 0 if self.prefix is None else len(self.prefix)
+
+
+#: A sealed sample of a group not landed yet: its lease, the sample, its
+#: finish reason ("" if reused) and how many of its first tokens came from
+#: the journal (all of a reused sample, the prefix of a continued one).
+_Sealed = tuple[Lease, TokenPayload, str, int]
+
 
 class RolloutLoop:
-    """Keeps prompts from ``collector`` generating on ``engine`` and lands
-    their groups in ``sink``.
+    """Keeps requests from ``collector``'s groups generating on ``engine``
+    and lands complete groups in ``sink`` (see the module doc).
 
-    ``prompt_of(row)`` is the engine prompt of a dataset row (for vLLM a
-    string, a token list or a ``TokensPrompt``). ``sampling_params`` is
-    passed as is, or, when callable, called with ``(ordinal, attempt)`` per
-    request (a vLLM ``SamplingParams`` is not callable). ``num_generations``
-    defaults to ``sampling_params.n``. At most ``max_in_flight`` prompts
-    generate at once and, with ``max_ahead``, at most that many are
-    generating or waiting in the sink (back pressure from the trainer).
-    ``timeout`` bounds each request in seconds. ``version()`` is the current
-    policy version, stamped on each group at dispatch. ``fatal_errors``
-    (default: the engine's ``fatal_errors`` attribute; for a bare vLLM
-    ``AsyncLLM``, ``EngineDeadError``; ``EngineLoopError`` always) are
-    exception types that mean the engine died: they stop the loop (``until``
-    and the ``async with`` raise them) and burn no attempt, since a dead
-    engine is not a failed prompt. A sink that raises on ``add`` stops the
-    loop the same way. After a stop, ``aclose()`` (or ``outstanding``, also
-    once the ``async with`` has exited) gives the ordinals left outstanding.
+    ``schedule`` (a ``Schedule`` or its value) says what one request is.
+    Under ``Schedule.GROUP``, ``prompt_of(row)`` is the engine prompt of a
+    dataset row (for vLLM a string, a token list or a ``TokensPrompt``),
+    ``sampling_params`` is passed as is, or, when callable, called with
+    ``(ordinal, attempt)`` per request (a vLLM ``SamplingParams`` is not
+    callable), and ``num_generations`` defaults to ``sampling_params.n``;
+    siblings the ledger reused are generated again with the group. Under
+    ``Schedule.SIBLING``, ``prompt_of(row, prefix)`` is the prompt of a row
+    continued by ``prefix`` (a tuple of token ids, empty for a fresh sample:
+    for vLLM a ``TokensPrompt`` of the prompt's ids then the prefix's),
+    ``sampling_params(lease, prefix_len)`` are the parameters of one sample
+    (``n=1``; ``max_tokens`` reduced by ``prefix_len``), and a group has the
+    ledger's ``samples`` siblings. ``journal`` and ``recovered`` (sibling
+    schedule only) as in the module doc; a journal given without
+    ``recovered`` and not recovered yet is recovered here as a fresh start
+    (``recover(None, ...)``: refused for a journal with samples), and bound
+    to the collector, so every attempt the loop deals is reserved first
+    (``RolloutJournal.cover``). Without a journal nothing is journaled and
+    nothing continued.
+
+    ``max_in_flight`` bounds the requests generating at once and, with
+    ``max_ahead``, at most that many groups are generating or waiting in
+    the sink (back pressure from the trainer). ``timeout`` bounds each
+    request in seconds. ``version()`` is the current policy version,
+    stamped on each request at dispatch. ``fatal_errors`` (default: the
+    engine's ``fatal_errors`` attribute; for a bare vLLM ``AsyncLLM``,
+    ``EngineDeadError``; ``EngineLoopError`` always) are exception types
+    that mean the engine died: they stop the loop (``until`` and the
+    ``async with`` raise them) and burn no attempt, since a dead engine is
+    not a failed prompt. A sink that raises on ``add`` stops the loop the
+    same way. After a stop, ``aclose()`` (or ``outstanding``, also once the
+    ``async with`` has exited) gives the ordinals left outstanding.
     ``on_progress`` observes each sample's tokens as they stream
-    (``SampleProgress``; see the module doc; an observer that raises stops
-    the loop too), and ``partial(ordinal)`` gives them for a request in
-    flight.
+    (``SampleProgress``; an observer that raises stops the loop too), and
+    ``partial(ordinal)`` gives them for a request in flight.
 
     Use it as ``async with RolloutLoop(...) as rollout:``; the trainer waits
     with ``await rollout.until(predicate)`` (``timeout=`` bounds the wait:
@@ -300,9 +404,12 @@ class RolloutLoop:
         engine: AsyncEngine,
         sink: GroupSink,
         *,
-        prompt_of: Callable[[Any], Any],
+        prompt_of: Callable[..., Any],
         sampling_params: Any,
+        schedule: Schedule | str = Schedule.GROUP,
         num_generations: int | None = None,
+        journal: RolloutJournal | None = None,
+        recovered: Recovered | None = None,
         max_in_flight: int = 8,
         max_ahead: int | None = None,
         timeout: float | None = None,
@@ -310,21 +417,32 @@ class RolloutLoop:
         on_dropped: Callable[[Sequence[int]], None] | None = None,
         on_event: Callable[[RolloutEvent], None] | None = None,
         on_progress: Callable[[SampleProgress], None] | None = None,
-        request_id: Callable[[int, int], str] = default_request_id,
         fatal_errors: tuple[type[BaseException], ...] | None = None,
     ) -> None:
-        if num_generations is None:
-            num_generations = int(getattr(sampling_params, "n", 0))
-        if num_generations < 1:
-            raise ValueError("num_generations must be >= 1 (or given by sampling_params.n)")
+        schedule = Schedule(schedule)
+        if schedule is Schedule.GROUP:
+            if journal is not None or recovered is not None:
+                raise ValueError(
+                    "a rollout journal records samples one by one: use schedule='sibling'"
+                )
+            if num_generations is None:
+                num_generations = int(getattr(sampling_params, "n", 0))
+            if num_generations < 1:
+                raise ValueError("num_generations must be >= 1 (or given by sampling_params.n)")
+        elif num_generations is not None:
+            raise ValueError("under schedule='sibling' a group has the ledger's samples")
+        elif not callable(sampling_params):
+            raise TypeError("under schedule='sibling' sampling_params(lease, prefix_len) is called")
         if max_in_flight < 1:
             raise ValueError(f"max_in_flight must be >= 1, got {max_in_flight}")
         self.collector = collector
         self.engine = engine
         self.sink = sink
+        self.schedule = schedule
         self.prompt_of = prompt_of
         self.sampling_params = sampling_params
-        self.num_generations = num_generations
+        #: The samples of a group's request (``Schedule.GROUP``; 0 otherwise).
+        self.num_generations = num_generations or 0
         self.max_in_flight = max_in_flight
         self.max_ahead = max_ahead
         self.timeout = timeout
@@ -332,15 +450,38 @@ class RolloutLoop:
         self.on_dropped = on_dropped
         self.on_event = on_event
         self.on_progress = on_progress
-        self.request_id = request_id
         if fatal_errors is None:
             fatal_errors = _default_fatal_errors(engine)
         self.fatal_errors = fatal_errors
+        if journal is not None and journal.attempt_floor is None and recovered is None:
+            # A journal nobody recovered: this is a fresh start (recover
+            # refuses a journal with samples and no checkpoint, so a resume
+            # that forgot ``recovered=`` is not taken for one), and its
+            # attempts must start above every earlier life's reservation.
+            recovered = journal.recover(
+                None, position=None, checkpoint_id=None, reuse=Reuse.nothing(), fork=0, step=0
+            )
+        if journal is not None and collector.journal is None:
+            # Safe by construction: the collector reserves every attempt in
+            # the journal before it deals it (``RolloutJournal.cover``).
+            collector.journal = journal
+        self.journal = journal
+        self.recovered = recovered
         self._tasks: dict[Hashable, asyncio.Task[None]] = {}
         self._requests: dict[Hashable, _Request] = {}
         #: Ordinals whose worker exited without landing or failing them (the
         #: loop stopped): outstanding in the ledger, generating nowhere.
         self._stranded: set[int] = set()
+        #: Per group not landed yet (``Schedule.SIBLING``): its row, its
+        #: version at dispatch, its size, and its sealed samples by sibling.
+        self._groups: dict[int, tuple[Any, int, int]] = {}
+        self._sealed: dict[tuple[int, int], _Sealed] = {}
+        #: The recovered prefixes the current dispatch of a group may
+        #: continue, by (ordinal, sibling); a recovered prefix is offered to
+        #: one dispatch of its group only (not again once the group failed
+        #: or was evicted whole: it is generated anew then).
+        self._prefixes: dict[tuple[int, int], TokenPayload] = {}
+        self._offered: set[int] = set()
         self._feeder: asyncio.Task[None] | None = None
         self._wake = asyncio.Event()
         self._waiters: list[asyncio.Future[None]] = []
@@ -363,12 +504,19 @@ class RolloutLoop:
         return tuple(sorted(live | self._stranded))
 
     def partial(self, ordinal: int) -> dict[int, tuple[int, ...]]:
-        """The tokens each sample of ``ordinal``'s request in flight has
-        produced so far, by sample index (empty when it is not in flight)."""
-        req = self._requests.get(ordinal)
-        if req is None:
-            return {}
-        return {i: tuple(t) for i, t in sorted(req.tokens.items())}
+        """The tokens each sample of ``ordinal`` in flight has so far, by
+        sample index (by sibling under ``Schedule.SIBLING``, a continued
+        prefix included); empty when it is not in flight."""
+        out: dict[int, tuple[int, ...]] = {}
+        for req in self._requests.values():
+            if req.ordinal != ordinal:
+                continue
+            if req.lease is None:
+                out.update((i, tuple(t)) for i, t in req.tokens.items())
+            else:
+                prefix = tuple(req.prefix.tokens()) if req.prefix is not None else ()
+                out[req.lease.sibling] = prefix + tuple(req.tokens.get(0, ()))
+        return dict(sorted(out.items()))
 
     @property
     def idle(self) -> bool:
@@ -477,31 +625,81 @@ class RolloutLoop:
     # -- the feeder -------------------------------------------------------------
 
     def room(self) -> int:
-        """How many more prompts the feeder may take now."""
+        """How many more requests may start now. With ``max_ahead``, no
+        group starts while that many are generating or waiting in the sink
+        (``Schedule.GROUP``: no more than would reach it)."""
         n = self.max_in_flight - len(self._tasks)
         if self.max_ahead is not None:
-            n = min(n, self.max_ahead - len(self._tasks) - len(self.sink))
+            generating = len({req.ordinal for req in self._requests.values()})
+            ahead = self.max_ahead - generating - len(self.sink)
+            n = min(n, ahead) if self.schedule is Schedule.GROUP else n if ahead > 0 else 0
         return max(0, n)
 
     def fill(self) -> int:
-        """Take as many prompts as there is room for and start their
-        workers; returns how many. The collector reports them dispatched
-        inside ``take``, before any request is submitted. Takes nothing
+        """Take groups while there is room for their requests, start their
+        workers and land groups whose every sibling was reused; returns the
+        requests started. The collector reports the groups dispatched inside
+        ``take_samples``, before any request is submitted. Takes nothing
         once the loop is closing or stopped."""
-        if self._closing or self._error is not None:
+        started = 0
+        while not self._closing and self._error is None and (n := self.room()) > 0:
+            # A sibling schedule takes a group at a time: its size is known
+            # only once it is taken, and ``room`` counts its samples.
+            taken = self.collector.take_samples(n if self.schedule is Schedule.GROUP else 1)
+            if not taken:
+                break
+            for i, t in enumerate(taken):
+                try:
+                    started += self._start_group(t)
+                except BaseException:
+                    # The feeder dies with it (``until`` raises it); the
+                    # groups dispatched with this one stay outstanding in
+                    # the ledger, and ``aclose`` must return them.
+                    self._stranded.update(u.ordinal for u in taken[i + 1 :] if not u.complete)
+                    raise
+        return started
+
+    def _start_group(self, taken: Taken) -> int:
+        o = taken.ordinal
+        self._stranded.discard(o)  # taken again (the collector resumed)
+        if self.schedule is Schedule.GROUP and not taken.complete:
+            attempt = self.collector.attempts(o)
+            self._start(_Request(o, taken.row, attempt, self.version()))
+            return 1
+        size = len(taken.leases) + len(taken.reused)
+        self._groups[o] = (taken.row, self.version(), size)
+        if self.recovered is not None and o not in self._offered:
+            self._offered.add(o)
+            for s in range(size):
+                state = self.recovered.prefix(o, s)
+                if state is not None and isinstance(state.payload, TokenPayload):
+                    self._prefixes[(o, s)] = state.payload
+        for lease in taken.reused:
+            payload = self._journaled(lease)
+            self._sealed[(o, lease.sibling)] = (lease, payload, "", len(payload))
+        if taken.complete:
+            self._land_group(o, None)
             return 0
-        n = self.room()
-        if n <= 0:
-            return 0
-        items = self.collector.take(n)
-        version = self.version()
-        for ordinal, row in items:
-            attempt = self.collector.attempts(ordinal)
-            self._stranded.discard(ordinal)  # taken again (the collector resumed)
-            req = _Request(ordinal, row, attempt, self.request_id(ordinal, attempt), version)
-            self._emit("dispatch", ordinal, req.request_id)
-            self._spawn(req)
-        return len(items)
+        for lease in taken.leases:
+            self._start_sibling(lease)
+        return len(taken.leases)
+
+    def _journaled(self, lease: Lease) -> TokenPayload:
+        if self.recovered is None:
+            raise RolloutError(f"{lease} was reused but the loop has no recovered journal")
+        payload = self.recovered.sample(lease)
+        if not isinstance(payload, TokenPayload):
+            raise RolloutError(f"the journal's sample of {lease} is not a token sample")
+        return payload
+
+    def _start_sibling(self, lease: Lease) -> None:
+        prefix = self._prefixes.get((lease.ordinal, lease.sibling))
+        row = self._groups[lease.ordinal][0]
+        self._start(_Request(lease.ordinal, row, lease.attempt, self.version(), lease, prefix))
+
+    def _start(self, req: _Request) -> None:
+        self._emit("dispatch", req.ordinal, req.request_id)
+        self._spawn(req)
 
     def _spawn(self, req: _Request) -> None:
         """File ``req`` and start its worker task.
@@ -612,15 +810,19 @@ class RolloutLoop:
 
     def _request_args(self, req: _Request) -> tuple[Any, Any]:
         """The engine prompt and sampling parameters of ``req``."""
-        params = (
-            self.sampling_params(req.ordinal, req.attempt)
-            if callable(self.sampling_params)
-            else self.sampling_params
-        )
+        if req.lease is not None:
+            prefix = tuple(req.prefix.tokens()) if req.prefix is not None else ()
+            return self.prompt_of(req.row, prefix), self.sampling_params(req.lease, len(prefix))
+        params = self.sampling_params
+        if callable(params):
+            params = params(req.ordinal, req.attempt)
         return self.prompt_of(req.row), params
 
     async def _consume(self, gen: Any, req: _Request, delta: bool) -> None:
         tokens, reasons = req.tokens, req.reasons
+        observe = self.on_progress is not None or (
+            req.lease is not None and self.journal is not None
+        )
         async for out in gen:
             if req.landed:
                 continue  # drain to the generator's end: the worker's exit
@@ -654,7 +856,7 @@ class RolloutLoop:
                     req.logprobs.setdefault(i, []).extend(lps)
                 have.extend(new)
                 reasons[i] = reason
-                if self.on_progress is not None:
+                if observe:
                     self._progress(req, i, start, new, reason)
             if out.finished:
                 self._land(req)
@@ -664,62 +866,209 @@ class RolloutLoop:
     def _progress(
         self, req: _Request, index: int, start: int, new: list[int], reason: str | None
     ) -> None:
-        assert self.on_progress is not None
-        event = SampleProgress(
-            req.ordinal, req.attempt, req.request_id, index, start, tuple(new), reason
-        )
         try:
-            self.on_progress(event)
+            if req.lease is not None and self.journal is not None and reason is None:
+                self._journal_progress(req)
+            if self.on_progress is not None:
+                event = SampleProgress(
+                    req.ordinal,
+                    req.attempt,
+                    req.request_id,
+                    index if req.lease is None else req.lease.sibling,
+                    start + req.offset,
+                    tuple(new),
+                    reason,
+                )
+                self.on_progress(event)
         except Exception:
-            req.refused = True  # the observer's failure, not the prompt's: stop
+            req.refused = True  # the journal's or the observer's failure: stop
             raise
 
+    def _journal_progress(self, req: _Request) -> None:
+        assert self.journal is not None and req.lease is not None
+        have = len(req.tokens.get(0, ()))
+        if not self.journal.due(req.recorded, have):
+            return
+        if not req.journaled:
+            # The attempt's first record: a whole snapshot (the prefix it
+            # continues and its tokens so far).
+            self.journal.progress(req.lease, self._payload(req))
+            req.journaled = True
+        else:
+            ids, lps = req.tokens[0][req.recorded : have], req.logprobs[0][req.recorded : have]
+            new = TokenPayload.of(ids, lps, req.version)
+            self.journal.extend(req.lease, req.offset + req.recorded, new)
+        req.recorded = have
+
+    def _payload(self, req: _Request) -> TokenPayload:
+        """The sample of a sibling's request: the prefix it continued, then
+        its tokens with their log-probs."""
+        assert req.lease is not None
+        tokens = req.tokens.get(0, [])
+        lps = req.logprobs.get(0)
+        if lps is None or len(lps) != len(tokens):
+            raise RolloutError(
+                f"the engine reported no log-probs for {req.request_id} (vLLM: "
+                "SamplingParams(logprobs=0)); a journaled sample needs them"
+            )
+        rest = TokenPayload.of(tokens, lps, req.version)
+        if req.prefix is None:
+            return rest
+        return resumed_sample(SiblingState(req.lease.attempt, req.prefix, False), rest)
+
     def _land(self, req: _Request) -> None:
-        n = self.num_generations
+        n = self.num_generations if req.lease is None else 1
         tokens = req.tokens
         if sorted(tokens) != list(range(n)):
-            raise RolloutError(f"final output holds samples {sorted(tokens)}, expected 0..{n - 1}")
+            raise RolloutError(
+                f"final output of {req.request_id} holds samples {sorted(tokens)}, "
+                f"expected 0..{n - 1}"
+            )
         reasons = tuple(req.reasons.get(i) or "" for i in range(n))
         if any(r not in USABLE for r in reasons):
             bad = sorted({r for r in reasons if r not in USABLE})
             raise RolloutError(f"{ABORT if ABORT in bad else 'unusable'}: finish reasons {bad}")
-        group = Group(
-            ordinal=req.ordinal,
-            row=req.row,
-            completions=tuple(tuple(int(t) for t in tokens[i]) for i in range(n)),
-            finish_reasons=reasons,
-            version=req.version,
-            attempt=req.attempt,
-            request_id=req.request_id,
-        )
-        # One synchronous stretch: the ledger and the buffer agree at every
-        # await point, so no checkpoint can see one without the other. The
-        # sink first: a sink that refuses the group (raises) is never
-        # reported landed, and it stops the loop with the ordinal left
-        # outstanding (a refusal is the trainer's, not a failed generation,
-        # so it burns no attempt and drops nothing). A ledger that refuses
-        # the landing is a wiring bug and stops the loop too.
+        if req.lease is None:
+            group = Group(
+                ordinal=req.ordinal,
+                row=req.row,
+                completions=tuple(tuple(int(t) for t in tokens[i]) for i in range(n)),
+                finish_reasons=reasons,
+                version=req.version,
+                attempt=req.attempt,
+                request_id=req.request_id,
+            )
+            # One synchronous stretch: the ledger and the buffer agree at
+            # every await point, so no checkpoint can see one without the
+            # other. The sink first: a sink that refuses the group (raises)
+            # is never reported landed, and it stops the loop with the
+            # ordinal left outstanding (a refusal is the trainer's, not a
+            # failed generation, so it burns no attempt and drops nothing).
+            # A ledger that refuses the landing is a wiring bug and stops
+            # the loop too.
+            try:
+                self.sink.add(group)
+            except Exception:
+                req.refused = True
+                raise
+            self.collector.landed([req.ordinal])
+            self._emit("land", req.ordinal, req.request_id)
+        else:
+            self._seal(req, reasons[0])
+        req.landed = req.released = True
+        self._notify()
+
+    def _seal(self, req: _Request, reason: str) -> None:
+        lease = req.lease
+        assert lease is not None
+        payload = self._payload(req)
+        key = (lease.ordinal, lease.sibling)
         try:
-            self.sink.add(group)
+            if self.collector.completes(lease):
+                # The group's last sibling: the sink takes the group first,
+                # then the ledger seals and lands it, in this one
+                # synchronous stretch.
+                self._sealed[key] = (lease, payload, reason, req.offset)
+                try:
+                    self._land_group(lease.ordinal, lease)
+                except BaseException:
+                    # The sink refused the group (or the journal failed): not
+                    # this sample's failure. Stop the loop; the sibling stays
+                    # running in the ledger and a resume generates it again.
+                    del self._sealed[key]
+                    raise
+            elif lease in self.collector.sealed([lease]).sealed:
+                self._sealed[key] = (lease, payload, reason, req.offset)
+                if self.journal is not None:
+                    self.journal.sealed(lease, payload)
+            else:
+                self._emit("fenced", lease.ordinal, req.request_id)
+        except FrontierError:
+            raise
         except Exception:
             req.refused = True
             raise
-        self.collector.landed([req.ordinal])
-        req.landed = req.released = True
-        self._emit("land", req.ordinal, req.request_id)
-        self._notify()
+
+    def _oldest(self, ordinal: int, parts: list[_Sealed]) -> int:
+        """The group's policy version for the buffer's age limit: that of its
+        oldest token along the lineage. A group is stamped with the version
+        at its dispatch, but a reused sample or a continued prefix is older;
+        a journaled token of the dead branch (after the resume's fork) counts
+        its age through the fork (``lineage_version``), so the buffer's age
+        limit holds for what a resume took from the journal too."""
+        fork = self.recovered.fork if self.recovered is not None else None
+        oldest = self._groups[ordinal][1]
+        for _, payload, _, journaled in parts:
+            for first, version in payload.version_runs:
+                if first < journaled and fork is not None:
+                    version = lineage_version(version, fork=fork)
+                oldest = min(oldest, version)
+        return oldest
+
+    def _land_group(self, ordinal: int, last: Lease | None) -> None:
+        """Land a sibling-scheduled group: in the sink, then in the ledger
+        (sealing its ``last`` sibling, or, with ``None``, a group whose every
+        sibling was reused)."""
+        row, _, size = self._groups[ordinal]
+        parts = [self._sealed[(ordinal, s)] for s in range(size)]
+        payloads = tuple(p for _, p, _, _ in parts)
+        group = Group(
+            ordinal=ordinal,
+            row=row,
+            completions=tuple(tuple(p.tokens()) for p in payloads),
+            finish_reasons=tuple(r for _, _, r, _ in parts),
+            version=self._oldest(ordinal, parts),
+            attempt=max(lease.attempt for lease, _, _, _ in parts),
+            request_id=f"o{ordinal}",
+            samples=payloads,
+        )
+        self.sink.add(group)  # raises: the loop stops, nothing is reported
+        if last is None:
+            self.collector.land_complete([ordinal])
+        else:
+            effect = self.collector.sealed([last])
+            assert effect.landed == (ordinal,), effect
+            if self.journal is not None:
+                self.journal.sealed(last, self._sealed[(ordinal, last.sibling)][1])
+        self._forget(ordinal)
+        self._emit("land", ordinal, group.request_id)
+
+    def _forget(self, ordinal: int) -> None:
+        """Drop what the loop holds of a sibling-scheduled group."""
+        _, _, size = self._groups.pop(ordinal, (None, 0, 0))
+        for s in range(size):
+            self._sealed.pop((ordinal, s), None)
+            self._prefixes.pop((ordinal, s), None)
 
     def _failed(self, req: _Request, detail: str) -> None:
         if req.released:
             return  # the group is buffered; what the engine does next is moot
         # Released only once the ledger took the failure: if it refuses (a
         # wiring bug, which stops the loop) the ordinal is still outstanding.
-        effect = self.collector.failed([req.ordinal])
+        if req.lease is None:
+            effect = self.collector.failed([req.ordinal])
+        else:
+            effect = self.collector.failed_samples([req.lease])
         req.released = True
         self._emit("fail", req.ordinal, req.request_id, detail)
-        for o in effect.requeued:
-            self._emit("requeue", o, req.request_id)
-        for o in effect.dropped:
-            self._emit("drop", o, req.request_id)
+        if effect.fenced:
+            return
+        for o in (*effect.requeued, *effect.unstamped, *effect.dropped):
+            if req.lease is not None:
+                # The group failed whole: its sealed siblings go with it, and
+                # its running siblings are cancelled (their results would be
+                # fenced).
+                self._forget(o)
+                for other in list(self._requests.values()):
+                    if other.ordinal == o and other is not req:
+                        other.released = True
+                        task = self._tasks.get(other.key)
+                        if task is not None:
+                            task.cancel()
+            if o not in effect.unstamped:
+                self._emit("requeue" if o in effect.requeued else "drop", o, req.request_id)
         if effect.dropped and self.on_dropped is not None:
             self.on_dropped(effect.dropped)
+        for lease in self.collector.restart(effect.restart) if effect.restart else ():
+            self._start_sibling(lease)
+        self._notify()

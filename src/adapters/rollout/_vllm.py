@@ -23,8 +23,8 @@ What is used:
   ``reset_prefix_cache()``, ``resume_generation()`` (``VllmEngine.load_weights``;
   works on the CPU build too);
 * ``vllm.v1.engine.exceptions.EngineDeadError``;
-* for ``SampleRolloutLoop`` (one request per sibling, continued from a
-  durable prefix): ``TokensPrompt`` (a ``TypedDict``: ``{"prompt_token_ids":
+* for ``RolloutLoop(schedule="sibling")`` (one request per sibling,
+  continued from a durable prefix): ``TokensPrompt`` (a ``TypedDict``: ``{"prompt_token_ids":
   prompt + prefix}``, ``continued_prompt``) and ``SamplingParams(n=1,
   max_tokens=max_tokens - len(prefix), logprobs=0, seed=...)``
   (``vllm_sample_params``); vLLM counts the prefix as prompt tokens.
@@ -118,7 +118,7 @@ def continued_prompt(
     ``TokensPrompt`` (a ``TypedDict``, so this plain dict is one; the CPU
     engine takes it too) of the prompt's token ids then the prefix's.
     ``fields`` are other ``TokensPrompt`` keys (``cache_salt``, ...). For
-    ``SampleRolloutLoop(prompt_of=lambda row, prefix:
+    ``RolloutLoop(schedule="sibling", prompt_of=lambda row, prefix:
     continued_prompt(ids_of(row), prefix))``."""
     ids = [int(t) for t in prompt_token_ids]
     if not ids:
@@ -164,7 +164,7 @@ def sample_seed(seed: int, lease: Lease) -> int:
 def sample_params(
     make: Callable[..., _P], *, max_tokens: int, seed: int | None = None, **fixed: Any
 ) -> Callable[[Lease, int], _P]:
-    """The ``sampling_params(lease, prefix_len)`` of ``SampleRolloutLoop``
+    """The ``sampling_params(lease, prefix_len)`` of ``RolloutLoop(schedule="sibling")``
     for any engine: ``make(n=1, max_tokens=remaining_tokens(max_tokens,
     prefix_len), seed=sample_seed(seed, lease), **fixed)`` (``seed=None``
     when ``seed`` is ``None``). ``max_tokens`` bounds the whole sample,
@@ -198,7 +198,7 @@ def vllm_sample_params(
     logprobs: int = 0,
     **kwargs: Any,
 ) -> Callable[[Lease, int], Any]:
-    """The ``sampling_params(lease, prefix_len)`` of ``SampleRolloutLoop``
+    """The ``sampling_params(lease, prefix_len)`` of ``RolloutLoop(schedule="sibling")``
     on vLLM: ``vllm.SamplingParams`` of one sample (``n=1``) of at most
     ``max_tokens`` tokens in all (``max_tokens - prefix_len`` new ones for a
     continuation), streamed (``output_kind "delta"``, the default, or

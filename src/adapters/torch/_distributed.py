@@ -86,6 +86,7 @@ from frontier_core import (
     reshard,
 )
 
+from .. import Taken
 from .._collector import FORMAT as COLLECTOR_FORMAT
 from .._collector import (
     KEY_LEDGER,
@@ -189,6 +190,12 @@ class RankCollector:
         """As ``StreamCollector.take``: ``(global ordinal, row)`` items."""
         g = self.share.global_ordinal
         return [(g(o), row) for o, row in self.collector.take(n)]
+
+    def take_samples(self, n: int) -> list[Taken]:
+        """``take``'s groups as ``Taken`` values, for ``RolloutLoop``: the
+        rank's ledger holds no sibling detail, so they carry no leases and
+        the loop can only schedule whole groups (``Schedule.GROUP``)."""
+        return [Taken(o, row, (), (), False) for o, row in self.take(n)]
 
     def landed(self, ordinals: Iterable[int]) -> None:
         self.collector.landed(self.share.local_ordinals(ordinals))

@@ -22,7 +22,7 @@ memory only, as they did.
 
 ``--journal`` runs the life sample by sample instead (``run_journal``, CPU
 engine, frontier mode): a ``SampleCollector`` over a ``Ledger``, a
-``SampleRolloutLoop`` that sends each sibling as a request of its own,
+``RolloutLoop`` that sends each sibling as a request of its own,
 streamed, and a ``RolloutJournal`` with group commit that records each
 sealed sample and each running one every ``--progress-every`` tokens; each
 checkpoint marks the journal first and compacts it after, and a resume
@@ -60,7 +60,7 @@ import warnings
 from collections import deque
 from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from pathlib import Path
-from typing import Any, cast
+from typing import Any, NoReturn, cast
 
 import attrs
 import torch
@@ -79,14 +79,13 @@ from frontier_core.journal import (
 )
 
 from .._collector import StreamCollector
-from .._samples import SampleCollector
+from .._samples import SampleCollector, Taken
 from ..examples.cpu_engine import CUMULATIVE, CpuEngine, CpuSamplingParams, TinyCausalLM
 from ..examples.grpo import grpo_step, make_prompts, reward
 from ..journal import RolloutJournal, read_journal
 from ..rollout._buffer import ReplayBuffer
 from ..rollout._engine import AsyncEngine, RequestOutputLike
 from ..rollout._loop import Group, RolloutEvent, RolloutLoop
-from ..rollout._sample_loop import SampleRolloutLoop
 from ..torch import make_seekable_loader
 from ..torch._files import read_checkpoint, write_checkpoint
 from ..torch._sources import SeekableSource
@@ -172,6 +171,8 @@ class LiveCursorCollector:
         self._rows: dict[int, Any] = {}
         self._attempts: dict[int, int] = {}
         self._done = False
+        #: Nothing is reserved: the legacy binding has no journal.
+        self.journal: RolloutJournal | None = None
         if start:
             source.sampler.seek(start)
 
@@ -203,8 +204,16 @@ class LiveCursorCollector:
     def attempts(self, ordinal: int) -> int:
         return self._attempts.get(ordinal, 0)
 
+    def take_samples(self, n: int) -> list[Taken]:
+        return [Taken(o, row, (), (), False) for o, row in self.take(n)]
+
     def landed(self, ordinals: Iterable[int]) -> None:
         pass
+
+    def _whole_groups_only(self, *_: object) -> NoReturn:
+        raise TypeError("the legacy binding generates whole groups (Schedule.GROUP)")
+
+    sealed = failed_samples = restart = completes = land_complete = _whole_groups_only
 
     def trained(self, ordinals: Iterable[int]) -> None:
         for o in ordinals:
@@ -256,7 +265,7 @@ class WorkerArgs:
     #: Chance that a resume does not restore the replay buffer (seeded per life).
     skip_buffer_restore: float = 0.25
     #: The sample-level life (``run_journal``): a ``SampleCollector``, a
-    #: ``SampleRolloutLoop`` (one request per sibling) and a
+    #: ``RolloutLoop`` scheduling one request per sibling and a
     #: ``RolloutJournal`` (frontier mode and the CPU engine only).
     journal: bool = False
     #: What a resume reuses of the journal: ``age`` (tokens at most
@@ -630,18 +639,20 @@ def run(args: WorkerArgs) -> int:
         lambda loaded: 1 if loaded is None else loaded.json_parts["state"]["lives"] + 1,
     )
     frontier = args.mode == "frontier"
-    collector: StreamCollector | LiveCursorCollector
+    collector: SampleCollector | LiveCursorCollector
     if frontier:
-        collector = StreamCollector(life.source, life.config())
+        collector = SampleCollector(life.source, life.config())
         if life.loaded is not None:
-            collector.resume(life.state["collector"], load_replay_buffer=life.load_buffer)
+            collector.resume(
+                life.state["collector"], load_replay_buffer=life.load_buffer, sealed=()
+            )
     else:
         start = 0 if life.loaded is None else life.state["cursor"]
         collector = LiveCursorCollector(life.source, start=start, retry=True)
 
     def checkpoint() -> None:
         life.log.sync()
-        if isinstance(collector, StreamCollector):
+        if isinstance(collector, SampleCollector):
             life.checkpoint({"collector": collector.checkpoint_state(save_buffer=True)})
         else:
             life.checkpoint({"cursor": collector.cursor})  # the live cursor: ahead of training
@@ -672,7 +683,7 @@ def run(args: WorkerArgs) -> int:
     finally:
         if life.backend.shutdown is not None:
             life.backend.shutdown()
-    if isinstance(collector, StreamCollector) and not collector.drained:
+    if isinstance(collector, SampleCollector) and not collector.drained:
         raise RuntimeError(f"stream not drained: cut {collector.ledger.cut}")
     return life.finish()
 
@@ -740,7 +751,7 @@ class AttemptSink:
     As a group lands it reads each sibling's attempt from the ledger
     (sealed, or the last one running: the group lands before its last
     seal), for the per-sample training log. The loop dates the group by its
-    oldest token along the lineage (``SampleRolloutLoop``: a journaled token
+    oldest token along the lineage (``RolloutLoop``: a journaled token
     of the dead branch counts its age through the fork), so the buffer's
     age limit holds for what a resume took from the journal too."""
 
@@ -799,7 +810,7 @@ def run_journal(args: WorkerArgs) -> int:
     the rollout journal (or start, with a first checkpoint before anything
     is generated) and train to the end of the stream.
 
-    Each sibling is a request of its own (``SampleRolloutLoop``, streamed
+    Each sibling is a request of its own (``RolloutLoop(schedule="sibling")``, streamed
     so that a running sample is journaled every ``progress_every`` tokens;
     a seal is journaled as the ledger accepts it). The journal commits in
     groups (``commit_delay``; a timer task polls it). Each step's
@@ -944,10 +955,11 @@ def run_journal(args: WorkerArgs) -> int:
     async def train() -> None:
         committer = asyncio.create_task(commit_loop(), name="journal-commit")
         try:
-            loop = SampleRolloutLoop(
+            loop = RolloutLoop(
                 collector,
                 life.engine(token_log),
                 sink,
+                schedule="sibling",
                 prompt_of=prompt_of,
                 sampling_params=sampling_params,
                 journal=journal,

@@ -1,10 +1,13 @@
 """The integration harness on this project's own rollout adapter: a
-``RolloutLoop`` over a ``StreamCollector``, driven by an engine whose every
-request waits until the harness says it lands or fails, with the replay
-buffer (the loop's sink) saved next to the collector state. The engine also
-checks that every request id carries the ledger's attempt count, which a
-checkpoint carries across crashes. No torch: the loop needs only asyncio
-and frontier_core."""
+``RolloutLoop`` over a ``SampleCollector``, under either schedule, driven
+by an engine whose every request waits until the harness says it lands or
+fails, with the replay buffer (the loop's sink) saved next to the collector
+state. Per sibling, the prompts are single-sample groups whose failed
+sample fails the group (``Granularity.GROUP``), so the harness's
+prompt-level model holds for both. The engine also checks that every
+request id names what the ledger holds: the group's attempt count (which a
+checkpoint carries across crashes), or the sibling's running attempt. No
+torch: the loop needs only asyncio and frontier_core."""
 
 from __future__ import annotations
 
@@ -16,12 +19,11 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, settings
 
-from frontier_core import FailurePolicy, LedgerConfig, Status
+from frontier_core import FailurePolicy, Granularity, LedgerConfig, Sibling, Status
 from frontier_core.testing import Integration, run_integration_test
 
 rollout = pytest.importorskip("frontier_adapters.rollout._loop")
-collector_module = pytest.importorskip("frontier_adapters._collector")
-from frontier_adapters import SequenceSource  # noqa: E402
+from frontier_adapters import SampleCollector, SequenceSource  # noqa: E402
 
 engine_module = pytest.importorskip("frontier_adapters.rollout._engine")
 
@@ -42,10 +44,16 @@ class HeldEngine:
     (checked by the harness: an assertion in here would be a failed
     generation)."""
 
-    def __init__(self, attempts: Any) -> None:
+    def __init__(self, collector: Any) -> None:
         self.verdicts: dict[int, asyncio.Future[str]] = {}
-        self.attempts = attempts
+        self.collector = collector
         self.misnamed: list[str] = []
+
+    def expected_id(self, ordinal: int, sampling_params: Any) -> str:
+        if sampling_params is None:  # a group's request
+            return f"o{ordinal}-a{self.collector.attempts(ordinal)}"
+        status, attempt = self.collector.ledger.sibling(ordinal, 0)
+        return f"o{ordinal}-s0-a{attempt}" if status is Sibling.RUNNING else "not running"
 
     def verdict(self, ordinal: int) -> asyncio.Future[str]:
         if ordinal not in self.verdicts:
@@ -59,15 +67,18 @@ class HeldEngine:
         self, prompt: Any, sampling_params: Any, request_id: str
     ) -> AsyncIterator[Any]:
         ordinal = int(prompt[1:])  # test side only: the loop never parses rows
-        if request_id != f"o{ordinal}-a{self.attempts(ordinal)}":
-            self.misnamed.append(f"{request_id} (the ledger counts {self.attempts(ordinal)})")
+        if request_id != (expected := self.expected_id(ordinal, sampling_params)):
+            self.misnamed.append(f"{request_id} (the ledger holds {expected})")
         how = await self.verdict(ordinal)
         del self.verdicts[ordinal]
         if how == "fail":
             raise RuntimeError("generation failed")
         yield engine_module.RequestOutput(
             request_id,
-            tuple(engine_module.Completion(i, (1, i), "stop") for i in range(N_GEN)),
+            tuple(
+                engine_module.Completion(i, (1, i), "stop", logprobs=(-0.5, -0.5))
+                for i in range(1 if sampling_params is not None else N_GEN)
+            ),
             finished=True,
         )
 
@@ -87,23 +98,39 @@ class Sink:
 class RolloutIntegration(Integration):
     stream_len = N
     max_attempts = 2
+    schedule = "group"
 
     def start(self) -> None:
         self.aio = asyncio.new_event_loop()
-        self.collector = collector_module.StreamCollector(
+        self.collector = SampleCollector(
             SequenceSource([f"r{o}" for o in range(N)], batch_size=3),
-            LedgerConfig(stream_len=N, on_failure=FailurePolicy.RETRY, max_attempts=2),
+            LedgerConfig(
+                stream_len=N,
+                on_failure=FailurePolicy.RETRY,
+                max_attempts=2,
+                granularity=Granularity.GROUP,
+            ),
         )
-        self.engine = HeldEngine(self.collector.attempts)
+        self.engine = HeldEngine(self.collector)
         self.sink = Sink()
         self.dropped: list[int] = []
+        if self.schedule == "group":
+            per: dict[str, Any] = {
+                "prompt_of": lambda row: row,
+                "sampling_params": None,
+                "num_generations": N_GEN,
+            }
+        else:  # the lease is the engine's sampling params: it names the sibling
+            per = {
+                "schedule": "sibling",
+                "prompt_of": lambda row, prefix: row,
+                "sampling_params": lambda lease, prefix_len: lease,
+            }
         self.loop = rollout.RolloutLoop(
             self.collector,
             self.engine,
             self.sink,
-            prompt_of=lambda row: row,
-            sampling_params=None,
-            num_generations=N_GEN,
+            **per,
             max_in_flight=1,
             on_dropped=self.dropped.extend,
         )
@@ -182,10 +209,17 @@ class RolloutIntegration(Integration):
         assert isinstance(checkpoint, str)
         state = json.loads(checkpoint)
         self.start()
-        self.collector.resume(state["collector"], load_replay_buffer=True)
+        self.collector.resume(state["collector"], load_replay_buffer=True, sealed=())
         self.sink.groups = {o: row for o, row in state["buffer"]}
         return list(self.sink.groups)
 
 
-def test_the_rollout_loop_trains_every_prompt_exactly_once() -> None:
-    run_integration_test(RolloutIntegration, settings=SETTINGS)
+class SiblingIntegration(RolloutIntegration):
+    schedule = "sibling"
+
+
+@pytest.mark.parametrize("integration", [RolloutIntegration, SiblingIntegration])
+def test_the_rollout_loop_trains_every_prompt_exactly_once(
+    integration: type[RolloutIntegration],
+) -> None:
+    run_integration_test(integration, settings=SETTINGS)

@@ -11,8 +11,8 @@ from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import pytest
-from frontier_adapters import SequenceSource
-from frontier_adapters._collector import Pull, StreamCollector
+from frontier_adapters import SampleCollector, SequenceSource, Taken
+from frontier_adapters._collector import Pull
 from frontier_adapters.rollout._engine import Completion, RequestOutput
 from frontier_adapters.rollout._loop import Group, RolloutEvent, RolloutLoop
 
@@ -53,7 +53,7 @@ class ScriptEngine:
     samples were aborted; ``short`` fewer samples than asked; ``stray`` an
     output for another request id."""
 
-    def __init__(self, collector: StreamCollector, script: dict[str, str] | None = None) -> None:
+    def __init__(self, collector: SampleCollector, script: dict[str, str] | None = None) -> None:
         self.collector = collector
         self.script = script or {}
         self.submitted: list[str] = []
@@ -104,8 +104,8 @@ def make(
     policy: FailurePolicy = FailurePolicy.RETRY,
     max_attempts: int = 2,
     **kw: Any,
-) -> tuple[StreamCollector, ScriptEngine, Sink, RolloutLoop, list[RolloutEvent], list[int]]:
-    collector = StreamCollector(
+) -> tuple[SampleCollector, ScriptEngine, Sink, RolloutLoop, list[RolloutEvent], list[int]]:
+    collector = SampleCollector(
         ListSource(n), LedgerConfig(stream_len=n, on_failure=policy, max_attempts=max_attempts)
     )
     engine = ScriptEngine(collector, script)
@@ -251,9 +251,9 @@ def test_shutdown_mid_flight_aborts_requests_and_leaves_them_outstanding() -> No
             assert collector.ledger.attempts(o) == 0
         state = collector.checkpoint_state()
         assert state["ledger"]["ledger"]["cut"] == 0
-        fresh = StreamCollector(ListSource(4), collector.config)
-        fresh.resume(state, load_replay_buffer=True)
-        assert [o for o, _ in fresh.take(4)] == [1, 2]
+        fresh = SampleCollector(ListSource(4), collector.config)
+        fresh.resume(state, load_replay_buffer=True, sealed=())
+        assert [t.ordinal for t in fresh.take_samples(4)] == [1, 2]
 
     arun(main())
 
@@ -278,13 +278,13 @@ def test_checkpoint_between_landing_and_worker_exit_sees_the_group_buffered() ->
         assert collector.ledger.attempts(0) == 0
         assert state["ledger"]["ledger"]["retained"] == [[0, 1]]
         # Resume with the buffer: 0 is covered, nothing to regenerate.
-        restored = StreamCollector(ListSource(1), collector.config)
-        assert restored.resume(state, load_replay_buffer=True).covered == (0,)
-        assert restored.take(1) == []
+        restored = SampleCollector(ListSource(1), collector.config)
+        assert restored.resume(state, load_replay_buffer=True, sealed=()).covered == (0,)
+        assert restored.take_samples(1) == []
         # Resume without it: 0 is regenerated, once.
-        regen = StreamCollector(ListSource(1), collector.config)
-        regen.resume(state, load_replay_buffer=False)
-        assert [o for o, _ in regen.take(2)] == [0]
+        regen = SampleCollector(ListSource(1), collector.config)
+        regen.resume(state, load_replay_buffer=False, sealed=())
+        assert [t.ordinal for t in regen.take_samples(2)] == [0]
 
     arun(main())
 
@@ -313,7 +313,7 @@ def test_a_misaligned_source_stops_the_loop_instead_of_hanging() -> None:
             return Pull(5, ["x"], None)
 
     async def main() -> None:
-        collector = StreamCollector(Bad(["r0", "r1", "r2"]), LedgerConfig(stream_len=3))
+        collector = SampleCollector(Bad(["r0", "r1", "r2"]), LedgerConfig(stream_len=3))
         loop = RolloutLoop(
             collector, ScriptEngine(collector), Sink(), prompt_of=str,
             sampling_params=None, num_generations=1,
@@ -364,7 +364,7 @@ def test_vllm_engine_passes_the_asyncllm_calls_through() -> None:
             calls.append(("shutdown", timeout))
 
     async def main() -> Sink:
-        collector = StreamCollector(ListSource(2), LedgerConfig(stream_len=2))
+        collector = SampleCollector(ListSource(2), LedgerConfig(stream_len=2))
         sink = Sink()
         engine = VllmEngine(FakeAsyncLLM())
         async with RolloutLoop(
@@ -395,7 +395,7 @@ def test_a_sink_that_refuses_a_group_stops_the_loop_with_the_ordinal_outstanding
 
     async def main() -> None:
         config = LedgerConfig(stream_len=3, on_failure=FailurePolicy.DROP)
-        collector = StreamCollector(ListSource(3), config)
+        collector = SampleCollector(ListSource(3), config)
         sink = Picky()
         engine = ScriptEngine(collector)
         events: list[RolloutEvent] = []
@@ -418,9 +418,9 @@ def test_a_sink_that_refuses_a_group_stops_the_loop_with_the_ordinal_outstanding
         assert await loop.aclose() == (1,) == loop.outstanding
         assert tuple(collector.ledger.ordinals(Status.OUTSTANDING)) == (1,)
         assert collector.ledger.attempts(1) == 0
-        fresh = StreamCollector(ListSource(3), config)
-        fresh.resume(collector.checkpoint_state(), load_replay_buffer=True)
-        assert [o for o, _ in fresh.take(3)] == [1, 2]
+        fresh = SampleCollector(ListSource(3), config)
+        fresh.resume(collector.checkpoint_state(), load_replay_buffer=True, sealed=())
+        assert [t.ordinal for t in fresh.take_samples(3)] == [1, 2]
 
     arun(main())
 
@@ -440,8 +440,8 @@ def test_request_ids_continue_from_the_ledgers_attempts_after_a_resume() -> None
         assert loop.outstanding == (1,) and collector.attempts(1) == 1
 
         # The process restarts from the checkpoint, buffer restored.
-        resumed = StreamCollector(ListSource(3), collector.config)
-        resumed.resume(json.loads(json.dumps(state)), load_replay_buffer=True)
+        resumed = SampleCollector(ListSource(3), collector.config)
+        resumed.resume(json.loads(json.dumps(state)), load_replay_buffer=True, sealed=())
         assert resumed.attempts(1) == 1
         engine2 = ScriptEngine(resumed, {"o1-a1": "raise"})
         sink2 = Sink()
@@ -464,21 +464,21 @@ def test_a_wiring_error_in_a_worker_stops_the_loop_instead_of_vanishing() -> Non
     from frontier_core import IllegalTransitionError
 
     async def main() -> None:
-        collector = StreamCollector(ListSource(2), LedgerConfig(stream_len=2))
+        collector = SampleCollector(ListSource(2), LedgerConfig(stream_len=2))
         sink = Sink()
         loop = RolloutLoop(
             collector, ScriptEngine(collector), sink, prompt_of=str,
             sampling_params=None, num_generations=N_GEN,
         )  # fmt: skip
         # Someone else reports ordinal 0 landed behind the loop's back.
-        real_take = collector.take
+        real_take = collector.take_samples
 
-        def take(n: int) -> list[tuple[int, Any]]:
+        def take(n: int) -> list[Taken]:
             items = real_take(n)
-            collector.landed([o for o, _ in items if o == 0])
+            collector.landed([t.ordinal for t in items if t.ordinal == 0])
             return items
 
-        collector.take = take  # type: ignore[method-assign]
+        collector.take_samples = take  # type: ignore[method-assign]
         with pytest.raises(IllegalTransitionError):
             async with loop:
                 await loop.until(lambda: loop.idle)
@@ -502,7 +502,7 @@ def test_a_dead_engine_stops_the_loop_and_burns_no_attempt() -> None:
 
     async def main() -> None:
         config = LedgerConfig(stream_len=3, on_failure=FailurePolicy.DROP)
-        collector = StreamCollector(ListSource(3), config)
+        collector = SampleCollector(ListSource(3), config)
         events: list[RolloutEvent] = []
         dropped: list[int] = []
         loop = RolloutLoop(
@@ -533,7 +533,7 @@ def test_aclose_returns_what_a_dead_engine_left_outstanding() -> None:
     class Dying(ScriptEngine):
         fatal_errors = (EngineDead,)
 
-        def __init__(self, collector: StreamCollector) -> None:
+        def __init__(self, collector: SampleCollector) -> None:
             super().__init__(collector)
             self.dead = asyncio.Event()
 
@@ -550,7 +550,7 @@ def test_aclose_returns_what_a_dead_engine_left_outstanding() -> None:
 
     async def main() -> None:
         config = LedgerConfig(stream_len=6, on_failure=FailurePolicy.RETRY, max_attempts=2)
-        collector = StreamCollector(ListSource(6), config)
+        collector = SampleCollector(ListSource(6), config)
         engine = Dying(collector)
         sink = Sink()
         events: list[RolloutEvent] = []
@@ -571,9 +571,9 @@ def test_aclose_returns_what_a_dead_engine_left_outstanding() -> None:
         assert loop.in_flight == 0 and len(engine.submitted) == 4  # no feeding after the death
         assert not any(e.kind in ("fail", "drop", "requeue") for e in events)
         assert all(collector.ledger.attempts(o) == 0 for o in held)
-        fresh = StreamCollector(ListSource(6), config)
-        fresh.resume(collector.checkpoint_state(), load_replay_buffer=True)
-        assert [o for o, _ in fresh.take(6)] == [1, 2, 3, 4, 5]
+        fresh = SampleCollector(ListSource(6), config)
+        fresh.resume(collector.checkpoint_state(), load_replay_buffer=True, sealed=())
+        assert [t.ordinal for t in fresh.take_samples(6)] == [1, 2, 3, 4, 5]
 
     arun(main())
 
@@ -586,14 +586,14 @@ def test_a_ledger_that_refuses_a_failure_stops_the_loop_and_keeps_the_ordinal() 
 
     async def main() -> None:
         collector, _, _, loop, events, _ = make(2, {"o1-a0": "raise"})
-        real_take = collector.take
+        real_take = collector.take_samples
 
-        def take(n: int) -> list[tuple[int, Any]]:
+        def take(n: int) -> list[Taken]:
             items = real_take(n)
             collector._rows.pop(1, None)  # the bug under test
             return items
 
-        collector.take = take  # type: ignore[method-assign]
+        collector.take_samples = take  # type: ignore[method-assign]
         with pytest.raises(IllegalTransitionError, match="holds no row"):
             async with loop:
                 await loop.until(lambda: loop.idle)
@@ -687,3 +687,65 @@ def test_a_buffer_state_with_foreign_keys_is_a_typed_error_of_bounded_size(
         buffer.load_state_dict(state)
     assert len(str(info.value)) < 2_000
     assert len(buffer) == 0
+
+
+def test_the_schedule_is_one_option_checked_at_construction(tmp_path: Any) -> None:
+    """What a request is, is ``schedule``; arguments that make no sense for
+    the schedule are refused before anything runs."""
+    from frontier_adapters.journal import RolloutJournal
+    from frontier_adapters.rollout import Schedule, request_id_of
+
+    collector = SampleCollector(ListSource(2), LedgerConfig(stream_len=2))
+    engine, sink = ScriptEngine(collector), Sink()
+    assert Schedule("sibling") is Schedule.SIBLING
+    with pytest.raises(ValueError, match="'whole'"):
+        RolloutLoop(collector, engine, sink, prompt_of=str, sampling_params=None, schedule="whole")
+    journal = RolloutJournal(tmp_path / "journal", fingerprint="f", lineage="l")
+    with pytest.raises(ValueError, match="schedule='sibling'"):
+        RolloutLoop(
+            collector, engine, sink, prompt_of=str, sampling_params=None, num_generations=2,
+            journal=journal,
+        )  # fmt: skip
+    with pytest.raises(ValueError, match="ledger's samples"):
+        RolloutLoop(
+            collector, engine, sink, prompt_of=str, sampling_params=lambda lease, n: None,
+            schedule="sibling", num_generations=2,
+        )  # fmt: skip
+    with pytest.raises(TypeError, match="sampling_params"):
+        RolloutLoop(
+            collector, engine, sink, prompt_of=str, sampling_params=None, schedule="sibling"
+        )
+    assert collector.journal is None  # nothing was bound by a refused loop
+    assert request_id_of(17, 0) == "o17-a0"
+    assert request_id_of(17, 5, sibling=2) == "o17-s2-a5"
+
+
+def test_a_group_the_group_schedule_cannot_land_stops_it_and_keeps_the_rest_on_record() -> None:
+    """A resume that holds every sibling of an unresolved group (from a
+    journal) hands it out complete, for the journal's samples to land it; a
+    group schedule has no journal, so the loop stops naming it rather than
+    drop the group or generate it beside the ledger. The groups taken with
+    it were dispatched and are outstanding in the ledger: ``aclose`` returns
+    them, so a resume regenerates them."""
+    from frontier_adapters.rollout import RolloutError
+
+    config = LedgerConfig(stream_len=3, samples=2)
+    first = SampleCollector(ListSource(3), config)
+    (taken,) = first.take_samples(1)
+    first.sealed(taken.leases[:1])
+    state = first.checkpoint_state()
+    resumed = SampleCollector(ListSource(3), config)
+    resumed.resume(state, load_replay_buffer=True, sealed=taken.leases)
+    engine, sink = ScriptEngine(resumed), Sink()
+    loop = RolloutLoop(
+        resumed, engine, sink, prompt_of=str, sampling_params=None, num_generations=2,
+    )  # fmt: skip
+
+    async def main() -> tuple[int, ...]:
+        with pytest.raises(RolloutError, match="no recovered journal"):
+            async with loop:
+                await loop.until(lambda: loop.idle)
+        return await loop.aclose()
+
+    assert arun(main()) == (1, 2) and engine.submitted == [] and len(sink) == 0
+    assert tuple(resumed.ledger.ordinals(Status.OUTSTANDING)) == (1, 2)

@@ -33,7 +33,7 @@ from ._vllm_support import descendants, engine_processes, inet_sockets, require_
 require_vllm()
 
 import torch  # noqa: E402
-from frontier_adapters import SequenceSource, StreamCollector  # noqa: E402
+from frontier_adapters import SampleCollector, SequenceSource  # noqa: E402
 from frontier_adapters.examples import tiny_llm  # noqa: E402
 from frontier_adapters.rollout import (  # noqa: E402
     EngineLoopError,
@@ -54,9 +54,9 @@ def token_prompt(row: list[int]) -> dict[str, list[int]]:
     return {"prompt_token_ids": list(row)}
 
 
-def collector_of(n: int, *, retry: bool = False) -> StreamCollector:
+def collector_of(n: int, *, retry: bool = False) -> SampleCollector:
     policy = FailurePolicy.RETRY if retry else FailurePolicy.DROP
-    return StreamCollector(
+    return SampleCollector(
         SequenceSource(PROMPTS[:n], batch_size=4),
         LedgerConfig(stream_len=n, on_failure=policy, max_attempts=3),
     )
@@ -566,5 +566,5 @@ def test_a_dead_engine_stops_the_loop_and_aclose_returns_the_in_flight_ordinals(
     assert not any(e.kind in ("fail", "land") for e in events)
     state = collector.checkpoint_state()
     resumed = collector_of(8, retry=True)
-    resumed.resume(state, load_replay_buffer=True)
-    assert [o for o, _ in resumed.take(8)][:4] == [0, 1, 2, 3]
+    resumed.resume(state, load_replay_buffer=True, sealed=())
+    assert [t.ordinal for t in resumed.take_samples(8)][:4] == [0, 1, 2, 3]

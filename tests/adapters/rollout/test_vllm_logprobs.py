@@ -7,7 +7,7 @@ distribution the token was sampled from. vLLM's default engine setting
 whatever the temperature; ``logprobs_mode="processed_logprobs"`` reports
 the distribution after temperature (and top-k/top-p). Both are checked here
 against transformers on the same weights at temperature 0.7, where the two
-differ, through ``SampleRolloutLoop`` with ``vllm_sample_params``.
+differ, through ``RolloutLoop`` with ``vllm_sample_params``.
 
 Its own module: the processed-log-prob engine is a second engine start, and
 it must not run beside ``test_vllm_samples.py``'s (one engine at a time on
@@ -28,7 +28,7 @@ require_vllm()
 
 import torch  # noqa: E402
 from frontier_adapters.examples import tiny_llm  # noqa: E402
-from frontier_adapters.rollout import SampleRolloutLoop, VllmEngine, vllm_sample_params  # noqa: E402
+from frontier_adapters.rollout import RolloutLoop, VllmEngine, vllm_sample_params  # noqa: E402
 
 from ._sample_support import Sink, prompt_of  # noqa: E402
 from .test_vllm_samples import PROMPTS, SEED, collector  # noqa: E402
@@ -67,8 +67,8 @@ def generate(engine: VllmEngine) -> Sink:
     params = vllm_sample_params(max_tokens=12, temperature=TEMPERATURE, seed=SEED)
 
     async def main() -> None:
-        async with SampleRolloutLoop(
-            c, engine, sink, prompt_of=prompt_of, sampling_params=params,
+        async with RolloutLoop(
+            c, engine, sink, schedule="sibling", prompt_of=prompt_of, sampling_params=params,
             max_in_flight=9, timeout=120, version=lambda: 0,
         ) as rollout:  # fmt: skip
             await rollout.until(lambda: len(sink) == GROUPS)

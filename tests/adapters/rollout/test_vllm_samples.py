@@ -1,4 +1,4 @@
-"""``SampleRolloutLoop`` on real vLLM: one request per sibling, streamed
+"""``RolloutLoop(schedule="sibling")`` on real vLLM: one request per sibling, streamed
 (``DELTA``) with vLLM's per-token log-probs (``SamplingParams(logprobs=0)``),
 samples and progress journaled to a real journal file; then a kill and a
 resume on which a sibling continues from its durable prefix through a
@@ -37,10 +37,10 @@ from frontier_adapters import SampleCollector, SequenceSource  # noqa: E402
 from frontier_adapters.examples import tiny_llm  # noqa: E402
 from frontier_adapters.journal import RolloutJournal  # noqa: E402
 from frontier_adapters.rollout import (  # noqa: E402
+    RolloutLoop,
     SampleProgress,
-    SampleRolloutLoop,
     VllmEngine,
-    sample_request_id,
+    request_id_of,
     sample_seed,
     vllm_sample_params,
 )
@@ -171,9 +171,9 @@ def test_each_sibling_is_its_own_request_with_vllms_logprobs_journaled(
     params = vllm_sample_params(max_tokens=16, seed=SEED, output_kind=kind, flat_logprobs=flat)
 
     async def main() -> None:
-        async with SampleRolloutLoop(
-            c, rec, sink, prompt_of=prompt_of, sampling_params=params, journal=journal,
-            max_in_flight=12, timeout=120, version=lambda: 3,
+        async with RolloutLoop(
+            c, rec, sink, schedule="sibling", prompt_of=prompt_of, sampling_params=params,
+            journal=journal, max_in_flight=12, timeout=120, version=lambda: 3,
         ) as rollout:  # fmt: skip
             await rollout.until(lambda: len(sink) == 4)
 
@@ -190,7 +190,8 @@ def test_each_sibling_is_its_own_request_with_vllms_logprobs_journaled(
     )
     for rid, prompt, p in rec.calls:
         lease = lease_of(rid)
-        assert rid == sample_request_id(lease) and prompt == PROMPTS[lease.ordinal]
+        assert rid == request_id_of(lease.ordinal, lease.attempt, sibling=lease.sibling)
+        assert prompt == PROMPTS[lease.ordinal]
         assert (p.n, p.max_tokens, p.logprobs, p.seed) == (1, 16, 0, sample_seed(SEED, lease))
         assert p.output_kind.name == kind.upper()
     assert rec.logprob_types == {"FlatLogprobs" if flat else "list"}
@@ -249,7 +250,7 @@ def test_a_killed_sibling_continues_from_its_durable_prefix_on_vllm(
     position = journal.mark(0)
     state = c1.checkpoint_state()  # the checkpoint, before anything was generated
     at_kill: dict[int, tuple[int, ...]] = {}
-    holder: list[SampleRolloutLoop] = []
+    holder: list[RolloutLoop] = []
 
     def observe(p: SampleProgress) -> None:
         partial = holder[0].partial(1)
@@ -265,9 +266,10 @@ def test_a_killed_sibling_continues_from_its_durable_prefix_on_vllm(
             raise Crash
 
     async def life1() -> None:
-        rollout = SampleRolloutLoop(
-            c1, rec1, sink1, prompt_of=prompt_of, sampling_params=budgets(), journal=journal,
-            max_in_flight=6, timeout=120, version=lambda: 0, on_progress=observe,
+        rollout = RolloutLoop(
+            c1, rec1, sink1, schedule="sibling", prompt_of=prompt_of, sampling_params=budgets(),
+            journal=journal, max_in_flight=6, timeout=120, version=lambda: 0,
+            on_progress=observe,
         )  # fmt: skip
         holder.append(rollout)
         with pytest.raises(Crash):  # not both groups landed: the kill came first
@@ -291,9 +293,10 @@ def test_a_killed_sibling_continues_from_its_durable_prefix_on_vllm(
     async def life2() -> None:
         # The next policy version generates after the resume: the continued
         # tokens carry it, the prefix keeps its own.
-        async with SampleRolloutLoop(
-            c2, rec2, sink2, prompt_of=prompt_of, sampling_params=budgets(), journal=journal2,
-            recovered=got, max_in_flight=6, timeout=120, version=lambda: 1,
+        async with RolloutLoop(
+            c2, rec2, sink2, schedule="sibling", prompt_of=prompt_of, sampling_params=budgets(),
+            journal=journal2, recovered=got, max_in_flight=6, timeout=120,
+            version=lambda: 1,
         ) as rollout:  # fmt: skip
             await rollout.until(lambda: len(sink2) == 2)
 

@@ -1,5 +1,5 @@
-"""The rollout loops end: whatever fails at once, a loop whose requests
-all resolved is ``idle`` and its trainer stops waiting (every wait here has
+"""The rollout loop ends, under either schedule: whatever fails at once, a
+loop whose requests all resolved is ``idle`` and its trainer stops waiting (every wait here has
 a deadline, so a loop that never goes idle fails the test, not hangs it).
 
 The case from the field (a ``frontier demo --journal`` life that hung):
@@ -16,8 +16,8 @@ from collections.abc import AsyncIterator, Coroutine
 from typing import Any, TypeVar
 
 import pytest
-from frontier_adapters import SampleCollector, SequenceSource, StreamCollector
-from frontier_adapters.rollout import RolloutLoop, SampleRolloutLoop, sample_request_id
+from frontier_adapters import SampleCollector, SequenceSource
+from frontier_adapters.rollout import RolloutLoop, request_id_of
 from frontier_adapters.rollout._engine import Completion, RequestOutput
 from frontier_adapters.rollout._loop import RolloutStalledError
 from hypothesis import given, settings
@@ -44,7 +44,9 @@ class LockstepEngine:
     """Every sample is ``tokens`` tokens, one per turn of the event loop, so
     requests started together advance together. A request of a ``doomed``
     ordinal raises after ``fail_after[sibling]`` tokens, every attempt:
-    siblings started in one turn fail in one turn."""
+    siblings started in one turn fail in one turn. A group's request (its
+    ``sampling_params`` an ``(ordinal, n)`` pair) streams ``n`` samples and
+    fails after ``fail_after[0]`` tokens."""
 
     def __init__(self, doomed: set[int], fail_after: list[int], tokens: int = 3) -> None:
         self.doomed = doomed
@@ -58,27 +60,56 @@ class LockstepEngine:
     async def generate(
         self, prompt: Any, sampling_params: Any, request_id: str
     ) -> AsyncIterator[RequestOutput]:
-        lease: Lease = sampling_params
-        assert request_id == sample_request_id(lease)
+        if isinstance(sampling_params, Lease):
+            lease = sampling_params
+            ordinal, siblings, n = lease.ordinal, [lease.sibling], 1
+            assert request_id == request_id_of(ordinal, lease.attempt, sibling=lease.sibling)
+        else:
+            ordinal, n = sampling_params
+            siblings = list(range(n))
+            assert request_id.startswith(f"o{ordinal}-a")
         self.submitted.append(request_id)
         out: list[int] = []
         for i in range(self.tokens):
             await asyncio.sleep(0)
-            if lease.ordinal in self.doomed and i == self.fail_after[lease.sibling]:
+            if ordinal in self.doomed and i == self.fail_after[siblings[0]]:
                 raise RuntimeError("injected engine failure")
-            out.append(10 * lease.sibling + i)
+            out.append(i)
             done = i == self.tokens - 1
             yield RequestOutput(
                 request_id,
-                (
+                tuple(
                     Completion(
-                        0, tuple(out), "length" if done else None, logprobs=(-0.5,) * len(out)
-                    ),
+                        k,
+                        tuple(10 * s + t for t in out),
+                        "length" if done else None,
+                        logprobs=(-0.5,) * len(out),
+                    )
+                    for k, s in enumerate(siblings)
                 ),
                 finished=done,
             )
 
 
+def rollout_of(
+    schedule: str, collector: SampleCollector, engine: Any, sink: Sink, **kw: Any
+) -> RolloutLoop:
+    """A loop over ``LockstepEngine`` under ``schedule``; ``max_in_flight``
+    counts groups."""
+    groups = kw.pop("max_in_flight")
+    n = collector.config.samples
+    if schedule == "group":
+        return RolloutLoop(
+            collector, engine, sink, prompt_of=list, num_generations=n,
+            sampling_params=lambda ordinal, attempt: (ordinal, n), max_in_flight=groups, **kw,
+        )  # fmt: skip
+    return RolloutLoop(
+        collector, engine, sink, schedule="sibling", prompt_of=lambda row, prefix: [*row, *prefix],
+        sampling_params=lambda lease, prefix_len: lease, max_in_flight=groups * n, **kw,
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize("schedule", ["group", "sibling"])
 @settings(max_examples=60, deadline=None)
 @given(
     prompts=st.integers(1, 4),
@@ -89,6 +120,7 @@ class LockstepEngine:
     max_in_flight=st.integers(1, 12),
 )
 def test_a_loop_whose_groups_all_landed_or_dropped_goes_idle(
+    schedule: str,
     prompts: int,
     samples: int,
     max_attempts: int,
@@ -116,23 +148,22 @@ def test_a_loop_whose_groups_all_landed_or_dropped_goes_idle(
     dropped: list[int] = []
 
     async def main() -> tuple[int, tuple[int, ...]]:
-        async with SampleRolloutLoop(
-            collector,
-            engine,
-            sink,
-            prompt_of=lambda row, prefix: [*row, *prefix],
-            sampling_params=lambda lease, prefix_len: lease,
-            max_in_flight=max_in_flight * samples,
+        rollout = rollout_of(
+            schedule, collector, engine, sink, max_in_flight=max_in_flight,
             on_dropped=dropped.extend,
-        ) as rollout:
+        )  # fmt: skip
+        async with rollout:
             await rollout.until(lambda: rollout.idle)
             return rollout.in_flight, rollout.outstanding
 
     assert within(main()) == (0, ())
     assert sorted(dropped) == sorted(doomed)
     assert sorted(sink.groups) == [o for o in range(prompts) if o not in doomed]
-    for o in sink.groups:
+    for o, group in sink.groups.items():
         assert collector.ledger.status(o) is Status.BUFFERED
+        assert group.completions == tuple((10 * s, 10 * s + 1, 10 * s + 2) for s in range(samples))
+    if schedule == "group":  # one request per try of a group: a doomed one tries max_attempts
+        assert len(engine.submitted) == len(sink.groups) + len(doomed) * max_attempts
 
 
 def test_the_demo_case_three_siblings_failing_in_one_turn_drop_their_group() -> None:
@@ -155,10 +186,11 @@ def test_the_demo_case_three_siblings_failing_in_one_turn_drop_their_group() -> 
     dropped: list[int] = []
 
     async def main() -> tuple[bool, int]:
-        async with SampleRolloutLoop(
+        async with RolloutLoop(
             collector,
             engine,
             sink,
+            schedule="sibling",
             prompt_of=lambda row, prefix: [*row, *prefix],
             sampling_params=lambda lease, prefix_len: lease,
             max_in_flight=6,
@@ -169,7 +201,7 @@ def test_the_demo_case_three_siblings_failing_in_one_turn_drop_their_group() -> 
 
     assert within(main()) == (True, 0)
     assert dropped == [0]
-    assert engine.submitted == [sample_request_id(Lease(0, s, s)) for s in range(3)]
+    assert engine.submitted == [request_id_of(0, s, sibling=s) for s in range(3)]
 
 
 class SlowAbortEngine:
@@ -201,7 +233,7 @@ def test_a_retry_filed_during_an_abort_stays_filed() -> None:
     itself: the retry of its ordinal the feeder filed under the same key in
     the meantime is generating, so the loop is not idle until it lands (a
     loop that forgot it would report idle early and could not cancel it)."""
-    collector = StreamCollector(
+    collector = SampleCollector(
         SequenceSource([[0], [1]], batch_size=2),
         LedgerConfig(stream_len=2, on_failure=FailurePolicy.RETRY, max_attempts=3),
     )
@@ -239,24 +271,18 @@ class HangingEngine:
         yield RequestOutput(request_id, (), finished=True)  # pragma: no cover
 
 
-def test_a_wait_with_a_timeout_ends_with_a_typed_error_and_the_loop_closes() -> None:
+@pytest.mark.parametrize("schedule", ["group", "sibling"])
+def test_a_wait_with_a_timeout_ends_with_a_typed_error_and_the_loop_closes(schedule: str) -> None:
     """``until(predicate, timeout)`` on a loop that can never satisfy it
     raises ``RolloutStalledError`` after the timeout; the loop is still
     whole: closing it leaves the ordinal outstanding, as any shutdown."""
-    collector = StreamCollector(
+    collector = SampleCollector(
         SequenceSource([[0]], batch_size=1), LedgerConfig(stream_len=1, max_attempts=3)
     )
     sink = Sink()
 
     async def main() -> tuple[float, tuple[int, ...]]:
-        rollout = RolloutLoop(
-            collector,
-            HangingEngine(),
-            sink,
-            prompt_of=list,
-            sampling_params=None,
-            num_generations=1,
-        )
+        rollout = rollout_of(schedule, collector, HangingEngine(), sink, max_in_flight=1)
         async with rollout:
             t0 = asyncio.get_running_loop().time()
             with pytest.raises(RolloutStalledError, match=r"waited 0\.2 s"):

@@ -1,4 +1,4 @@
-"""``SampleRolloutLoop`` over the CPU engine (a real torch model sampling real
+"""``RolloutLoop(schedule="sibling")`` over the CPU engine (a real torch model sampling real
 tokens, with per-token log-probs), with a real journal file: groups land
 with their n siblings, one request each; a kill-and-resume continues a
 sibling from its durable prefix (``continued_prompt`` with the prefix,
@@ -26,12 +26,12 @@ from frontier_adapters.examples.cpu_engine import (  # noqa: E402
 )
 from frontier_adapters.journal import RolloutJournal  # noqa: E402
 from frontier_adapters.rollout import (  # noqa: E402
+    RolloutLoop,
     SampleProgress,
-    SampleRolloutLoop,
     continued_prompt,
     remaining_tokens,
+    request_id_of,
     sample_params,
-    sample_request_id,
     sample_seed,
 )
 
@@ -143,9 +143,9 @@ def test_groups_land_with_n_siblings_each_from_its_own_request_with_its_logprobs
     params = sample_params(CpuSamplingParams, max_tokens=10, seed=SEED, output_kind="cumulative")
 
     async def main() -> None:
-        async with SampleRolloutLoop(
-            c, engine, sink, prompt_of=prompt_of, sampling_params=params, journal=journal,
-            max_in_flight=6, version=lambda: 7,
+        async with RolloutLoop(
+            c, engine, sink, schedule="sibling", prompt_of=prompt_of, sampling_params=params,
+            journal=journal, max_in_flight=6, version=lambda: 7,
         ) as rollout:  # fmt: skip
             await rollout.until(lambda: len(sink) == 4)
 
@@ -158,7 +158,7 @@ def test_groups_land_with_n_siblings_each_from_its_own_request_with_its_logprobs
     ids = [rid for rid, _, _ in engine.calls]
     assert len(set(ids)) == len(ids) == 4 * N
     assert sorted(rid.split("-a")[0] for rid in ids) == sorted(
-        sample_request_id(Lease(o, s, 0)).split("-a")[0] for o in range(4) for s in range(N)
+        request_id_of(o, 0, sibling=s).split("-a")[0] for o in range(4) for s in range(N)
     )
     for rid, prompt, p in engine.calls:
         o = int(rid[1:].split("-")[0])
@@ -200,7 +200,7 @@ def life1(tmp_path: Path) -> dict[str, Any]:
     position = journal.mark(0)
     state = c.checkpoint_state()  # the checkpoint: before anything was generated
     seen: dict[str, tuple[int, ...]] = {}
-    holder: list[SampleRolloutLoop] = []
+    holder: list[RolloutLoop] = []
 
     def observe(p: SampleProgress) -> None:
         rollout = holder[0]
@@ -217,9 +217,10 @@ def life1(tmp_path: Path) -> dict[str, Any]:
             raise Crash
 
     async def main() -> None:
-        rollout = SampleRolloutLoop(
-            c, engine, sink, prompt_of=prompt_of, sampling_params=budgets(SHORT),
-            journal=journal, max_in_flight=6, version=lambda: 0, on_progress=observe,
+        rollout = RolloutLoop(
+            c, engine, sink, schedule="sibling", prompt_of=prompt_of,
+            sampling_params=budgets(SHORT), journal=journal, max_in_flight=6, version=lambda: 0,
+            on_progress=observe,
         )  # fmt: skip
         holder.append(rollout)
         with pytest.raises(Crash):
@@ -252,9 +253,9 @@ def resume(
     async def main() -> None:
         # The next policy version generates after the resume (its weights were
         # updated, say): the continued tokens must carry it, the prefix not.
-        async with SampleRolloutLoop(
-            c, engine, sink, prompt_of=prompt_of, sampling_params=params, journal=journal,
-            recovered=got, max_in_flight=6, version=lambda: 1,
+        async with RolloutLoop(
+            c, engine, sink, schedule="sibling", prompt_of=prompt_of, sampling_params=params,
+            journal=journal, recovered=got, max_in_flight=6, version=lambda: 1,
         ) as rollout:  # fmt: skip
             await rollout.until(lambda: len(sink) == 2)
 

@@ -1,8 +1,8 @@
-"""The sample-level rollout loop (``SampleRolloutLoop``) against a scripted
-streaming engine and a real journal file: one request per sibling, groups
-landing when their last sibling seals, a failed sibling generated alone
-again, and a resume that reuses sealed siblings and continues a durable
-prefix, generating only the rest. No torch."""
+"""The rollout loop scheduling one request per sibling (``RolloutLoop(schedule=
+"sibling")``) against a scripted streaming engine and a real journal file:
+groups landing when their last sibling seals, a failed sibling generated
+alone again, and a resume that reuses sealed siblings and continues a
+durable prefix, generating only the rest. No torch."""
 
 from __future__ import annotations
 
@@ -16,12 +16,12 @@ from frontier_adapters import SampleCollector, SequenceSource
 from frontier_adapters.journal import RolloutJournal
 from frontier_adapters.rollout import (
     Group,
-    SampleRolloutLoop,
-    sample_request_id,
+    RolloutLoop,
+    request_id_of,
 )
 from frontier_adapters.rollout._engine import Completion, RequestOutput
 
-from frontier_core import FailurePolicy, Lease, LedgerConfig, Status
+from frontier_core import FailurePolicy, LedgerConfig, Status
 from frontier_core.journal import Reuse
 
 from ._deadline import run_within
@@ -58,7 +58,8 @@ class StreamEngine:
     ) -> AsyncIterator[RequestOutput]:
         (o, row), prefix = prompt
         lease = sampling_params
-        assert row == f"r{o}" and request_id == sample_request_id(lease)
+        assert row == f"r{o}"
+        assert request_id == request_id_of(lease.ordinal, lease.attempt, sibling=lease.sibling)
         self.submitted.append((request_id, prefix))
         want = full(o, lease.sibling)
         assert tuple(want[: len(prefix)]) == prefix  # a prefix is the sample's start
@@ -93,11 +94,12 @@ def collector(n_prompts: int, **config: Any) -> SampleCollector:
     )
 
 
-def loop(c: SampleCollector, engine: StreamEngine, sink: Sink, **kw: Any) -> SampleRolloutLoop:
-    return SampleRolloutLoop(
+def loop(c: SampleCollector, engine: StreamEngine, sink: Sink, **kw: Any) -> RolloutLoop:
+    return RolloutLoop(
         c,
         engine,
         sink,
+        schedule="sibling",
         prompt_of=lambda row, prefix: (row, prefix),
         sampling_params=lambda lease, prefix_len: lease,
         max_in_flight=6,
@@ -122,13 +124,13 @@ def test_every_group_lands_with_each_sibling_from_its_own_request() -> None:
 def test_a_failed_sibling_alone_is_generated_again() -> None:
     async def main() -> None:
         c = collector(1, on_failure=FailurePolicy.RETRY, max_attempts=3)
-        failing = sample_request_id(Lease(0, 1, 1))  # the first attempt of sibling 1
+        failing = request_id_of(0, 1, sibling=1)  # the first attempt of sibling 1
         engine, sink = StreamEngine(fail={failing}), Sink()
         async with loop(c, engine, sink) as rollout:
             await rollout.until(lambda: len(sink) == 1)
         ids = [rid for rid, _ in engine.submitted]
-        assert ids[:3] == [sample_request_id(Lease(0, s, s)) for s in range(N)]
-        assert ids[3:] == [sample_request_id(Lease(0, 1, 3))]  # only sibling 1, a new attempt
+        assert ids[:3] == [request_id_of(0, s, sibling=s) for s in range(N)]
+        assert ids[3:] == [request_id_of(0, 3, sibling=1)]  # only sibling 1, a new attempt
         assert c.ledger.attempts(0) == 1  # the failed sample counts one attempt of its group
         assert sink.groups[0].completions[1] == tuple(full(0, 1))
 
@@ -155,7 +157,7 @@ async def crash_mid_group(journal_path: Path, *, version: int = 0) -> tuple[dict
     journal = RolloutJournal(journal_path, fingerprint=FP, lineage="L", progress_every=2)
     position = journal.mark(0)
     state = c.checkpoint_state()
-    held = {sample_request_id(Lease(0, 1, 1)): 2, sample_request_id(Lease(0, 2, 2)): 1}
+    held = {request_id_of(0, 1, sibling=1): 2, request_id_of(0, 2, sibling=2): 1}
     engine = StreamEngine(hold=held)
     sink = Sink()
     rollout = loop(c, engine, sink, journal=journal, version=lambda: version)
