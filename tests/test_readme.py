@@ -71,3 +71,10 @@ def test_the_run_page_example_runs_and_its_assertions_hold() -> None:
     example = python_blocks("run.md")[0]
     assert "._" not in example and "assert" in example
     exec(compile(example, filename("run.md"), "exec"), {"__name__": "run_page"})
+
+
+def test_the_agents_page_example_runs_and_its_assertions_hold() -> None:
+    """docs/agents.md's episode loop, as written: public names only."""
+    example = python_blocks("agents.md")[0]
+    assert "._" not in example and "assert" in example
+    exec(compile(example, filename("agents.md"), "exec"), {"__name__": "agents_page"})
