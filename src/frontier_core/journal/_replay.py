@@ -288,8 +288,8 @@ def _episode(current: SiblingState | None, record: Turn | Answer) -> SiblingStat
             ),
         )
     answered = TurnState(turns[-1].tokens, pending, record.payload, record.state)
-    payload = current.payload if same and current is not None else NO_TOKENS
-    return SiblingState(a, payload, False, (*turns[:-1], answered))
+    # No tokens of the next turn yet: it is generated from this answer.
+    return SiblingState(a, NO_TOKENS, False, (*turns[:-1], answered))
 
 
 def advance(current: SiblingState | None, record: SiblingRecord) -> SiblingState | None:
