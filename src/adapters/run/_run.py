@@ -450,8 +450,9 @@ class Run:
         """The run's namespace of idempotency keys: its lineage and its
         journal's id, which every life of the run shares (a compaction and
         a restore from the shipped copy keep it) and no other run has."""
-        header = self.journal.writer.header
-        return f"{self.lineage.replace('/', '_')[:64]}.{header.journal_id.hex()}"
+        # At most 64 bytes of the lineage (a key holds at most MAX_NAMESPACE).
+        lineage = self.lineage.replace("/", "_").encode()[:64].decode(errors="ignore")
+        return f"{lineage}.{self.journal.writer.header.journal_id.hex()}"
 
     def call_key(self, lease: Lease, turn: int) -> str:
         """The idempotency key of the call ``lease`` makes at turn ``turn``
