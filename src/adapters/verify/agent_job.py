@@ -8,8 +8,9 @@ FILE:PORTFILE --prompts P --samples N --max-turns T [--kill-at POINT:COUNT]``
 opens the run (``Run.open``: recovered), drives every lease's episode over
 the CPU engine (``agents.drive``), trains every landed group and
 checkpoints. Kill points (the ``COUNT``-th time the life passes it):
-``turn`` (a call's intent journaled, the tool not called: mid-episode with
-a call pending), ``answered`` (the tool executed and answered, its answer
+``generating`` (a turn generated, not journaled: mid-turn), ``turn`` (a
+call's intent journaled, the tool not called: mid-episode with a call
+pending), ``answered`` (the tool executed and answered, its answer
 not journaled: between a tool's answer and its record), ``episode`` (an
 answer journaled: mid-episode), ``resumed`` (right after a resume).
 
@@ -51,7 +52,7 @@ from ..agents import Pending, drive
 from ..run import Run
 from .tool_server import KvEnvironment, ToolServer
 
-KILL_POINTS = ("turn", "answered", "episode", "resumed")
+KILL_POINTS = ("generating", "turn", "answered", "episode", "resumed")
 #: The most seconds one life may take before the torture gives up on it.
 LIFE_TIMEOUT = 300.0
 FINGERPRINT = "agents-torture-v1"
@@ -103,8 +104,8 @@ class _CountingEngine:
     """The engine, with every turn it generates logged (durably) as it
     ends, so the turns a killed life generated are counted too."""
 
-    def __init__(self, engine: Any, log: Path) -> None:
-        self.engine, self.log = engine, log
+    def __init__(self, engine: Any, log: Path, killer: _Killer) -> None:
+        self.engine, self.log, self.killer = engine, log, killer
 
     async def abort(self, request_id: str) -> None:
         await self.engine.abort(request_id)
@@ -117,6 +118,7 @@ class _CountingEngine:
         if final is not None:
             tokens = len(final.outputs[0].token_ids)
             _append(self.log, {"event": "generated", "tokens": tokens})
+            self.killer.passed("generating")  # a turn generated, not journaled
 
 
 def _transcript(episode: SiblingState) -> list[list[Any]]:
@@ -151,7 +153,7 @@ async def _life(args: argparse.Namespace) -> None:
                 "calls_pending": sum(st.pending is not None for st in durable),
             },
         )
-        counted = _CountingEngine(engine, log)
+        counted = _CountingEngine(engine, log, killer)
         step = run.step
         while not run.drained:
             groups = run.take(2)
