@@ -245,6 +245,7 @@ def audit(root: Path, server: ToolServer, *, prompts: int, samples: int) -> dict
         "turns_generated_again": again,
         "turns_durable_at_resume": sum(e["turns_durable"] for e in lives),
         "calls_pending_at_resume": sum(e["calls_pending"] for e in lives),
+        # Of the episodes that finished (a life killed later logs none).
         "calls_retried": sum(e["retried"] for e in episodes),
         # Coverage only, at least: every turn a life found durable is
         # generated again too (and its call made again, under a new key).
