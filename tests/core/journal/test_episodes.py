@@ -55,6 +55,7 @@ from ._strategies import (
     U64,
     budget,
     forge_frame,
+    forge_header_body,
     json_values,
     payloads,
     token_payloads,
@@ -501,3 +502,11 @@ class EpisodeMachine(RuleBasedStateMachine):
 
 TestEpisodeMachine = EpisodeMachine.TestCase
 TestEpisodeMachine.settings = budget(60)
+
+
+def test_a_version_2_journal_continued_by_this_release_reads_with_its_turns() -> None:
+    """A journal created before version 3 keeps its header when this release
+    continues it: its turn and answer frames are read (the module doc)."""
+    head = forge_frame(0, 0, forge_header_body(version=2))
+    frames = encode_records([TURN, ANSWER], first_seq=1, header=HEADER)
+    assert decode(head + frames).records == (TURN, ANSWER)
