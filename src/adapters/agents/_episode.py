@@ -117,7 +117,9 @@ async def drive(
     parameters for one turn (one sample: ``n = 1``), ``version`` the policy
     version of the weights generating (the turns' tokens carry it),
     ``max_turns`` the most turns (the last one makes no call whatever the
-    tokens say). ``pending`` is the policy for a call a crash left pending."""
+    tokens say). ``pending`` is the policy for a call a crash left pending.
+    A dropped sample's ``effect`` is ``Run.fail``'s: drive the leases it
+    restarts (``effect.leases``) like any other."""
     if type(max_turns) is not int or max_turns < 1:
         raise ValueError(f"max_turns must be an int >= 1, got {max_turns!r:.40}")
     episode = run.episode(lease)
