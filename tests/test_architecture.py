@@ -29,10 +29,11 @@ PACKAGES = {
     "frontier_core": ROOT / "src" / "frontier_core",
     "frontier_adapters": ROOT / "src" / "adapters",
 }
-BINDINGS = ("torch", "rollout", "ray", "trl")
-#: The one layering between bindings: a TRL trainer is a torch trainer, so
-#: the trl binding builds on the torch binding's seekable sampler.
-BUILDS_ON = {"trl": {"torch"}}
+BINDINGS = ("torch", "rollout", "ray", "trl", "agents")
+#: The layerings between bindings: a TRL trainer is a torch trainer, so
+#: the trl binding builds on the torch binding's seekable sampler; an
+#: episode is driven over the rollout binding's engine contract.
+BUILDS_ON = {"trl": {"torch"}, "agents": {"rollout"}}
 #: The framework-free checkpoint protocol: a root-level package that the root
 #: modules and every binding may import; it imports the core, these root
 #: modules, the standard library and these packages, nothing else.

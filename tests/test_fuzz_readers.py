@@ -450,6 +450,38 @@ def _journal(rng: random.Random, tmp: Path) -> Case:
     return lambda: decode(data, fingerprint="fp")
 
 
+def _journal_turns(rng: random.Random, tmp: Path) -> Case:
+    """An episode's frames (turns with calls, answers with state), mutated:
+    decoded, then replayed (an episode that a mutation reorders is the
+    replay's typed error, never a crash)."""
+    from frontier_core.journal import (
+        Answer,
+        BytesPayload,
+        JournalHeader,
+        JsonPayload,
+        TokenPayload,
+        ToolCall,
+        Turn,
+        decode,
+        encode,
+        replay,
+    )
+
+    header = JournalHeader("fp", "run")
+    tokens = TokenPayload.of([5, 6], [-0.5, -1.0], [1, 2])
+    call = ToolCall("kv.add", JsonPayload.of({"k": "a", "v": [1, 2]}), "run.1/0.0.1.0")
+    data = encode(
+        header,
+        [
+            Turn(0, 0, 1, 0, tokens, call),
+            Answer(0, 0, 1, 0, call.key, JsonPayload.of(3), BytesPayload(b"state")),
+            Turn(0, 0, 1, 1, tokens),
+        ],
+    )
+    data = mutate_bytes(data, rng)
+    return lambda: replay(decode(data, fingerprint="fp").records)
+
+
 def _journal_file(rng: random.Random, tmp: Path) -> Case:
     from frontier_adapters.journal import read_journal
 
@@ -496,6 +528,7 @@ READERS: dict[str, Callable[[random.Random, Path], Case]] = {
     "frontier_replay": _replay,
     "frontier_audit": _audit,
     "journal_decode": _journal,
+    "journal_turns": _journal_turns,
     "journal_file": _journal_file,
     "collector_state": _collector,
     "replay_buffer_state": _replay_buffer,

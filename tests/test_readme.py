@@ -101,3 +101,10 @@ def test_the_headline_table_is_what_the_command_prints() -> None:
         assert int(redone.replace(",", "")) == mode["tokens_redone"], name
         assert share.startswith(f"{mode['redone_vs_coverage_pct']:.1f}%"), name
         assert int(lost) == mode["prompts_skipped"], name
+
+
+def test_the_agents_page_example_runs_and_its_assertions_hold() -> None:
+    """docs/agents.md's episode loop, as written: public names only."""
+    example = python_blocks("agents.md")[0]
+    assert "._" not in example and "assert" in example
+    exec(compile(example, filename("agents.md"), "exec"), {"__name__": "agents_page"})

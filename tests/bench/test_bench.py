@@ -49,7 +49,7 @@ def test_quick_bench_reports_every_installed_section(
         "journal",
         "run",
     }
-    expected |= {"loader", "resume", "fingerprint"} if HAVE_TORCH else set()
+    expected |= {"loader", "resume", "fingerprint", "agents"} if HAVE_TORCH else set()
     expected |= {"ray"} if HAVE_RAY else set()
     expected |= {"vllm"} if HAVE_VLLM else set()
     seen = {r["section"] for r in doc["rows"]}

@@ -66,6 +66,8 @@ SECTIONS: dict[str, Section] = {
     "journal": Section("frontier_adapters.bench.journal", "bench_journal"),
     # What a termination notice costs a Run (drain against a checkpoint).
     "run": Section("frontier_adapters.bench.run", "bench_run"),
+    # What the turn journal adds to an agent's episode (the CPU engine).
+    "agents": Section("frontier_adapters.bench.agents", "bench_agents", "torch", ("torch",)),
     "ray": Section("frontier_adapters.bench.ray_ledger", "bench_ray", "ray", ("ray",)),
     "trl": Section(
         "frontier_adapters.bench.trl", "bench_trl", "trl", ("trl", "datasets", "accelerate")

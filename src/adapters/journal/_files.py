@@ -525,6 +525,11 @@ class JournalWriter:
     # -- state ----------------------------------------------------------------
 
     @property
+    def header(self) -> JournalHeader:
+        """The journal's header (its identity: fingerprint, lineage, id)."""
+        return self._header
+
+    @property
     def torn(self) -> TornTail | None:
         """The torn tail truncated at open, or ``None``."""
         return self.recovered.torn

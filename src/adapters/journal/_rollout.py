@@ -54,6 +54,7 @@ from frontier_core import (
     Ledger,
 )
 from frontier_core.journal import (
+    Answer,
     CommitPolicy,
     Extend,
     JournalHeader,
@@ -66,6 +67,8 @@ from frontier_core.journal import (
     Sealed,
     SiblingState,
     TokenPayload,
+    ToolCall,
+    Turn,
     compact,
     continue_sample,
     replay,
@@ -188,6 +191,29 @@ class RolloutJournal:
         however long the sample grows."""
         return self.writer.append(
             Extend(lease.ordinal, lease.sibling, lease.attempt, start, payload)
+        )
+
+    def turn(self, lease: Lease, turn: int, tokens: TokenPayload, call: ToolCall | None) -> int:
+        """Journal turn ``turn`` of ``lease``'s episode (``Turn``); returns
+        its position. Write-ahead: a turn with a call is durable (synced,
+        and shipped when the journal is) before this returns, so the tool is
+        called only once its intent survives a crash (and the node); the
+        caller checks the turn against the episode first (``advance``)."""
+        position = self.writer.append(
+            Turn(lease.ordinal, lease.sibling, lease.attempt, turn, tokens, call)
+        )
+        if call is not None:
+            self._durable()
+        return position
+
+    def answer(
+        self, lease: Lease, turn: int, key: str, answer: Payload, state: Payload | None
+    ) -> int:
+        """Journal the answer to turn ``turn``'s call (``Answer``); durable
+        at the next group commit (a crash before leaves the call pending:
+        it is retried under its key, and the tool replays its answer)."""
+        return self.writer.append(
+            Answer(lease.ordinal, lease.sibling, lease.attempt, turn, key, answer, state)
         )
 
     def reserve(self, below: int) -> int:

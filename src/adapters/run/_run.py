@@ -61,7 +61,18 @@ from frontier_core import (
     Status,
 )
 from frontier_core._errors import shown
-from frontier_core.journal import CommitPolicy, Payload, Reuse, TokenPayload
+from frontier_core.journal import (
+    Answer,
+    CommitPolicy,
+    Payload,
+    Reuse,
+    SiblingState,
+    TokenPayload,
+    ToolCall,
+    Turn,
+    advance,
+    call_key,
+)
 
 from .._collector import StreamSource
 from .._samples import SampleCollector, Taken
@@ -134,6 +145,10 @@ class _Counters:
     checkpoints: int = 0
     checkpoint_seconds: float = math.nan
     journal_sync_seconds: float = math.nan
+    turns_reused: int = 0
+    turns: int = 0
+    calls: int = 0
+    calls_pending: int = 0
 
 
 class Run:
@@ -197,6 +212,10 @@ class Run:
         self._extending: set[Lease] = set()
         #: The latest sample ``progress`` was given, per running lease.
         self._latest: dict[Lease, Payload] = {}
+        #: Recovered episodes offered to this life's first lease of a
+        #: sibling, and each running lease's episode as journaled.
+        self._episodes: dict[tuple[int, int], SiblingState] = {}
+        self._turns: dict[Lease, SiblingState] = {}
         #: When the termination notice ends (``time.monotonic``), once one
         #: came (``notice``, or a signal ``watch`` installed).
         self._deadline: float | None = None
@@ -400,7 +419,11 @@ class Run:
             self._offered.add(t.ordinal)
             for lease in t.leases:
                 state = self.recovered.prefix(lease.ordinal, lease.sibling)
-                if state is not None and isinstance(state.payload, TokenPayload):
+                if state is not None and state.turns:
+                    self._episodes[(lease.ordinal, lease.sibling)] = state
+                    self._counters.turns_reused += state.answered
+                    self._counters.calls_pending += state.pending is not None
+                elif state is not None and isinstance(state.payload, TokenPayload):
                     self._prefixes[(lease.ordinal, lease.sibling)] = state.payload
                     self._recorded[lease] = len(state.payload)
                     self._counters.prefixes_continued += 1
@@ -419,6 +442,80 @@ class Run:
         if not self.collector.current(lease):
             return None
         return self._prefixes.get((lease.ordinal, lease.sibling))
+
+    # -- episodes (agentic rollouts) --------------------------------------------------
+
+    @property
+    def namespace(self) -> str:
+        """The run's namespace of idempotency keys: its lineage and its
+        journal's id, which every life of the run shares (a compaction and
+        a restore from the shipped copy keep it) and no other run has."""
+        # At most 64 bytes of the lineage (a key holds at most MAX_NAMESPACE).
+        lineage = self.lineage.replace("/", "_").encode()[:64].decode(errors="ignore")
+        return f"{lineage}.{self.journal.writer.header.journal_id.hex()}"
+
+    def call_key(self, lease: Lease, turn: int) -> str:
+        """The idempotency key of the call ``lease`` makes at turn ``turn``
+        (``frontier_core.journal.call_key`` in this run's ``namespace``). A
+        continued episode re-issues a pending call under the key stored
+        with it (``episode(lease).pending.key``), not under a new one."""
+        return call_key(self.namespace, lease.ordinal, lease.sibling, lease.attempt, turn)
+
+    @_locked
+    def episode(self, lease: Lease) -> SiblingState | None:
+        """``lease``'s episode so far: its durable turns (each with its
+        call, answer and environment state) and the call left ``pending``
+        by a crash, if any; ``None`` for an episode not begun. A lease that
+        continues an earlier life's episode gets that episode here until
+        it journals its first turn or answer."""
+        if not self.collector.current(lease):
+            return None
+        got = self._turns.get(lease)
+        return got if got is not None else self._episodes.get((lease.ordinal, lease.sibling))
+
+    @_locked
+    def turn(
+        self, lease: Lease, turn: int, tokens: TokenPayload, call: ToolCall | None = None
+    ) -> bool:
+        """Journal turn ``turn`` of ``lease``'s episode: the policy's
+        ``tokens`` and the ``call`` they make (``None``: the last turn).
+        A turn with a call is durable when this returns (write-ahead): call
+        the tool after, with ``call.key``. Returns whether ``lease`` is
+        current (``False``: fenced, nothing journaled). Raises
+        ``JournalEpisodeError`` for a turn out of order (nothing
+        journaled): the journal's own replay rule (``advance``) decides."""
+        self._open_check()
+        if not self.collector.current(lease):
+            self._counters.fenced += 1
+            return False
+        record = Turn(lease.ordinal, lease.sibling, lease.attempt, turn, tokens, call)
+        state = advance(self.episode(lease), record)
+        assert state is not None  # a current lease's records are never fenced
+        self.journal.turn(lease, turn, tokens, call)
+        self._turns[lease] = state
+        self._counters.turns += 1
+        self._counters.calls += call is not None
+        return True
+
+    @_locked
+    def answer(
+        self, lease: Lease, turn: int, key: str, answer: Payload, state: Payload | None = None
+    ) -> bool:
+        """Journal the tool's ``answer`` to turn ``turn``'s call (key
+        ``key``) and the environment's ``state`` after it. Returns whether
+        ``lease`` is current: an answer of a fenced attempt is ignored and
+        counted, never journaled, so it is never trained. Raises
+        ``JournalEpisodeError`` for an answer for an unknown key or turn."""
+        self._open_check()
+        if not self.collector.current(lease):
+            self._counters.fenced += 1
+            return False
+        record = Answer(lease.ordinal, lease.sibling, lease.attempt, turn, key, answer, state)
+        after = advance(self.episode(lease), record)
+        assert after is not None
+        self.journal.answer(lease, turn, key, answer, state)
+        self._turns[lease] = after
+        return True
 
     # -- what happened -----------------------------------------------------------
 
@@ -514,6 +611,8 @@ class Run:
             self._recorded.pop(lease, None)
             self._extending.discard(lease)
             self._prefixes.pop((lease.ordinal, lease.sibling), None)
+            self._turns.pop(lease, None)
+            self._episodes.pop((lease.ordinal, lease.sibling), None)
 
     # -- checkpoints -------------------------------------------------------------
 
@@ -684,7 +783,11 @@ class Run:
         durable), ``journal_unshipped`` (records not yet off the node, with
         a ``remote``; 0 without), ``cut`` (every ordinal below it is trained or dropped),
         ``window`` (the live ordinals: pending, generating or buffered),
-        ``in_flight`` (groups generating), ``attempts_reserved`` and ``step``."""
+        ``in_flight`` (groups generating), ``attempts_reserved``, ``step``;
+        for episodes, ``turns`` and ``calls`` journaled by this life,
+        ``turns_reused`` (answered turns taken from the journal instead of
+        generated again) and ``calls_pending`` (calls a crash left without
+        a durable answer, found at this life's start)."""
         c = self._counters
         ledger = self.collector.samples
         writer, shipper = self.journal.writer, self.journal.shipper
@@ -706,6 +809,10 @@ class Run:
             "in_flight": float(ledger.count(Status.OUTSTANDING)),
             "attempts_reserved": float(self.journal.reserved),
             "step": float(self.step),
+            "turns": float(c.turns),
+            "calls": float(c.calls),
+            "turns_reused": float(c.turns_reused),
+            "calls_pending": float(c.calls_pending),
         }
 
     # -- life ------------------------------------------------------------------

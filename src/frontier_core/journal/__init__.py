@@ -3,7 +3,10 @@
 A journal records, as they happen, the samples a run generates: a sibling
 sealed with its sample (``Sealed``), a running sibling's partial state
 (``Progress``, a whole snapshot) or its next tokens (``Extend``), a
-checkpoint committing (``Mark``). After a crash, the
+checkpoint committing (``Mark``), and for agentic rollouts the turns of an
+episode (``Turn``: the policy's tokens and the tool call they make, with
+its idempotency key, durable before the tool is called) and the tools'
+answers (``Answer``). After a crash, the
 checkpoint says which prompts still need generation and the journal says
 which of their samples (or prefixes) already exist, so only what was not yet
 durable is generated again.
@@ -16,7 +19,10 @@ writes and the fsyncs:
   format (``_format``'s docstring has the layout byte by byte), checksummed
   and sequence-numbered, with torn tails reported and everything else bad
   refused with a typed error naming its offset;
-* ``replay``: the fold into the state a resume needs, with attempt fencing;
+* ``replay``: the fold into the state a resume needs, with attempt fencing
+  (``advance``: one record's step of it); an episode's durable turns and
+  its pending call (``SiblingState.turns``, ``pending``); ``call_key``:
+  the idempotency key of a call;
 * ``compact``: the minimal records that replay to the same state on a
   window of ordinals;
 * ``CommitPolicy``: when a group of appends must be fsynced;
@@ -32,6 +38,7 @@ from ._commit import CommitPolicy as CommitPolicy
 from ._compact import compact as compact
 from ._errors import JournalBehindError as JournalBehindError
 from ._errors import JournalCorruptError as JournalCorruptError
+from ._errors import JournalEpisodeError as JournalEpisodeError
 from ._errors import JournalError as JournalError
 from ._errors import JournalMismatchError as JournalMismatchError
 from ._errors import JournalSequenceError as JournalSequenceError
@@ -48,6 +55,8 @@ from ._format import encode_header as encode_header
 from ._format import encode_record as encode_record
 from ._format import encode_records as encode_records
 from ._records import MAX_MARKS as MAX_MARKS
+from ._records import MAX_NAMESPACE as MAX_NAMESPACE
+from ._records import Answer as Answer
 from ._records import BytesPayload as BytesPayload
 from ._records import Extend as Extend
 from ._records import JournalHeader as JournalHeader
@@ -59,9 +68,15 @@ from ._records import Record as Record
 from ._records import Reserve as Reserve
 from ._records import Sealed as Sealed
 from ._records import TokenPayload as TokenPayload
+from ._records import ToolCall as ToolCall
+from ._records import Turn as Turn
+from ._records import call_key as call_key
+from ._replay import NO_TOKENS as NO_TOKENS
 from ._replay import JournalState as JournalState
 from ._replay import SiblingState as SiblingState
+from ._replay import TurnState as TurnState
 from ._replay import accepts as accepts
+from ._replay import advance as advance
 from ._replay import replay as replay
 from ._reuse import Reuse as Reuse
 from ._reuse import continue_sample as continue_sample
@@ -73,13 +88,17 @@ __all__ = [
     "DEFAULT_MAX_FRAME",
     "FORMAT",
     "FRAME_OVERHEAD",
+    "MAX_NAMESPACE",
+    "NO_TOKENS",
     "VERSION",
+    "Answer",
     "BytesPayload",
     "CommitPolicy",
     "Decoded",
     "Extend",
     "JournalBehindError",
     "JournalCorruptError",
+    "JournalEpisodeError",
     "JournalError",
     "JournalHeader",
     "MAX_MARKS",
@@ -97,8 +116,13 @@ __all__ = [
     "Sealed",
     "SiblingState",
     "TokenPayload",
+    "ToolCall",
     "TornTail",
+    "Turn",
+    "TurnState",
     "accepts",
+    "advance",
+    "call_key",
     "compact",
     "continue_sample",
     "decode",

@@ -16,7 +16,9 @@ folds each key on its own, for any later records ``K``,
 ``replay(compact(J, W) + K).restrict(W) == replay(J + K).restrict(W)``: a
 compacted journal that keeps being appended to stays equivalent on the
 window. Minimal: every sibling with a state needs at least one record (each
-record names one sibling), and this is one. Marks are not records of the
+record names one sibling), and this is one; an episode keeps one record per
+durable turn and one per durable answer (each holds what no other record
+does), plus its progress if it has tokens of a turn not finished. Marks are not records of the
 compacted journal: its header remembers them (``JournalHeader.marks``, the
 newest ``MAX_MARKS``), so ``Decoded.check_mark`` still proves them.
 """
@@ -25,13 +27,11 @@ from __future__ import annotations
 
 from collections.abc import Container, Iterable
 
-from ._records import Progress, Record, Reserve, Sealed
+from ._records import Record
 from ._replay import replay
 
 
-def compact(
-    records: Iterable[Record], window: Container[int]
-) -> tuple[Sealed | Progress | Reserve, ...]:
+def compact(records: Iterable[Record], window: Container[int]) -> tuple[Record, ...]:
     """The minimal records, ascending by (ordinal, sibling), that replay to
     the state of ``records`` restricted to the ordinals in ``window`` (any
     container: a set, a ``range``, the ledger's window). Linear in the

@@ -86,3 +86,23 @@ class JournalBehindError(JournalError, CheckpointMismatchError):
         self.position = position
         self.last = last
         super().__init__(reason)
+
+
+class JournalEpisodeError(JournalError, CheckpointCorruptError):
+    """A turn or answer record that contradicts its episode under an attempt
+    replay accepts: a turn out of order (not the episode's next, or after a
+    call still pending), a new attempt continuing from a turn the episode
+    does not hold answered, an answer for an unknown key (no pending call
+    with that key at that turn). The single writer never journals one
+    (it checks with the same rule first), so in a journal it is damage or
+    a foreign writer: nothing after it can be trusted. ``ordinal`` and
+    ``sibling`` name the episode; ``index`` is the record's index in the
+    records replayed (``None`` when one record was checked on its own)."""
+
+    def __init__(self, ordinal: int, sibling: int, reason: str, index: int | None = None) -> None:
+        self.ordinal = ordinal
+        self.sibling = sibling
+        self.reason = reason
+        self.index = index
+        where = "" if index is None else f"record {index}: "
+        super().__init__(f"{where}episode of ordinal {ordinal} sibling {sibling}: {reason}")

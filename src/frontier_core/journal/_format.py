@@ -8,7 +8,7 @@ A journal is a sequence of frames, all little-endian::
     0       4     B, the body's length in bytes (u32), at most ``max_frame``
     4       8     sequence number (u64): the header's is the base, then +1 per frame
     12      1     kind (u8): 0 header, 1 sealed, 2 progress, 3 mark, 4 extend,
-                  5 reserve
+                  5 reserve, 6 turn, 7 answer
     13      3     reserved, zero
     16      4     head check: CRC-32 of bytes 0..16
     20      B     body (per kind, below)
@@ -21,7 +21,7 @@ used: a corrupt length can never make the decoder skip valid frames, or
 take the middle of the journal for a torn tail. Bodies::
 
     header    u8 n, n bytes of format tag "frontier_core.journal", u16 schema
-              version (2), u16 n + n bytes of UTF-8 stream fingerprint,
+              version (3; 2 is read too), u16 n + n bytes of UTF-8 stream fingerprint,
               u8 n (>= 1) + n bytes of UTF-8 lineage id, 16 bytes journal id,
               u32 m (<= 256) + m x (u64 position, u64 checkpoint): the marks
               a compaction folded into the base, positions strictly
@@ -39,6 +39,22 @@ take the middle of the journal for a torn tail. Bodies::
               (has_reward 0): a running sample's tokens from ``start`` on
     mark      u64 checkpoint
     reserve   u64 below: attempts below it may be in use
+    turn      u64 ordinal, u32 sibling, u32 attempt, u32 turn, u8 has_call
+              (0/1); if 1: u8 n + n bytes of UTF-8 tool name (n >= 1), u8 n +
+              n bytes of UTF-8 idempotency key (n >= 1), u32 n + n bytes of
+              UTF-8 JSON args; then the policy's tokens, a token payload as
+              above without a reward (has_reward 0)
+    answer    u64 ordinal, u32 sibling, u32 attempt, u32 turn, u8 n + n bytes
+              of UTF-8 idempotency key (n >= 1), u8 answer payload kind, u32 n
+              + n bytes of answer payload (as a sibling record's payload), u8
+              state payload kind (255: no state), the rest of the body: the
+              state payload
+
+Versions: 3 added the turn and answer kinds, and is what this library
+writes. A version-2 journal (written before them) is read as it was; a
+version-2 journal that this library continues may then hold turn and answer
+frames (its next compaction rewrites its header at version 3). A reader of
+version 2 refuses a version-3 journal by its header.
 
 The key is ``JournalHeader.key``: the CRC-32 of the fingerprint's UTF-8, a
 zero byte, the lineage id's UTF-8, a zero byte and the 16 bytes of the
@@ -129,6 +145,7 @@ from ._records import (
     MAX_MARKS,
     MAX_U32,
     MAX_U64,
+    Answer,
     BytesPayload,
     Extend,
     JournalHeader,
@@ -140,6 +157,8 @@ from ._records import (
     Reserve,
     Sealed,
     TokenPayload,
+    ToolCall,
+    Turn,
     check_token_fields,
     check_uint,
     trusted,
@@ -147,8 +166,11 @@ from ._records import (
 
 FORMAT: Final = "frontier_core.journal"
 #: 2: frames bound to their journal (the keyed frame check), the header's
-#: journal id and marks. A version-1 journal is refused (``decode``).
-VERSION: Final = 2
+#: journal id and marks. 3: the turn and answer records (episodes). A
+#: version-1 journal is refused (``decode``); version 2 is read.
+VERSION: Final = 3
+#: The schema versions ``decode`` reads.
+_READS: Final = frozenset({2, VERSION})
 #: The default bound on a frame's body: a 2M-token sample, with room to spare.
 DEFAULT_MAX_FRAME: Final = 16 << 20
 
@@ -158,12 +180,18 @@ KIND_PROGRESS: Final = 2
 KIND_MARK: Final = 3
 KIND_EXTEND: Final = 4
 KIND_RESERVE: Final = 5
+KIND_TURN: Final = 6
+KIND_ANSWER: Final = 7
 
-_RECORD_KINDS: Final = frozenset({KIND_SEALED, KIND_PROGRESS, KIND_MARK, KIND_EXTEND, KIND_RESERVE})
+_RECORD_KINDS: Final = frozenset(
+    {KIND_SEALED, KIND_PROGRESS, KIND_MARK, KIND_EXTEND, KIND_RESERVE, KIND_TURN, KIND_ANSWER}
+)
 
 PAYLOAD_BYTES: Final = 0
 PAYLOAD_JSON: Final = 1
 PAYLOAD_TOKENS: Final = 2
+#: An answer's state kind when it has none.
+PAYLOAD_NONE: Final = 255
 
 _HEAD: Final = struct.Struct("<IQB3s")  # length, seq, kind, reserved
 _CHECK: Final = struct.Struct("<I")
@@ -182,6 +210,7 @@ _U8: Final = struct.Struct("<B")
 _U16: Final = struct.Struct("<H")
 _U32: Final = struct.Struct("<I")
 _HEADER_MARK: Final = struct.Struct("<QQ")  # position, checkpoint
+_EPISODE: Final = struct.Struct("<QIII")  # ordinal, sibling, attempt, turn
 _FORMAT_BYTES: Final = FORMAT.encode("ascii")
 
 
@@ -233,6 +262,8 @@ _RECORD_KIND: Final[dict[type, int]] = {
     Mark: KIND_MARK,
     Extend: KIND_EXTEND,
     Reserve: KIND_RESERVE,
+    Turn: KIND_TURN,
+    Answer: KIND_ANSWER,
 }
 _PAYLOAD_KIND: Final[dict[type, int]] = {
     BytesPayload: PAYLOAD_BYTES,
@@ -301,6 +332,12 @@ def append_frame(parts: list[bytes], record: Record, seq: int, max_frame: int, k
         value = rec.checkpoint if kind == KIND_MARK else rec.below
         parts += _frame_parts(kind, seq, _MARK.pack(value), max_frame, key)
         return FRAME_OVERHEAD + _MARK.size
+    if kind == KIND_TURN or kind == KIND_ANSWER:
+        # Episodes: a turn or an answer per tool call, not per token, so the
+        # plain path (one joined body) is fast enough.
+        body = _turn_body(rec) if kind == KIND_TURN else _answer_body(rec)
+        parts += _frame_parts(kind, seq, body, max_frame, key)
+        return FRAME_OVERHEAD + len(body)
     payload = rec.payload
     pkind = _PAYLOAD_KIND.get(type(payload))
     if pkind is None:
@@ -368,6 +405,59 @@ def append_frame(parts: list[bytes], record: Record, seq: int, max_frame: int, k
     else:
         parts += (head, fixed, data, _CHECK.pack(crc32(data, crc32(fixed, crc32(head, key)))))
     return FRAME_OVERHEAD + size
+
+
+def _payload_body(payload: Payload) -> tuple[int, bytes]:
+    """A payload's kind and bytes as a sibling record stores them."""
+    if isinstance(payload, BytesPayload):
+        return PAYLOAD_BYTES, payload.data
+    if isinstance(payload, JsonPayload):
+        return PAYLOAD_JSON, payload.text.encode("utf-8")
+    if isinstance(payload, TokenPayload):
+        reward = payload.reward
+        fixed = _TOKENS.pack(
+            len(payload), len(payload.version_runs), reward is not None, reward or 0.0
+        )
+        runs = b"".join([_RUN.pack(*run) for run in payload.version_runs])
+        return PAYLOAD_TOKENS, b"".join((fixed, payload.token_data, payload.logprob_data, runs))
+    raise TypeError(f"not a journal payload: {type(payload).__name__}")
+
+
+def _short(text: str) -> bytes:
+    data = text.encode("utf-8")
+    return _U8.pack(len(data)) + data
+
+
+def _turn_body(rec: Turn) -> bytes:
+    head = _EPISODE.pack(rec.ordinal, rec.sibling, rec.attempt, rec.turn)
+    call = rec.call
+    if call is None:
+        called = _U8.pack(0)
+    else:
+        args = call.args.text.encode("utf-8")
+        called = b"".join(
+            (_U8.pack(1), _short(call.name), _short(call.key), _U32.pack(len(args)), args)
+        )
+    return b"".join((head, called, _payload_body(rec.payload)[1]))
+
+
+def _answer_body(rec: Answer) -> bytes:
+    kind, answer = _payload_body(rec.payload)
+    if rec.state is None:
+        state_kind, state = PAYLOAD_NONE, b""
+    else:
+        state_kind, state = _payload_body(rec.state)
+    return b"".join(
+        (
+            _EPISODE.pack(rec.ordinal, rec.sibling, rec.attempt, rec.turn),
+            _short(rec.key),
+            _U8.pack(kind),
+            _U32.pack(len(answer)),
+            answer,
+            _U8.pack(state_kind),
+            state,
+        )
+    )
 
 
 def append_frames(
@@ -586,6 +676,12 @@ class _Body:
     def rest(self) -> memoryview:
         return self.take(self.stop - self.at, "")
 
+    def part(self, size: int, what: str) -> _Body:
+        """A cursor over the next ``size`` bytes of this body (a nested,
+        length-prefixed value), consumed here at once."""
+        at = self.need(size, what)
+        return _Body(self.data, at, at + size, self.offset)
+
     def done(self, what: str) -> None:
         if self.at != self.stop:
             raise self.fail(f"{self.stop - self.at} unexpected bytes after the {what}")
@@ -632,6 +728,49 @@ def _decode_payload(body: _Body, kind: int) -> Payload:
     raise body.fail(f"unknown payload kind {kind}")
 
 
+def _text_field(body: _Body, what: str) -> str:
+    """A u8-length-prefixed, non-empty UTF-8 string (a name or a key)."""
+    (n,) = body.unpack(_U8, f"{what}'s length")
+    if n == 0:
+        raise body.fail(f"{what} is empty")
+    return _utf8(body, body.take(n, what), what)
+
+
+def _decode_turn(body: _Body) -> Turn:
+    ordinal, sibling, attempt, turn = body.unpack(_EPISODE, "a turn")
+    (has_call,) = body.unpack(_U8, "a turn's call flag")
+    call = None
+    if has_call == 1:
+        name = _text_field(body, "the tool name")
+        key = _text_field(body, "the idempotency key")
+        (n,) = body.unpack(_U32, "the args' length")
+        args = JsonPayload(_utf8(body, body.take(n, "the args"), "the args"))  # parses them
+        call = trusted(ToolCall, name, args, key)
+    elif has_call != 0:
+        raise body.fail(f"has_call is {has_call}, not 0 or 1")
+    tokens = _decode_tokens(body)
+    body.done("turn")
+    if tokens.reward is not None:
+        raise body.fail("a turn's tokens carry no reward")
+    return trusted(Turn, ordinal, sibling, attempt, turn, tokens, call)
+
+
+def _decode_answer(body: _Body) -> Answer:
+    ordinal, sibling, attempt, turn = body.unpack(_EPISODE, "an answer")
+    key = _text_field(body, "the idempotency key")
+    (kind,) = body.unpack(_U8, "the answer's payload kind")
+    (n,) = body.unpack(_U32, "the answer's length")
+    part = body.part(n, "the answer")
+    answer = _decode_payload(part, kind)
+    part.done("answer payload")
+    (state_kind,) = body.unpack(_U8, "the state's payload kind")
+    state: Payload | None = None
+    if state_kind != PAYLOAD_NONE:
+        state = _decode_payload(body, state_kind)
+    body.done("answer")
+    return trusted(Answer, ordinal, sibling, attempt, turn, key, answer, state)
+
+
 def _decode_record(body: _Body, kind: int) -> Record:
     try:
         return _decode_fields(body, kind)
@@ -651,6 +790,10 @@ def _decode_fields(body: _Body, kind: int) -> Record:
         (below,) = body.unpack(_MARK, "a reservation")
         body.done("reservation")
         return trusted(Reserve, below)
+    if kind == KIND_TURN:
+        return _decode_turn(body)
+    if kind == KIND_ANSWER:
+        return _decode_answer(body)
     if kind == KIND_EXTEND:
         ordinal, sibling, attempt, start, payload_kind = body.unpack(_EXTEND, "an extend")
         if payload_kind != PAYLOAD_TOKENS:
@@ -676,7 +819,7 @@ def _decode_header(body: _Body, base: int) -> JournalHeader:
             f"not a frontier_core journal: format tag {bytes(tag)!r:.60}, expected {FORMAT!r}"
         )
     (version,) = body.unpack(_U16, "the schema version")
-    if version != VERSION:
+    if version not in _READS:
         why = (
             ": version 1 was written before frames were bound to their journal; finish "
             "that run with the release that wrote it, or remove the journal to start afresh"
@@ -684,7 +827,8 @@ def _decode_header(body: _Body, base: int) -> JournalHeader:
             else ""
         )
         raise JournalVersionError(
-            f"journal schema version {version} is not supported (this library reads {VERSION}){why}"
+            f"journal schema version {version} is not supported (this library reads "
+            f"{sorted(_READS)}){why}"
         )
     (n,) = body.unpack(_U16, "the fingerprint's length")
     fingerprint = _utf8(body, body.take(n, "the fingerprint"), "the fingerprint")

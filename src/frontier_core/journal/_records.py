@@ -545,11 +545,145 @@ class Reserve:
     below: int = attrs.field(validator=_U64_FIELD)
 
 
-Record = Sealed | Progress | Extend | Mark | Reserve
+# -- episodes: turns and tool answers ----------------------------------------------
+
+#: The longest tool name and idempotency key (bytes of UTF-8): each is
+#: stored behind a one-byte length.
+MAX_NAME: Final = MAX_U8
+_NAME_FIELD: Final = partial(_text, MAX_NAME, False)
+
+
+def _json_args(_inst: object, _attribute: attrs.Attribute[JsonPayload], value: object) -> None:
+    if not isinstance(value, JsonPayload):
+        raise TypeError(f"a call's args are a JsonPayload, got {type(value).__name__}")
+
+
+@attrs.frozen
+class ToolCall:
+    """A call the policy made at the end of a turn: the tool (or
+    environment step) ``name``, its ``args`` as JSON, and its idempotency
+    ``key`` (``call_key``), under which the tool executes it at most once.
+    The key is stored, not derived again: a continuation after a crash
+    re-issues a pending call under the key the call was first made with,
+    whatever attempt continues it."""
+
+    name: str = attrs.field(validator=_NAME_FIELD)
+    args: JsonPayload = attrs.field(validator=_json_args)
+    key: str = attrs.field(validator=_NAME_FIELD)
+
+
+def _turn_tokens(_inst: object, _attribute: attrs.Attribute[TokenPayload], value: object) -> None:
+    if not isinstance(value, TokenPayload):
+        raise TypeError(f"a turn carries a TokenPayload, got {type(value).__name__}")
+    if value.reward is not None:
+        raise ValueError("a turn's tokens carry no reward (the sealed episode does)")
+
+
+def _call(_inst: object, _attribute: attrs.Attribute[ToolCall | None], value: object) -> None:
+    if value is not None and not isinstance(value, ToolCall):
+        raise TypeError(f"call must be a ToolCall or None, got {type(value).__name__}")
+
+
+@attrs.frozen
+class Turn:
+    """Turn ``turn`` (0, 1, ...) of sibling ``sibling``'s episode under
+    ``attempt``: the policy's tokens, ``payload`` (with their log-probs and
+    policy versions), and the ``call`` they make (``None``: the episode's last
+    turn, nothing to call). Write-ahead: a turn with a call is durable
+    before the tool is called, so a crash between the two leaves the call
+    *pending* (an intent without an ``Answer``), never unknown.
+
+    Replay appends a turn of the current attempt when the episode holds
+    exactly ``turn`` turns and none is pending; a turn of a newer attempt
+    continues the episode: it keeps the first ``turn`` turns (each
+    answered) and fences every older attempt (``replay``)."""
+
+    ordinal: int = attrs.field(validator=_U64_FIELD)
+    sibling: int = attrs.field(validator=_U32_FIELD)
+    attempt: int = attrs.field(validator=_U32_FIELD)
+    turn: int = attrs.field(validator=_U32_FIELD)
+    payload: TokenPayload = attrs.field(validator=_turn_tokens)
+    call: ToolCall | None = attrs.field(default=None, validator=_call)
+
+
+def _optional_payload(
+    _inst: object, _attribute: attrs.Attribute[Payload | None], value: object
+) -> None:
+    if value is not None and not isinstance(value, _PAYLOADS):
+        raise TypeError(
+            f"state must be a BytesPayload, JsonPayload, TokenPayload or None, got "
+            f"{type(value).__name__} (raw objects are never pickled)"
+        )
+
+
+@attrs.frozen
+class Answer:
+    """The tool's (or environment's) answer, ``payload``, to the pending call of turn
+    ``turn``, whose idempotency key is ``key``, and the environment's
+    ``state`` after it (a snapshot, a reference to one, or ``None``), as
+    received by ``attempt``. An answer of a fenced attempt is ignored by
+    replay like any of its records, so it is never part of a trained
+    episode; an answer that names no pending call of the episode (another
+    key, another turn) is refused (``JournalEpisodeError``)."""
+
+    ordinal: int = attrs.field(validator=_U64_FIELD)
+    sibling: int = attrs.field(validator=_U32_FIELD)
+    attempt: int = attrs.field(validator=_U32_FIELD)
+    turn: int = attrs.field(validator=_U32_FIELD)
+    key: str = attrs.field(validator=_NAME_FIELD)
+    payload: Payload = attrs.field(validator=_check_payload)
+    state: Payload | None = attrs.field(default=None, validator=_optional_payload)
+
+
+#: The longest namespace ``call_key`` takes (bytes of UTF-8): the key's
+#: numbers take at most 55 more, within ``MAX_NAME``.
+MAX_NAMESPACE: Final = 192
+
+
+def call_key(namespace: str, ordinal: int, sibling: int, attempt: int, turn: int) -> str:
+    """The idempotency key of the call made at turn ``turn`` of sibling
+    ``sibling`` of prompt ``ordinal`` by ``attempt``, in the run
+    ``namespace`` (a run's is its lineage and journal id): deterministic, so
+    it is the same whoever computes it, and unique per (run, ordinal,
+    sibling, attempt, turn), so two calls that may both have effects never
+    share one. ``namespace`` holds no ``/`` (the key's separator)."""
+    if not isinstance(namespace, str):
+        raise TypeError(f"namespace must be a str, got {type(namespace).__name__}")
+    try:
+        size = len(namespace.encode("utf-8"))
+    except UnicodeEncodeError:
+        raise ValueError("namespace is not UTF-8 (it holds a lone surrogate)") from None
+    if not 1 <= size <= MAX_NAMESPACE or "/" in namespace:
+        raise ValueError(
+            f"namespace must be 1..{MAX_NAMESPACE} bytes of UTF-8 without '/', got "
+            f"{namespace!r:.60}"
+        )
+    for name, value, limit in (
+        ("ordinal", ordinal, MAX_U64),
+        ("sibling", sibling, MAX_U32),
+        ("attempt", attempt, MAX_U32),
+        ("turn", turn, MAX_U32),
+    ):
+        check_uint(name, value, limit)
+    return f"{namespace}/{ordinal}.{sibling}.{attempt}.{turn}"
+
+
+Record = Sealed | Progress | Extend | Mark | Reserve | Turn | Answer
 
 _FIELDS: Final[dict[type, tuple[str, ...]]] = {
     cls: tuple(f.name for f in attrs.fields(cls))
-    for cls in (Sealed, Progress, Extend, Mark, Reserve, BytesPayload, TokenPayload)
+    for cls in (
+        Sealed,
+        Progress,
+        Extend,
+        Mark,
+        Reserve,
+        Turn,
+        Answer,
+        ToolCall,
+        BytesPayload,
+        TokenPayload,
+    )
 }
 
 

@@ -43,7 +43,7 @@ from typing import Final
 import attrs
 
 from ._records import Payload, TokenPayload, check_uint
-from ._replay import JournalState, SiblingState
+from ._replay import NO_TOKENS, JournalState, SiblingState
 
 #: The kinds of ``Reuse``.
 ALL: Final = "all"
@@ -68,7 +68,8 @@ class Reuse:
     along the lineage (the module doc), the buffer's age limit applied to
     journaled work; of a sample with older tokens after a young prefix, the
     young prefix is kept as a prefix to continue; opaque payloads (bytes,
-    JSON) carry no versions and are not reused.
+    JSON) carry no versions and are not reused; of an episode, the leading
+    turns whose every token is young (a turn is kept whole or not at all).
     """
 
     kind: str = attrs.field(validator=_kind)
@@ -149,6 +150,11 @@ def reusable(state: JournalState, policy: Reuse, *, fork: int, step: int) -> Jou
     for ordinal, group in state.groups.items():
         kept: dict[int, SiblingState] = {}
         for sibling, st in group.items():
+            if st.turns:
+                episode = _young_episode(st, policy.max_age, fork, step)
+                if episode is not None:
+                    kept[sibling] = episode
+                continue
             payload: Payload = st.payload
             if not isinstance(payload, TokenPayload):
                 continue  # no versions to age
@@ -160,6 +166,28 @@ def reusable(state: JournalState, policy: Reuse, *, fork: int, step: int) -> Jou
         if kept:
             groups[ordinal] = MappingProxyType(kept)
     return JournalState(MappingProxyType(groups), state.fenced, state.reserved)
+
+
+def _young_episode(st: SiblingState, max_age: int, fork: int, step: int) -> SiblingState | None:
+    """An episode's leading turns whose every token is within ``max_age``
+    (and its partial turn's young prefix, if all of them are), or ``None``
+    if not even its first turn is: a turn is kept whole or not at all (a
+    tool's answer follows the whole turn)."""
+    young = 0
+    for t in st.turns:
+        if _young_prefix(t.tokens, max_age, fork, step) != len(t.tokens):
+            break
+        young += 1
+    if young == 0:
+        return None
+    if young < len(st.turns):
+        return SiblingState(st.attempt, NO_TOKENS, False, st.turns[:young])
+    payload = st.payload
+    if isinstance(payload, TokenPayload):
+        payload = truncated(payload, _young_prefix(payload, max_age, fork, step))
+    else:
+        payload = NO_TOKENS  # no versions to age
+    return SiblingState(st.attempt, payload, False, st.turns)
 
 
 def continue_sample(prefix: TokenPayload, rest: TokenPayload) -> TokenPayload:

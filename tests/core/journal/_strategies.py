@@ -208,7 +208,7 @@ def forge_header_body(
     lineage: bytes = b"run",
     *,
     tag: bytes = b"frontier_core.journal",
-    version: int = 2,
+    version: int = 3,
     journal_id: bytes = FORGED_ID,
     marks: tuple[tuple[int, int], ...] = (),
 ) -> bytes:

@@ -367,8 +367,10 @@ def test_a_journal_of_another_run_is_refused() -> None:
 def test_another_format_or_version_is_refused() -> None:
     with pytest.raises(JournalVersionError, match="not a frontier_core journal"):
         decode(forge_frame(0, 0, forge_header_body(tag=b"something.else")))
-    with pytest.raises(JournalVersionError, match="version 3"):
-        decode(forge_frame(0, 0, forge_header_body(version=3)))
+    with pytest.raises(JournalVersionError, match="version 4"):
+        decode(forge_frame(0, 0, forge_header_body(version=4)))
+    # Version 2 (before turn records) is still read.
+    assert decode(forge_frame(0, 0, forge_header_body(version=2))).records == ()
     with pytest.raises(JournalCorruptError, match="no header"):
         decode(b"")
     with pytest.raises(JournalCorruptError, match="not a header"):

@@ -420,12 +420,14 @@ def test_another_format_or_version_is_refused_by_name() -> None:
         "expected 'frontier_core.journal'"
     )
     with pytest.raises(JournalVersionError) as info:
-        decode(forge_frame(0, 0, forge_header_body(version=3)))
-    assert str(info.value) == "journal schema version 3 is not supported (this library reads 2)"
+        decode(forge_frame(0, 0, forge_header_body(version=4)))
+    assert str(info.value) == (
+        "journal schema version 4 is not supported (this library reads [2, 3])"
+    )
     with pytest.raises(JournalVersionError) as info:
         decode(forge_frame(0, 0, forge_header_body(version=1)))
     assert str(info.value) == (
-        "journal schema version 1 is not supported (this library reads 2): version 1 was "
+        "journal schema version 1 is not supported (this library reads [2, 3]): version 1 was "
         "written before frames were bound to their journal; finish that run with the release "
         "that wrote it, or remove the journal to start afresh"
     )

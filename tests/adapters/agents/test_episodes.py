@@ -1,0 +1,167 @@
+"""Episodes through a ``Run``: driven over the CPU engine with an in-process
+tool that counts its executions per key; continued after a simulated crash
+(the run closed without sealing, reopened) at the last durable turn, with
+a pending call handled by each policy; bad input refused with typed errors
+and nothing journaled."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("torch")  # the CPU engine (the tests' own extra requires torch)
+
+from frontier_adapters import Run, SequenceSource
+from frontier_adapters.agents import Pending, drive
+from frontier_adapters.examples.cpu_engine import CpuEngine, CpuSamplingParams, TinyCausalLM
+
+from frontier_core import Lease, LedgerConfig
+from frontier_core.journal import (
+    BytesPayload,
+    JournalEpisodeError,
+    JsonPayload,
+    SiblingState,
+    TokenPayload,
+    ToolCall,
+)
+
+PROMPTS = [[2, 3], [4, 5]]
+CONFIG = LedgerConfig(stream_len=2, samples=2, fingerprint="agents-test")
+
+
+class Tool:
+    """A tool honouring the idempotency contract, counting executions; it
+    can crash the caller right after executing (``crash_after``)."""
+
+    def __init__(self) -> None:
+        self.executed: dict[str, int] = {}
+        self.answers: dict[str, int] = {}
+        self.crash_after: int | None = None
+        self.calls: list[str] = []
+
+    def act(self, turn: int, tokens: Sequence[int]) -> tuple[str, Any] | None:
+        return ("add", {"v": len(tokens)}) if tokens else None
+
+    async def call(self, name: str, args: Any, key: str) -> tuple[Any, Any]:
+        self.calls.append(key)
+        if key not in self.answers:
+            self.executed[key] = self.executed.get(key, 0) + 1
+            self.answers[key] = len(self.answers) + 10
+        if self.crash_after is not None:
+            self.crash_after -= 1
+            if self.crash_after < 0:
+                raise KeyboardInterrupt  # the process dies: the answer is not journaled
+        return self.answers[key], {"n": len(self.answers)}
+
+    def observe(self, answer: Any) -> Sequence[int]:
+        return [2 + int(answer) % 14]
+
+    def reward(self, episode: SiblingState) -> float:
+        return 1.0
+
+
+def _engine() -> tuple[CpuEngine, CpuSamplingParams]:
+    return CpuEngine(TinyCausalLM(vocab=16, max_len=64, seed=3)), CpuSamplingParams(max_tokens=3)
+
+
+async def _all(run: Run, tool: Tool, pending: Pending = Pending.RETRY) -> list[Any]:
+    engine, params = _engine()
+    outs = []
+    while not run.drained:
+        groups = run.take(2)
+        landed: list[int] = [g.ordinal for g in groups if g.complete]
+        for g in groups:
+            for lease in g.leases:
+                out = await drive(
+                    run,
+                    engine,
+                    lease,
+                    PROMPTS[lease.ordinal],
+                    tool,
+                    params=params,
+                    max_turns=3,
+                    pending=pending,
+                )
+                outs.append(out)
+                if out.effect is not None:
+                    landed += out.effect.landed
+                    landed += [
+                        ll.ordinal for ll in out.effect.leases
+                    ]  # a restarted sibling: its group lands later
+        run.trained(sorted({o for o in landed if run.ledger.status(o).name == "BUFFERED"}))
+        run.checkpoint(run.step + 1)
+    return outs
+
+
+def test_episodes_run_to_their_seals_with_every_call_keyed_once(tmp_path: Path) -> None:
+    tool = Tool()
+    with Run.open(tmp_path, SequenceSource(PROMPTS), CONFIG) as run:
+        outs = asyncio.run(_all(run, tool))
+        assert run.metrics()["calls"] == len(tool.calls) > 0
+    assert all(n == 1 for n in tool.executed.values())
+    assert len(set(tool.calls)) == len(tool.calls)  # no key reused across calls
+    sealed = [o for o in outs if o.episode is not None]
+    assert len(sealed) == 4
+    for o in sealed:
+        assert o.episode is not None
+        for t in o.episode.turns:
+            if t.call is not None:
+                assert t.answer == JsonPayload.of(tool.answers[t.call.key])
+
+
+def _crash_mid_call(tmp_path: Path, tool: Tool) -> None:
+    """A life that dies right after a tool executed, its answer not journaled."""
+    tool.crash_after = 1
+    run = Run.open(tmp_path, SequenceSource(PROMPTS), CONFIG)
+    with pytest.raises(KeyboardInterrupt):
+        asyncio.run(_all(run, tool))
+    run.journal.writer.sync()  # what was appended is durable; the answer never was
+    run.close()
+
+
+@pytest.mark.parametrize("policy", list(Pending))
+def test_a_pending_call_is_handled_by_the_policy(tmp_path: Path, policy: Pending) -> None:
+    tool = Tool()
+    _crash_mid_call(tmp_path, tool)
+    pending_key = tool.calls[-1]
+    tool.crash_after = None
+    with Run.open(tmp_path, SequenceSource(PROMPTS), CONFIG) as run:
+        outs = asyncio.run(_all(run, tool, policy))
+        assert run.metrics()["calls_pending"] == 1
+    first = outs[0]
+    if policy is Pending.RETRY:
+        # Re-issued under the same key: the tool replayed, executed once.
+        assert first.retried == 1 and tool.calls.count(pending_key) == 2
+        assert first.reused == 1  # the answered turn before it, not generated again
+    elif policy is Pending.RESTART:
+        assert first.restarted and first.reused == 0
+        assert tool.calls.count(pending_key) == 1
+    else:
+        assert first.dropped and first.effect is not None
+        assert tool.calls.count(pending_key) == 1
+    assert all(n == 1 for n in tool.executed.values())
+
+
+def test_bad_turns_and_answers_are_typed_errors_and_journal_nothing(tmp_path: Path) -> None:
+    with Run.open(tmp_path, SequenceSource(PROMPTS), CONFIG) as run:
+        (group, *_) = run.take(1)
+        lease = group.leases[0]
+        tokens = TokenPayload.of([1], [-1.0], 0)
+        before = run.journal.writer.position
+        with pytest.raises(JournalEpisodeError, match="no call is pending"):
+            run.answer(lease, 0, "nobody-asked", BytesPayload(b""))
+        with pytest.raises(JournalEpisodeError, match="holds only 0 answered turns"):
+            run.turn(lease, 1, tokens)
+        key = run.call_key(lease, 0)
+        assert run.turn(lease, 0, tokens, ToolCall("add", JsonPayload.of({}), key))
+        with pytest.raises(JournalEpisodeError, match="an answer for key 'other'"):
+            run.answer(lease, 0, "other", BytesPayload(b""))
+        assert run.journal.writer.position == before + 1
+        stale = Lease(lease.ordinal, lease.sibling, lease.attempt - 1)
+        assert not run.answer(stale, 0, key, BytesPayload(b""))  # fenced, not journaled
+        assert run.journal.writer.position == before + 1
+        assert run.call_key(lease, 0) == key and run.namespace in key

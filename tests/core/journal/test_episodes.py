@@ -1,0 +1,512 @@
+"""Episodes in the journal: the turn and answer records, byte for byte
+against the documented layout, their refusals, and replay's episode rules
+against a model written from ``_replay``'s docstring alone, across lives
+that crash at any record, with a tool that counts its executions.
+
+The stateful machine is the proof-test of the three episode invariants
+(proofs/JOURNAL.md): TURN-CONTINUATION-EXACT (a resumed episode holds
+exactly its durable turns, and continues from them), TOOL-AT-MOST-ONCE (a
+call is executed at most once per key, across any crash, under the retry
+policy: a pending call is re-issued under its stored key) and
+FENCED-ANSWER-NEVER-TRAINED (no answer received by a fenced attempt is in
+a sealed episode).
+"""
+
+from __future__ import annotations
+
+import struct
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+
+from frontier_core.journal import (
+    NO_TOKENS,
+    Answer,
+    BytesPayload,
+    JournalCorruptError,
+    JournalEpisodeError,
+    JournalError,
+    JournalHeader,
+    JsonPayload,
+    Progress,
+    Record,
+    Reuse,
+    Sealed,
+    SiblingState,
+    TokenPayload,
+    ToolCall,
+    Turn,
+    TurnState,
+    advance,
+    call_key,
+    compact,
+    decode,
+    encode,
+    encode_records,
+    replay,
+    reusable,
+)
+
+from ._strategies import (
+    FORGED_ID,
+    U32,
+    U64,
+    budget,
+    forge_frame,
+    forge_header_body,
+    json_values,
+    payloads,
+    token_payloads,
+)
+
+HEADER = JournalHeader("fp", "run", journal_id=FORGED_ID)
+
+
+def tp(tokens: list[int], version: int = 0) -> TokenPayload:
+    return TokenPayload.of(tokens, [-0.5] * len(tokens), version)
+
+
+def call(key: str, name: str = "kv.put") -> ToolCall:
+    return ToolCall(name, JsonPayload.of({"k": "a", "v": 1}), key)
+
+
+# -- the layout -------------------------------------------------------------------
+
+
+def _payload_layout(p: TokenPayload | BytesPayload | JsonPayload) -> tuple[int, bytes]:
+    if isinstance(p, BytesPayload):
+        return 0, p.data
+    if isinstance(p, JsonPayload):
+        return 1, p.text.encode()
+    r = p.reward
+    return 2, (
+        struct.pack("<IIBd", len(p), len(p.version_runs), r is not None, 0.0 if r is None else r)
+        + p.token_data
+        + p.logprob_data
+        + b"".join(struct.pack("<II", *run) for run in p.version_runs)
+    )
+
+
+def _short(text: str) -> bytes:
+    return bytes([len(text.encode())]) + text.encode()
+
+
+def layout(record: Turn | Answer) -> tuple[int, bytes]:
+    """A turn's or an answer's frame kind and body, from ``_format``'s
+    docstring."""
+    head = struct.pack("<QIII", record.ordinal, record.sibling, record.attempt, record.turn)
+    if isinstance(record, Turn):
+        c = record.call
+        if c is None:
+            called = b"\0"
+        else:
+            args = c.args.text.encode()
+            called = b"\1" + _short(c.name) + _short(c.key) + struct.pack("<I", len(args)) + args
+        return 6, head + called + _payload_layout(record.payload)[1]
+    kind, answer = _payload_layout(record.payload)
+    if record.state is None:
+        state = b"\xff"
+    else:
+        skind, sbytes = _payload_layout(record.state)
+        state = bytes([skind]) + sbytes
+    return 7, (
+        head + _short(record.key) + bytes([kind]) + struct.pack("<I", len(answer)) + answer + state
+    )
+
+
+names = st.text(min_size=1, max_size=20)
+calls = st.builds(ToolCall, names, st.builds(JsonPayload.of, json_values), names)
+turn_tokens = token_payloads().map(
+    lambda p: TokenPayload(p.token_data, p.logprob_data, p.version_runs)
+)
+wide = (st.integers(0, U64), st.integers(0, U32), st.integers(0, U32), st.integers(0, U32))
+episode_records: st.SearchStrategy[Turn | Answer] = st.one_of(
+    st.builds(Turn, *wide, turn_tokens, st.one_of(st.none(), calls)),
+    st.builds(Answer, *wide, names, payloads, st.one_of(st.none(), payloads)),
+)
+
+
+@budget(60)
+@given(st.lists(episode_records, max_size=6), st.integers(0, 1000))
+def test_turns_and_answers_are_encoded_as_the_layout_says_and_decode_back(
+    recs: list[Turn | Answer], first_seq: int
+) -> None:
+    forged = b"".join(
+        forge_frame(layout(r)[0], seq, layout(r)[1]) for seq, r in enumerate(recs, start=first_seq)
+    )
+    assert encode_records(recs, first_seq=first_seq, header=HEADER) == forged
+    whole = encode(HEADER, recs)
+    assert decode(whole).records == tuple(recs)
+
+
+def _body(record: Turn | Answer) -> bytes:
+    return layout(record)[1]
+
+
+TURN = Turn(3, 1, 2, 0, tp([4, 5]), call("k"))
+ANSWER = Answer(3, 1, 2, 0, "k", JsonPayload.of(1), BytesPayload(b"s"))
+_TURN_HEAD = struct.pack("<QIII", 3, 1, 2, 0)
+
+
+@pytest.mark.parametrize(
+    ("kind", "body", "reason"),
+    [
+        (6, _TURN_HEAD + b"\2", "has_call is 2"),
+        (6, _TURN_HEAD + b"\1\0", "the tool name is empty"),
+        (6, _TURN_HEAD + b"\1\1x\0", "the idempotency key is empty"),
+        (6, _TURN_HEAD + b"\1\1x\1k" + struct.pack("<I", 3) + b"{x}", "not strict JSON"),
+        (6, _TURN_HEAD + b"\1\1\xff\1k", "the tool name is not UTF-8"),
+        (6, _body(Turn(3, 1, 2, 0, tp([4]))) + b"\0", "needs 16 bytes, the body has 17"),
+        (
+            6,
+            _TURN_HEAD + b"\0" + _payload_layout(TokenPayload.of([1], [-1.0], 0, reward=1.0))[1],
+            "carry no reward",
+        ),
+        (7, _TURN_HEAD + b"\0", "the idempotency key is empty"),
+        (7, _TURN_HEAD + b"\1k\0" + struct.pack("<I", 9) + b"ab", "needs 9 bytes"),
+        (7, _TURN_HEAD + b"\1k\5" + struct.pack("<I", 0) + b"\xff", "unknown payload kind 5"),
+        (7, _TURN_HEAD + b"\1k\0" + struct.pack("<I", 0) + b"\7", "unknown payload kind 7"),
+        (7, _TURN_HEAD + b"\1k\0" + struct.pack("<I", 0) + b"\xff\0", "unexpected bytes"),
+    ],
+)
+def test_a_malformed_turn_or_answer_is_refused_naming_its_offset(
+    kind: int, body: bytes, reason: str
+) -> None:
+    head = encode(HEADER, [])
+    with pytest.raises(JournalCorruptError, match=reason) as info:
+        decode(head + forge_frame(kind, 1, body))
+    assert info.value.offset == len(head)
+
+
+def test_a_turn_frame_of_another_journal_is_refused() -> None:
+    other = JournalHeader("fp", "run")  # another journal id: another key
+    frame = encode_records([TURN], first_seq=1, header=other)
+    with pytest.raises(JournalCorruptError, match="another journal"):
+        decode(encode(HEADER, []) + frame + encode_records([ANSWER], first_seq=2, header=HEADER))
+
+
+# -- the values --------------------------------------------------------------------
+
+
+def test_values_are_checked_when_built() -> None:
+    with pytest.raises(ValueError, match="no reward"):
+        Turn(0, 0, 0, 0, TokenPayload.of([1], [-1.0], 0, reward=1.0))
+    with pytest.raises(TypeError, match="TokenPayload"):
+        Turn(0, 0, 0, 0, BytesPayload(b""))  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="ToolCall"):
+        Turn(0, 0, 0, 0, tp([1]), "call")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match=r"1\.\.255"):
+        ToolCall("", JsonPayload.of(1), "k")
+    with pytest.raises(ValueError, match=r"1\.\.255"):
+        ToolCall("n", JsonPayload.of(1), "k" * 256)
+    with pytest.raises(TypeError, match="JsonPayload"):
+        ToolCall("n", {"a": 1}, "k")  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="never pickled"):
+        Answer(0, 0, 0, 0, "k", JsonPayload.of(1), {"state": 1})  # type: ignore[arg-type]
+
+
+@given(
+    st.text(min_size=1, max_size=40).filter(lambda s: "/" not in s),
+    st.tuples(st.integers(0, U64), st.integers(0, U32), st.integers(0, U32), st.integers(0, U32)),
+    st.tuples(st.integers(0, U64), st.integers(0, U32), st.integers(0, U32), st.integers(0, U32)),
+)
+def test_call_keys_are_deterministic_and_distinct_per_call(
+    namespace: str, a: tuple[int, int, int, int], b: tuple[int, int, int, int]
+) -> None:
+    ka, kb = call_key(namespace, *a), call_key(namespace, *b)
+    assert ka == call_key(namespace, *a)
+    assert (ka == kb) == (a == b)
+    ToolCall("tool", JsonPayload.of(None), ka)  # every key fits a call
+    assert call_key(namespace + "x", *a) != ka
+
+
+def test_call_key_refuses_what_would_make_keys_collide_or_overflow() -> None:
+    with pytest.raises(ValueError, match="without '/'"):
+        call_key("a/b", 0, 0, 0, 0)
+    with pytest.raises(ValueError, match="without '/'"):
+        call_key("x" * 193, 0, 0, 0, 0)
+    with pytest.raises(ValueError, match="attempt"):
+        call_key("run", 0, 0, -1, 0)
+    with pytest.raises(TypeError, match="turn"):
+        call_key("run", 0, 0, 0, True)
+    assert len(call_key("x" * 192, U64, U32, U32, U32).encode()) <= 255
+
+
+# -- replay's episode rules --------------------------------------------------------
+
+
+def test_an_episode_replays_to_its_turns_and_its_pending_call() -> None:
+    recs: list[Record] = [
+        Turn(0, 0, 1, 0, tp([1]), call("k0")),
+        Answer(0, 0, 1, 0, "k0", JsonPayload.of("a0"), JsonPayload.of({"kv": 1})),
+        Turn(0, 0, 1, 1, tp([2]), call("k1")),
+    ]
+    st_ = replay(recs).get(0, 0)
+    assert st_ is not None
+    assert st_.turns == (
+        TurnState(tp([1]), call("k0"), JsonPayload.of("a0"), JsonPayload.of({"kv": 1})),
+        TurnState(tp([2]), call("k1")),
+    )
+    assert st_.pending == call("k1") and st_.answered == 1 and st_.payload == NO_TOKENS
+
+
+def test_a_new_attempt_continues_the_episode_and_fences_the_old_one() -> None:
+    recs: list[Record] = [
+        Turn(0, 0, 1, 0, tp([1]), call("k0")),
+        Answer(0, 0, 1, 0, "k0", JsonPayload.of("a0")),
+        Turn(0, 0, 1, 1, tp([2]), call("k1")),
+        # A new life retries the pending call under its key.
+        Answer(0, 0, 5, 1, "k1", JsonPayload.of("a1")),
+        # A late answer of the old attempt: fenced, never part of the episode.
+        Answer(0, 0, 1, 1, "k1", JsonPayload.of("late")),
+        Turn(0, 0, 5, 2, tp([3])),
+    ]
+    state = replay(recs)
+    got = state.get(0, 0)
+    assert got is not None and got.attempt == 5 and state.fenced == 1
+    assert [t.answer for t in got.turns] == [JsonPayload.of("a0"), JsonPayload.of("a1"), None]
+    assert got.pending is None
+
+
+def test_a_restart_keeps_nothing_and_a_seal_ends_the_episode() -> None:
+    recs: list[Record] = [
+        Turn(0, 0, 1, 0, tp([1]), call("k0")),
+        Turn(0, 0, 2, 0, tp([9]), call("k0'")),
+    ]
+    got = replay(recs).get(0, 0)
+    assert got is not None and got.turns == (TurnState(tp([9]), call("k0'")),)
+    sealed = replay([*recs, Answer(0, 0, 2, 0, "k0'", BytesPayload(b"")), Sealed(0, 0, 2, tp([9]))])
+    assert sealed.get(0, 0) == SiblingState(2, tp([9]), True)
+
+
+@pytest.mark.parametrize(
+    ("recs", "reason"),
+    [
+        ([Answer(0, 0, 0, 0, "k", BytesPayload(b""))], "no call is pending"),
+        (
+            [Turn(0, 0, 0, 0, tp([1]), call("k")), Answer(0, 0, 0, 0, "other", BytesPayload(b""))],
+            "an answer for key 'other'",
+        ),
+        (
+            [Turn(0, 0, 0, 0, tp([1]), call("k")), Answer(0, 0, 0, 1, "k", BytesPayload(b""))],
+            "at turn 1",
+        ),
+        ([Turn(0, 0, 0, 1, tp([1]))], "holds only 0 answered turns"),
+        ([Turn(0, 0, 0, 0, tp([1])), Turn(0, 0, 0, 2, tp([1]))], "turn 2 of attempt 0"),
+        (
+            [Turn(0, 0, 0, 0, tp([1]), call("k")), Turn(0, 0, 0, 1, tp([1]))],
+            "a call pending",
+        ),
+        (
+            [Turn(0, 0, 0, 0, tp([1]), call("k")), Turn(0, 0, 1, 1, tp([1]))],
+            "continues the episode at turn 1",
+        ),
+    ],
+)
+def test_a_turn_out_of_order_or_an_answer_for_an_unknown_key_is_a_typed_error(
+    recs: list[Record], reason: str
+) -> None:
+    with pytest.raises(JournalEpisodeError, match=reason) as info:
+        replay([Progress(9, 9, 0, BytesPayload(b"other")), *recs])
+    assert info.value.index == len(recs) and (info.value.ordinal, info.value.sibling) == (0, 0)
+    assert isinstance(info.value, JournalError)
+
+
+def test_fenced_turns_and_answers_are_ignored_not_refused() -> None:
+    recs: list[Record] = [
+        Turn(0, 0, 3, 0, tp([1]), call("k")),
+        Turn(0, 0, 2, 7, tp([1])),  # an older attempt: fenced, whatever it says
+        Answer(0, 0, 2, 9, "zz", BytesPayload(b"")),
+        Answer(0, 0, 3, 0, "k", BytesPayload(b"")),
+        Sealed(0, 0, 3, tp([1])),
+        Turn(0, 0, 3, 1, tp([1])),  # after the seal
+        Answer(0, 0, 3, 0, "k", BytesPayload(b"")),
+    ]
+    state = replay(recs)
+    assert state.fenced == 4 and state.get(0, 0) == SiblingState(3, tp([1]), True)
+
+
+def test_progress_of_the_current_attempt_keeps_the_turns_and_compaction_keeps_it() -> None:
+    recs: list[Record] = [
+        Turn(0, 0, 1, 0, tp([1]), call("k")),
+        Answer(0, 0, 1, 0, "k", JsonPayload.of(1)),
+        Progress(0, 0, 1, tp([7, 8])),  # tokens of turn 1 so far
+    ]
+    state = replay(recs)
+    got = state.get(0, 0)
+    assert got is not None and got.payload == tp([7, 8]) and len(got.turns) == 1
+    assert replay(compact(recs, range(1))) == state
+    # A newer attempt's progress restarts the sibling: the turns go.
+    again = replay([*recs, Progress(0, 0, 2, tp([1]))]).get(0, 0)
+    assert again == SiblingState(2, tp([1]), False)
+
+
+def test_reuse_within_keeps_the_young_leading_turns_whole() -> None:
+    recs: list[Record] = [
+        Turn(0, 0, 1, 0, tp([1, 2], version=5), call("k0")),
+        Answer(0, 0, 1, 0, "k0", JsonPayload.of(0)),
+        Turn(0, 0, 1, 1, tp([3], version=1), call("k1")),
+    ]
+    state = replay(recs)
+    young = reusable(state, Reuse.within(2), fork=5, step=6)
+    got = young.get(0, 0)
+    assert got is not None and [t.tokens for t in got.turns] == [tp([1, 2], version=5)]
+    assert got.pending is None
+    assert reusable(state, Reuse.within(0), fork=5, step=6).get(0, 0) is None
+    assert reusable(state, Reuse.everything(), fork=5, step=6) == state
+
+
+# -- the model and the machine -------------------------------------------------------
+
+
+class EpisodeMachine(RuleBasedStateMachine):
+    """Lives of one run writing episodes of a few siblings into one journal.
+
+    A life recovers (replay of the durable records), continues every
+    unfinished episode by the retry policy under a new attempt, and writes
+    turns and answers as the driver does: the call's intent durable before
+    the tool runs, the answer after. A crash loses what was not durable
+    (any suffix of the records since the last sync) and can strike between
+    the tool's execution and the answer's record. A stale attempt's answer
+    can reach the journal after a newer attempt's record. The tool executes
+    a key at most once and replays its recorded answer."""
+
+    SIBLINGS = ((0, 0), (0, 1), (1, 0))
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.durable: list[Record] = []
+        self.unsynced: list[Record] = []
+        self.attempt = 0
+        self.life: dict[tuple[int, int], SiblingState | None] = {}
+        self.attempts: dict[tuple[int, int], int] = {}
+        self.executed: dict[str, int] = {}  # key -> executions
+        self.answers: dict[str, JsonPayload] = {}
+        self.stale: list[Answer] = []
+        self.trained: list[tuple[TurnState, ...]] = []
+        self._start_life()
+
+    def _start_life(self) -> None:
+        state = replay(self.durable)
+        self.life = {}
+        for key in self.SIBLINGS:
+            got = state.get(*key)
+            if got is not None and got.sealed:
+                continue
+            self.attempt += 1
+            self.attempts[key] = self.attempt
+            self.life[key] = got
+
+    def _write(self, key: tuple[int, int], record: Turn | Answer | Sealed) -> SiblingState:
+        new = advance(self.life[key], record)
+        assert new is not None, "the writer's own record was fenced"
+        self.life[key] = new
+        self.unsynced.append(record)
+        return new
+
+    def _tool(self, key: str) -> JsonPayload:
+        if key not in self.answers:
+            self.executed[key] = self.executed.get(key, 0) + 1
+            self.answers[key] = JsonPayload.of([key, len(self.answers)])
+        return self.answers[key]
+
+    @rule(data=st.data())
+    def step(self, data: st.DataObject) -> None:
+        if not self.life:
+            return
+        key = data.draw(st.sampled_from(sorted(self.life)))
+        a = self.attempts[key]
+        cur = self.life[key]
+        turns = () if cur is None else cur.turns
+        if cur is not None and cur.pending is not None:
+            # The retry policy: the pending call again, under its stored key.
+            pending = cur.pending
+            self._write(key, Answer(*key, a, len(turns) - 1, pending.key, self._tool(pending.key)))
+            return
+        t = len(turns)
+        if t >= 3 or data.draw(st.integers(0, 4)) == 0:
+            done = self._write(key, Turn(*key, a, t, tp([t])))
+            self.trained.append(done.turns)
+            self._write(key, Sealed(*key, a, tp([x.tokens.tokens()[0] for x in done.turns])))
+            del self.life[key]
+            return
+        k = call_key("run", key[0], key[1], a, t)
+        self._write(key, Turn(*key, a, t, tp([t]), ToolCall("kv", JsonPayload.of(t), k)))
+        self.sync()  # write-ahead: the intent is durable before the call
+        answer = self._tool(k)
+        self.stale.append(Answer(*key, a, t, k, JsonPayload.of("stale")))
+        if data.draw(st.integers(0, 5)) == 0:
+            self.crash(0)  # between the tool's answer and its record
+            return
+        self._write(key, Answer(*key, a, t, k, answer))
+
+    @rule()
+    def sync(self) -> None:
+        self.durable += self.unsynced
+        self.unsynced = []
+
+    @rule(keep=st.integers(0, 8))
+    def crash(self, keep: int) -> None:
+        self.durable += self.unsynced[:keep]
+        self.unsynced = []
+        self._start_life()
+
+    @precondition(lambda self: bool(self.stale))
+    @rule()
+    def a_stale_answer_lands(self) -> None:
+        """An answer of an attempt a newer one superseded reaches the
+        journal late: replay ignores it (and so never trains it)."""
+        record = self.stale.pop()
+        self.sync()
+        current = replay(self.durable).get(record.ordinal, record.sibling)
+        if current is None or current.attempt <= record.attempt:
+            return  # not superseded yet: its writer would not be stale
+        before = replay(self.durable)
+        self.durable.append(record)
+        after = replay(self.durable)
+        assert after == before and after.fenced == before.fenced + 1
+
+    @rule(window=st.integers(0, 2))
+    def compact_journal(self, window: int) -> None:
+        self.sync()
+        kept = compact(self.durable, range(window, 2))
+        assert replay(kept) == replay(self.durable).restrict(range(window, 2))
+        if window == 0:
+            self.durable = list(kept)  # what a run does after a checkpoint at cut 0
+
+    @invariant()
+    def continuation_is_exact(self) -> None:
+        """What a new life would recover is exactly what this one wrote
+        durably: every live episode's turns, answers and pending call."""
+        if self.unsynced:
+            return
+        state = replay(self.durable)
+        for key, mine in self.life.items():
+            if mine is not None and mine.attempt == self.attempts[key]:
+                assert state.get(*key) == mine
+
+    @invariant()
+    def side_effects_at_most_once_per_key(self) -> None:
+        assert all(n == 1 for n in self.executed.values())
+
+    @invariant()
+    def no_stale_answer_is_trained(self) -> None:
+        episodes = [*self.trained, *(sib.turns for _o, _s, sib in replay(self.durable).siblings())]
+        for turns in episodes:
+            for t in turns:
+                if t.call is not None and t.answer is not None:
+                    assert t.answer == self.answers[t.call.key]
+
+
+TestEpisodeMachine = EpisodeMachine.TestCase
+TestEpisodeMachine.settings = budget(60)
+
+
+def test_a_version_2_journal_continued_by_this_release_reads_with_its_turns() -> None:
+    """A journal created before version 3 keeps its header when this release
+    continues it: its turn and answer frames are read (the module doc)."""
+    head = forge_frame(0, 0, forge_header_body(version=2))
+    frames = encode_records([TURN, ANSWER], first_seq=1, header=HEADER)
+    assert decode(head + frames).records == (TURN, ANSWER)
