@@ -5,7 +5,9 @@ Theory of operation
 -------------------
 A feeder task keeps up to ``max_in_flight`` requests generating. It takes
 groups from the collector (``take_samples``, which reports them
-dispatched) and only then starts one worker task per request. What a
+dispatched) and only then starts one worker task per request; siblings
+dealt beyond the room left (and restarted ones) wait in the loop until the
+feeder has room to start them. What a
 request is, is the loop's ``schedule``:
 
 * ``Schedule.GROUP`` (the default): one request of ``n = num_generations``
@@ -131,11 +133,11 @@ class RolloutError(Exception):
 class ScheduleError(FrontierError, TypeError):
     """The collector cannot drive the loop's schedule: under
     ``Schedule.SIBLING`` it lacks the ``SiblingCollector`` methods (raised
-    by the constructor, naming them), or ``take_samples`` handed out a group
-    with no leases that is not complete (a collector that deals whole
-    groups only, such as ``RankCollector``: raised out of ``until`` and the
-    ``async with``, with the group left outstanding and among those
-    ``aclose`` returns)."""
+    by the constructor, naming them: a ``RankCollector``, say), or
+    ``take_samples`` handed out a group with no leases that is not complete
+    (a collector whose ledger holds no siblings, whatever methods it has:
+    raised out of ``until`` and the ``async with``, with the group left
+    outstanding and among those ``aclose`` returns)."""
 
 
 class RolloutStalledError(TimeoutError):
