@@ -22,7 +22,9 @@ Bind a vLLM rollout loop (vLLM 0.33 on a GPU, or the CPU build
             await rollout.until(lambda: len(buffer) >= groups_per_step or rollout.idle)
             ...   # evict stale -> collector.evicted; train -> collector.trained; checkpoint
 
-``collector`` is a ``frontier_adapters.SampleCollector``; the loop
+``collector`` is a ``frontier_adapters.SampleCollector`` (a
+``SiblingCollector``; the group schedule needs only a ``Collector``, as a
+rank's ``RankCollector``); the loop
 reports dispatch (inside ``collector.take_samples``), landing and failure, and never
 decides coverage itself. Use the engine from one event loop for its whole
 life (``EngineLoopError`` otherwise). Streamed outputs
@@ -60,6 +62,8 @@ from ._loop import RolloutLoop as RolloutLoop
 from ._loop import RolloutStalledError as RolloutStalledError
 from ._loop import SampleProgress as SampleProgress
 from ._loop import Schedule as Schedule
+from ._loop import ScheduleError as ScheduleError
+from ._loop import SiblingCollector as SiblingCollector
 from ._loop import request_id_of as request_id_of
 from ._vllm import VllmEngine as VllmEngine
 from ._vllm import continued_prompt as continued_prompt
@@ -90,13 +94,15 @@ __all__ = [
     "RolloutStalledError",
     "SampleProgress",
     "Schedule",
+    "ScheduleError",
+    "SiblingCollector",
     "VllmEngine",
     "check_event_loop",
     "continued_prompt",
     "loopback_environ",
     "remaining_tokens",
-    "sample_params",
     "request_id_of",
+    "sample_params",
     "sample_seed",
     "vllm_sample_params",
     "vllm_sampling_params",

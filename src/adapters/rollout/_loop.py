@@ -5,7 +5,9 @@ Theory of operation
 -------------------
 A feeder task keeps up to ``max_in_flight`` requests generating. It takes
 groups from the collector (``take_samples``, which reports them
-dispatched) and only then starts one worker task per request. What a
+dispatched) and only then starts one worker task per request; siblings
+dealt beyond the room left (and restarted ones) wait in the loop until the
+feeder has room to start them. What a
 request is, is the loop's ``schedule``:
 
 * ``Schedule.GROUP`` (the default): one request of ``n = num_generations``
@@ -100,8 +102,9 @@ from __future__ import annotations
 import asyncio
 import enum
 import sys
+from collections import deque
 from collections.abc import Callable, Hashable, Iterable, Sequence
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 import attrs
 
@@ -122,7 +125,19 @@ from ._engine import (
 
 class RolloutError(Exception):
     """A request ended without a usable group (reported to the ledger as a
-    failure; never raised out of the loop)."""
+    failure, and the loop goes on), or the loop cannot build a group it was
+    handed (a reused sibling with no journaled sample: ``until`` and the
+    ``async with`` raise it, and the loop stops)."""
+
+
+class ScheduleError(FrontierError, TypeError):
+    """The collector cannot drive the loop's schedule: under
+    ``Schedule.SIBLING`` it lacks the ``SiblingCollector`` methods (raised
+    by the constructor, naming them: a ``RankCollector``, say), or
+    ``take_samples`` handed out a group with no leases that is not complete
+    (a collector whose ledger holds no siblings, whatever methods it has:
+    raised out of ``until`` and the ``async with``, with the group left
+    outstanding and among those ``aclose`` returns)."""
 
 
 class RolloutStalledError(TimeoutError):
@@ -141,15 +156,11 @@ class Schedule(enum.Enum):
 
 
 class Collector(Protocol):
-    """What the loop needs of the stamping collector: groups with their
-    leases (``take_samples``), the group events of ``Schedule.GROUP``
-    (``attempts``, ``landed``, ``failed``) and the sibling events of
-    ``Schedule.SIBLING`` (``sealed``, ``failed_samples``, ``restart``,
-    ``completes``, ``land_complete``); ``journal`` is the rollout journal
-    the collector reserves attempts in (the loop binds its own to a
-    collector that has none)."""
-
-    journal: RolloutJournal | None
+    """What the loop needs of the stamping collector under
+    ``Schedule.GROUP``: groups (``take_samples``; their leases are not
+    used) and the group events (``attempts``, ``landed``, ``failed``).
+    ``StreamCollector``'s per-rank form ``RankCollector`` is one;
+    ``Schedule.SIBLING`` needs a ``SiblingCollector``."""
 
     @property
     def exhausted(self) -> bool: ...
@@ -163,6 +174,17 @@ class Collector(Protocol):
 
     def failed(self, ordinals: Iterable[int]) -> Effect: ...
 
+
+class SiblingCollector(Collector, Protocol):
+    """What ``Schedule.SIBLING`` needs on top of ``Collector`` (a
+    ``SampleCollector`` is one): groups handed out with a lease per sibling
+    to generate, the sibling events (``sealed``, ``failed_samples``,
+    ``restart``, ``completes``, ``land_complete``), and ``journal``, the
+    rollout journal the collector reserves attempts in (the loop binds its
+    own to a collector that has none)."""
+
+    journal: RolloutJournal | None
+
     def land_complete(self, ordinals: Iterable[int]) -> None: ...
 
     def sealed(self, leases: Iterable[Iterable[int]]) -> Effect: ...
@@ -175,6 +197,10 @@ class Collector(Protocol):
         """Whether sealing ``lease`` now would land its group."""
 
 
+#: The members a ``SiblingCollector`` adds, checked when the loop is built.
+_SIBLING_MEMBERS = ("journal", "sealed", "failed_samples", "restart", "completes", "land_complete")
+
+
 @attrs.frozen
 class Group:
     """The samples of one prompt, in ``index`` (sibling) order.
@@ -185,7 +211,10 @@ class Group:
     ``Schedule.GROUP``, the ledger's count of the ordinal's failed attempts
     (failures and stale evictions, across restarts) when it was dispatched,
     as in the request id; for ``Schedule.SIBLING`` the highest attempt of
-    its samples."""
+    its samples. ``request_id`` is ``request_id_of(ordinal, attempt)``: the
+    request that generated the group, or, for ``Schedule.SIBLING``, where
+    each sample had a request of its own, the same spelling of the
+    group's ``attempt``."""
 
     ordinal: int
     row: Any
@@ -373,9 +402,14 @@ class RolloutLoop:
     (``RolloutJournal.cover``). Without a journal nothing is journaled and
     nothing continued.
 
-    ``max_in_flight`` bounds the requests generating at once and, with
-    ``max_ahead``, at most that many groups are generating or waiting in
-    the sink (back pressure from the trainer). ``timeout`` bounds each
+    ``max_in_flight`` bounds the requests the engine has at once, under
+    either schedule (under ``Schedule.SIBLING`` a group larger than the
+    room left is dealt whole and its siblings wait in the loop, dispatched
+    in the ledger, until requests end; a restarted sibling waits the same
+    way). With ``max_ahead``, no group is taken while that many are
+    generating, waiting for room or waiting in the sink (back pressure
+    from the trainer; under ``Schedule.GROUP`` no more are taken than would
+    reach it). ``timeout`` bounds each
     request in seconds. ``version()`` is the current policy version,
     stamped on each request at dispatch. ``fatal_errors`` (default: the
     engine's ``fatal_errors`` attribute; for a bare vLLM ``AsyncLLM``,
@@ -433,9 +467,20 @@ class RolloutLoop:
             raise ValueError("under schedule='sibling' a group has the ledger's samples")
         elif not callable(sampling_params):
             raise TypeError("under schedule='sibling' sampling_params(lease, prefix_len) is called")
+        else:
+            missing = [m for m in _SIBLING_MEMBERS if not hasattr(collector, m)]
+            if missing:
+                raise ScheduleError(
+                    f"schedule='sibling' needs a SiblingCollector (a SampleCollector): "
+                    f"{type(collector).__name__} has no {', '.join(missing)}; it deals whole "
+                    "groups, so use schedule='group'"
+                )
         if max_in_flight < 1:
             raise ValueError(f"max_in_flight must be >= 1, got {max_in_flight}")
         self.collector = collector
+        #: The collector as a ``SiblingCollector`` (``Schedule.SIBLING``
+        #: only: checked above).
+        self._siblings = cast(SiblingCollector, collector)
         self.engine = engine
         self.sink = sink
         self.schedule = schedule
@@ -461,10 +506,10 @@ class RolloutLoop:
             recovered = journal.recover(
                 None, position=None, checkpoint_id=None, reuse=Reuse.nothing(), fork=0, step=0
             )
-        if journal is not None and collector.journal is None:
+        if journal is not None and self._siblings.journal is None:
             # Safe by construction: the collector reserves every attempt in
             # the journal before it deals it (``RolloutJournal.cover``).
-            collector.journal = journal
+            self._siblings.journal = journal
         self.journal = journal
         self.recovered = recovered
         self._tasks: dict[Hashable, asyncio.Task[None]] = {}
@@ -482,6 +527,9 @@ class RolloutLoop:
         #: or was evicted whole: it is generated anew then).
         self._prefixes: dict[tuple[int, int], TokenPayload] = {}
         self._offered: set[int] = set()
+        #: Siblings dealt (dispatched in the ledger) and waiting for room
+        #: under ``max_in_flight`` (``Schedule.SIBLING``), in order.
+        self._waiting: deque[Lease] = deque()
         self._feeder: asyncio.Task[None] | None = None
         self._wake = asyncio.Event()
         self._waiters: list[asyncio.Future[None]] = []
@@ -501,6 +549,7 @@ class RolloutLoop:
         those generating, and those left outstanding by a stop or a
         shutdown (the ledger holds them OUTSTANDING until a resume)."""
         live = {r.ordinal for r in self._requests.values() if not r.released}
+        live.update(lease.ordinal for lease in self._waiting)
         return tuple(sorted(live | self._stranded))
 
     def partial(self, ordinal: int) -> dict[int, tuple[int, ...]]:
@@ -520,8 +569,9 @@ class RolloutLoop:
 
     @property
     def idle(self) -> bool:
-        """Nothing generating and nothing left to take."""
-        return not self._tasks and self.collector.exhausted
+        """Nothing generating, nothing waiting for room and nothing left to
+        take."""
+        return not self._tasks and not self._waiting and self.collector.exhausted
 
     # -- lifecycle ------------------------------------------------------------
 
@@ -625,26 +675,32 @@ class RolloutLoop:
     # -- the feeder -------------------------------------------------------------
 
     def room(self) -> int:
-        """How many more requests may start now. With ``max_ahead``, no
-        group starts while that many are generating or waiting in the sink
-        (``Schedule.GROUP``: no more than would reach it)."""
-        n = self.max_in_flight - len(self._tasks)
+        """How many more groups' requests may start now: requests the
+        engine may still take under ``max_in_flight``, less the siblings
+        waiting for room. With ``max_ahead``, 0 while that many groups are
+        generating, waiting or in the sink (``Schedule.GROUP``: no more
+        than would reach it)."""
+        n = self.max_in_flight - len(self._tasks) - len(self._waiting)
         if self.max_ahead is not None:
-            generating = len({req.ordinal for req in self._requests.values()})
+            if self.schedule is Schedule.GROUP:
+                generating = len({req.ordinal for req in self._requests.values()})
+            else:
+                generating = len(self._groups)  # dealt and not landed
             ahead = self.max_ahead - generating - len(self.sink)
             n = min(n, ahead) if self.schedule is Schedule.GROUP else n if ahead > 0 else 0
         return max(0, n)
 
     def fill(self) -> int:
-        """Take groups while there is room for their requests, start their
-        workers and land groups whose every sibling was reused; returns the
-        requests started. The collector reports the groups dispatched inside
-        ``take_samples``, before any request is submitted. Takes nothing
-        once the loop is closing or stopped."""
-        started = 0
+        """Start the siblings waiting for room, then take groups while there
+        is room for their requests, start their workers and land groups
+        whose every sibling was reused; returns the requests started. The
+        collector reports the groups dispatched inside ``take_samples``,
+        before any request is submitted. Takes and starts nothing once the
+        loop is closing or stopped."""
+        started = self._start_waiting()
         while not self._closing and self._error is None and (n := self.room()) > 0:
             # A sibling schedule takes a group at a time: its size is known
-            # only once it is taken, and ``room`` counts its samples.
+            # only once it is taken.
             taken = self.collector.take_samples(n if self.schedule is Schedule.GROUP else 1)
             if not taken:
                 break
@@ -652,20 +708,49 @@ class RolloutLoop:
                 try:
                     started += self._start_group(t)
                 except BaseException:
-                    # The feeder dies with it (``until`` raises it); the
-                    # groups dispatched with this one stay outstanding in
-                    # the ledger, and ``aclose`` must return them.
-                    self._stranded.update(u.ordinal for u in taken[i + 1 :] if not u.complete)
+                    # The feeder dies with it (``until`` raises it); this
+                    # group and those dispatched with it stay outstanding
+                    # in the ledger (a complete one was not dispatched),
+                    # and ``aclose`` must return them.
+                    self._stranded.update(u.ordinal for u in taken[i:] if not u.complete)
                     raise
+            started += self._start_waiting()
+        return started
+
+    def _start_waiting(self) -> int:
+        """Start siblings waiting for room, as many as ``max_in_flight``
+        allows; returns how many."""
+        started = 0
+        while (
+            self._waiting
+            and not self._closing
+            and self._error is None
+            and len(self._tasks) < self.max_in_flight
+        ):
+            lease = self._waiting.popleft()
+            try:
+                self._start_sibling(lease)
+            except BaseException:
+                self._stranded.add(lease.ordinal)  # dealt, and now generating nowhere
+                raise
+            started += 1
         return started
 
     def _start_group(self, taken: Taken) -> int:
+        """Start ``taken``'s request (``Schedule.GROUP``), or file the group
+        and queue its leases for ``_start_waiting`` (``Schedule.SIBLING``);
+        returns the requests started."""
         o = taken.ordinal
         self._stranded.discard(o)  # taken again (the collector resumed)
         if self.schedule is Schedule.GROUP and not taken.complete:
             attempt = self.collector.attempts(o)
             self._start(_Request(o, taken.row, attempt, self.version()))
             return 1
+        if not taken.leases and not taken.complete:
+            raise ScheduleError(
+                f"schedule='sibling' was handed group {o} with no leases: "
+                f"{type(self.collector).__name__} deals whole groups; use schedule='group'"
+            )
         size = len(taken.leases) + len(taken.reused)
         self._groups[o] = (taken.row, self.version(), size)
         if self.recovered is not None and o not in self._offered:
@@ -680,13 +765,18 @@ class RolloutLoop:
         if taken.complete:
             self._land_group(o, None)
             return 0
-        for lease in taken.leases:
-            self._start_sibling(lease)
-        return len(taken.leases)
+        self._waiting.extend(taken.leases)
+        return 0
 
     def _journaled(self, lease: Lease) -> TokenPayload:
         if self.recovered is None:
-            raise RolloutError(f"{lease} was reused but the loop has no recovered journal")
+            raise RolloutError(
+                f"{lease} was reused (the collector resumed with its sample sealed) but the "
+                "loop has no recovered journal to take it from: pass recovered= (from "
+                "RolloutJournal.recover) with schedule='sibling', or resume the collector "
+                "with sealed=() so that every sibling is generated again (the only way "
+                "under schedule='group')"
+            )
         payload = self.recovered.sample(lease)
         if not isinstance(payload, TokenPayload):
             raise RolloutError(f"the journal's sample of {lease} is not a token sample")
@@ -952,7 +1042,14 @@ class RolloutLoop:
                 req.refused = True
                 raise
             self.collector.landed([req.ordinal])
-            self._emit("land", req.ordinal, req.request_id)
+            # Buffered now: an event observer that raises stops the loop (as
+            # under ``Schedule.SIBLING``), with the ordinal not outstanding.
+            req.landed = req.released = True
+            try:
+                self._emit("land", req.ordinal, req.request_id)
+            except Exception:
+                req.refused = True
+                raise
         else:
             self._seal(req, reasons[0])
         req.landed = req.released = True
@@ -964,20 +1061,21 @@ class RolloutLoop:
         payload = self._payload(req)
         key = (lease.ordinal, lease.sibling)
         try:
-            if self.collector.completes(lease):
+            if self._siblings.completes(lease):
                 # The group's last sibling: the sink takes the group first,
                 # then the ledger seals and lands it, in this one
                 # synchronous stretch.
                 self._sealed[key] = (lease, payload, reason, req.offset)
                 try:
-                    self._land_group(lease.ordinal, lease)
+                    self._land_group(lease.ordinal, req)
                 except BaseException:
                     # The sink refused the group (or the journal failed): not
-                    # this sample's failure. Stop the loop; the sibling stays
+                    # this sample's failure. Stop the loop; unless the ledger
+                    # landed the group (``req.released``), the sibling stays
                     # running in the ledger and a resume generates it again.
-                    del self._sealed[key]
+                    self._sealed.pop(key, None)
                     raise
-            elif lease in self.collector.sealed([lease]).sealed:
+            elif lease in self._siblings.sealed([lease]).sealed:
                 self._sealed[key] = (lease, payload, reason, req.offset)
                 if self.journal is not None:
                     self.journal.sealed(lease, payload)
@@ -1005,10 +1103,11 @@ class RolloutLoop:
                 oldest = min(oldest, version)
         return oldest
 
-    def _land_group(self, ordinal: int, last: Lease | None) -> None:
+    def _land_group(self, ordinal: int, last: _Request | None) -> None:
         """Land a sibling-scheduled group: in the sink, then in the ledger
-        (sealing its ``last`` sibling, or, with ``None``, a group whose every
-        sibling was reused)."""
+        (sealing the lease of ``last``, the request of its last sibling,
+        which is released then; or, with ``None``, a group whose every
+        sibling was reused), then journal that sample."""
         row, _, size = self._groups[ordinal]
         parts = [self._sealed[(ordinal, s)] for s in range(size)]
         payloads = tuple(p for _, p, _, _ in parts)
@@ -1018,27 +1117,37 @@ class RolloutLoop:
             completions=tuple(tuple(p.tokens()) for p in payloads),
             finish_reasons=tuple(r for _, _, r, _ in parts),
             version=self._oldest(ordinal, parts),
-            attempt=max(lease.attempt for lease, _, _, _ in parts),
-            request_id=f"o{ordinal}",
+            attempt=(attempt := max(lease.attempt for lease, _, _, _ in parts)),
+            request_id=request_id_of(ordinal, attempt),
             samples=payloads,
         )
         self.sink.add(group)  # raises: the loop stops, nothing is reported
         if last is None:
-            self.collector.land_complete([ordinal])
+            self._siblings.land_complete([ordinal])
+            self._forget(ordinal)
         else:
-            effect = self.collector.sealed([last])
+            assert last.lease is not None
+            effect = self._siblings.sealed([last.lease])
             assert effect.landed == (ordinal,), effect
+            # Buffered now: whatever raises next (the journal, the event
+            # observer) stops the loop, but the ordinal is not outstanding.
+            last.landed = last.released = True
+            payload = self._sealed[(ordinal, last.lease.sibling)][1]
+            self._forget(ordinal)
             if self.journal is not None:
-                self.journal.sealed(last, self._sealed[(ordinal, last.sibling)][1])
-        self._forget(ordinal)
+                self.journal.sealed(last.lease, payload)
         self._emit("land", ordinal, group.request_id)
 
     def _forget(self, ordinal: int) -> None:
-        """Drop what the loop holds of a sibling-scheduled group."""
+        """Drop what the loop holds of a sibling-scheduled group that left
+        the outstanding state (landed, or failed whole)."""
         _, _, size = self._groups.pop(ordinal, (None, 0, 0))
         for s in range(size):
             self._sealed.pop((ordinal, s), None)
             self._prefixes.pop((ordinal, s), None)
+        if any(lease.ordinal == ordinal for lease in self._waiting):
+            self._waiting = deque(le for le in self._waiting if le.ordinal != ordinal)
+        self._stranded.discard(ordinal)
 
     def _failed(self, req: _Request, detail: str) -> None:
         if req.released:
@@ -1048,7 +1157,7 @@ class RolloutLoop:
         if req.lease is None:
             effect = self.collector.failed([req.ordinal])
         else:
-            effect = self.collector.failed_samples([req.lease])
+            effect = self._siblings.failed_samples([req.lease])
         req.released = True
         self._emit("fail", req.ordinal, req.request_id, detail)
         if effect.fenced:
@@ -1067,8 +1176,18 @@ class RolloutLoop:
                             task.cancel()
             if o not in effect.unstamped:
                 self._emit("requeue" if o in effect.requeued else "drop", o, req.request_id)
+        if effect.restart:
+            try:
+                leases = self._siblings.restart(effect.restart)
+            except BaseException:
+                # The ledger refused the restart (past ``attempt_limit``, a
+                # journal that failed to reserve): the loop stops, and the
+                # group, outstanding in the ledger with no request left for
+                # this sibling, is among the ordinals ``aclose`` returns.
+                self._stranded.update(o for o, _ in effect.restart)
+                raise
+            # Started by the feeder, within ``max_in_flight``.
+            self._waiting.extend(leases)
         if effect.dropped and self.on_dropped is not None:
             self.on_dropped(effect.dropped)
-        for lease in self.collector.restart(effect.restart) if effect.restart else ():
-            self._start_sibling(lease)
         self._notify()

@@ -108,7 +108,7 @@ def vllm_sampling_params(
     )
 
 
-# -- the sample-level loop ----------------------------------------------------------
+# -- one request per sibling (schedule="sibling") -----------------------------------
 
 
 def continued_prompt(

@@ -192,9 +192,10 @@ class RankCollector:
         return [(g(o), row) for o, row in self.collector.take(n)]
 
     def take_samples(self, n: int) -> list[Taken]:
-        """``take``'s groups as ``Taken`` values, for ``RolloutLoop``: the
-        rank's ledger holds no sibling detail, so they carry no leases and
-        the loop can only schedule whole groups (``Schedule.GROUP``)."""
+        """``take``'s groups as ``Taken`` values, for ``RolloutLoop``'s
+        group schedule (a rank collector is a ``rollout.Collector``): the
+        rank's ledger holds no sibling detail, so they carry no leases, and
+        ``schedule="sibling"`` refuses this collector (``ScheduleError``)."""
         return [Taken(o, row, (), (), False) for o, row in self.take(n)]
 
     def landed(self, ordinals: Iterable[int]) -> None:

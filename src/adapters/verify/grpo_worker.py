@@ -60,7 +60,7 @@ import warnings
 from collections import deque
 from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from pathlib import Path
-from typing import Any, NoReturn, cast
+from typing import Any, cast
 
 import attrs
 import torch
@@ -171,8 +171,6 @@ class LiveCursorCollector:
         self._rows: dict[int, Any] = {}
         self._attempts: dict[int, int] = {}
         self._done = False
-        #: Nothing is reserved: the legacy binding has no journal.
-        self.journal: RolloutJournal | None = None
         if start:
             source.sampler.seek(start)
 
@@ -209,11 +207,6 @@ class LiveCursorCollector:
 
     def landed(self, ordinals: Iterable[int]) -> None:
         pass
-
-    def _whole_groups_only(self, *_: object) -> NoReturn:
-        raise TypeError("the legacy binding generates whole groups (Schedule.GROUP)")
-
-    sealed = failed_samples = restart = completes = land_complete = _whole_groups_only
 
     def trained(self, ordinals: Iterable[int]) -> None:
         for o in ordinals:
