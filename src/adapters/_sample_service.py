@@ -100,8 +100,8 @@ from frontier_core.journal import (
     TokenPayload,
 )
 
-from ._collector import StreamSource
-from ._samples import SampleCollector, Taken
+from ._collector import StreamCollector as SampleCollector
+from ._collector import StreamSource, Taken
 from ._state import KEY_FORMAT, KEY_VERSION, check_state
 from .journal import JournalFileError, Recovered, RolloutJournal
 
@@ -370,7 +370,7 @@ class SampleLedgerService:
             else:
                 self._restore(state, load_replay_buffer, reuse or Reuse.everything())
             #: This incarnation's first attempt: every lease below it is foreign.
-            self.floor = max(self._collector.samples.next_attempt, self._journal.attempt_floor or 0)
+            self.floor = max(self._collector.ledger.next_attempt, self._journal.attempt_floor or 0)
         except BaseException:
             self._journal.close()
             raise
@@ -597,7 +597,7 @@ class SampleLedgerService:
 
     def status(self) -> dict[str, Any]:
         """Counters and sizes, for progress and tests."""
-        ledger = self._collector.samples
+        ledger = self._collector.ledger
         return {
             **self.stats,
             "incarnation": self._incarnation,

@@ -40,7 +40,8 @@ from typing import Any
 from frontier_core import Lease
 from frontier_core.journal import Reuse, SiblingState, TokenPayload, lineage_version
 
-from .._samples import SampleCollector, Taken
+from .._collector import StreamCollector as SampleCollector  # merged: issue 22
+from .._collector import Taken
 from ..journal import Recovered, RolloutJournal, resumed_sample
 from ._engine import USABLE, AsyncEngine
 from ._loop import (

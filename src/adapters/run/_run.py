@@ -63,8 +63,7 @@ from frontier_core import (
 from frontier_core._errors import shown
 from frontier_core.journal import CommitPolicy, Payload, Reuse, TokenPayload
 
-from .._collector import StreamSource
-from .._samples import SampleCollector, Taken
+from .._collector import StreamCollector, StreamSource, Taken
 from .._state import KEY_FORMAT, KEY_VERSION, check_state
 from ..checkpoints import LoadedCheckpoint, PartCodec, read_checkpoint, write_checkpoint
 from ..journal import RESERVE, SEGMENT_SECONDS, JournalShipError, Recovered, RolloutJournal, Shipper
@@ -159,7 +158,7 @@ class Run:
         *,
         root: Path,
         checkpoints: str | Path,
-        collector: SampleCollector,
+        collector: StreamCollector,
         journal: RolloutJournal,
         recovered: Recovered,
         resumed: LoadedCheckpoint | None,
@@ -303,7 +302,7 @@ class Run:
                 )
             lineage = saved[_KEY_LINEAGE]
         lineage = DEFAULT_LINEAGE if lineage is None else lineage
-        collector = SampleCollector(source, config, reserve=reserve)
+        collector = StreamCollector(source, config, reserve=reserve)
         journal = RolloutJournal(
             root / "journal",
             fingerprint=fingerprint,
@@ -371,7 +370,7 @@ class Run:
     @property
     def ledger(self) -> Ledger:
         """The current ledger (an immutable value)."""
-        return self.collector.samples
+        return self.collector.ledger
 
     @property
     def drained(self) -> bool:
@@ -557,7 +556,7 @@ class Run:
             codec=self._codec,
             keep=self._keep,
         )
-        self.journal.compact(range(self.collector.samples.cut, _END))
+        self.journal.compact(range(self.collector.ledger.cut, _END))
         self.step = step
         c = self._counters
         c.checkpoints += 1
@@ -686,7 +685,7 @@ class Run:
         ``window`` (the live ordinals: pending, generating or buffered),
         ``in_flight`` (groups generating), ``attempts_reserved`` and ``step``."""
         c = self._counters
-        ledger = self.collector.samples
+        ledger = self.collector.ledger
         writer, shipper = self.journal.writer, self.journal.shipper
         return {
             "tokens_reused": float(c.tokens_reused),

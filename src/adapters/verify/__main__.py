@@ -88,7 +88,7 @@ def _configure_grpo_worker(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--journal",
         action="store_true",
-        help="the sample-level life: SampleCollector, SampleRolloutLoop and a RolloutJournal "
+        help="the sample-level life: StreamCollector, SampleRolloutLoop and a RolloutJournal "
         "(frontier mode, CPU engine)",
     )
     p.add_argument(

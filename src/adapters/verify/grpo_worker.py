@@ -21,7 +21,7 @@ remainder at the checkpoint are never trained. Failure attempts live in
 memory only, as they did.
 
 ``--journal`` runs the life sample by sample instead (``run_journal``, CPU
-engine, frontier mode): a ``SampleCollector`` over a ``Ledger``, a
+engine, frontier mode): a ``StreamCollector`` over a ``Ledger``, a
 ``SampleRolloutLoop`` that sends each sibling as a request of its own,
 streamed, and a ``RolloutJournal`` with group commit that records each
 sealed sample and each running one every ``--progress-every`` tokens; each
@@ -79,7 +79,6 @@ from frontier_core.journal import (
 )
 
 from .._collector import StreamCollector
-from .._samples import SampleCollector
 from ..examples.cpu_engine import CUMULATIVE, CpuEngine, CpuSamplingParams, TinyCausalLM
 from ..examples.grpo import grpo_step, make_prompts, reward
 from ..journal import RolloutJournal, read_journal
@@ -255,7 +254,7 @@ class WorkerArgs:
     step_pause: float = 0.0  # sleep after each step
     #: Chance that a resume does not restore the replay buffer (seeded per life).
     skip_buffer_restore: float = 0.25
-    #: The sample-level life (``run_journal``): a ``SampleCollector``, a
+    #: The sample-level life (``run_journal``): a ``StreamCollector``, a
     #: ``SampleRolloutLoop`` (one request per sibling) and a
     #: ``RolloutJournal`` (frontier mode and the CPU engine only).
     journal: bool = False
@@ -744,14 +743,14 @@ class AttemptSink:
     of the dead branch counts its age through the fork), so the buffer's
     age limit holds for what a resume took from the journal too."""
 
-    def __init__(self, buffer: ReplayBuffer, collector: SampleCollector) -> None:
+    def __init__(self, buffer: ReplayBuffer, collector: StreamCollector) -> None:
         self.buffer = buffer
         self.collector = collector
         #: ordinal -> the attempt of each sibling, for the buffered groups.
         self.attempts: dict[int, list[int]] = {}
 
     def add(self, group: Group) -> None:
-        ledger = self.collector.samples
+        ledger = self.collector.ledger
         attempts = []
         for s in range(self.collector.config.samples):
             detail = ledger.sibling(group.ordinal, s)
@@ -827,7 +826,7 @@ def run_journal(args: WorkerArgs) -> int:
     )
     buffer, counters = life.buffer, life.counters
     n = args.num_generations
-    collector = SampleCollector(life.source, life.config(samples=n))
+    collector = StreamCollector(life.source, life.config(samples=n))
     sink = AttemptSink(buffer, collector)
     journal_path = workdir / JOURNAL_NAME
     lineage_id = lineage(workdir)
@@ -913,7 +912,7 @@ def run_journal(args: WorkerArgs) -> int:
                 }
             )
 
-        checkpoint_journal(journal, checkpoint_id=life.step, cut=collector.samples.cut, write=write)
+        checkpoint_journal(journal, checkpoint_id=life.step, cut=collector.ledger.cut, write=write)
 
     def committed() -> None:
         checkpoint()
@@ -987,7 +986,7 @@ def run_journal(args: WorkerArgs) -> int:
 
     asyncio.run(train())
     if not collector.drained:
-        raise RuntimeError(f"stream not drained: cut {collector.samples.cut}")
+        raise RuntimeError(f"stream not drained: cut {collector.ledger.cut}")
     journal.close()
     token_log.close()
     return life.finish()

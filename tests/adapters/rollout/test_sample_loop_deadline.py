@@ -16,7 +16,7 @@ from collections.abc import AsyncIterator, Coroutine
 from typing import Any, TypeVar
 
 import pytest
-from frontier_adapters import SampleCollector, SequenceSource, StreamCollector
+from frontier_adapters import SequenceSource, StreamCollector
 from frontier_adapters.rollout import RolloutLoop, SampleRolloutLoop, sample_request_id
 from frontier_adapters.rollout._engine import Completion, RequestOutput
 from frontier_adapters.rollout._loop import RolloutStalledError
@@ -101,7 +101,7 @@ def test_a_loop_whose_groups_all_landed_or_dropped_goes_idle(
     land, and the loop goes idle with nothing in flight."""
     doomed = {o for o in doomed if o < prompts}
     source = SequenceSource([[o] for o in range(prompts)], batch_size=2)
-    collector = SampleCollector(
+    collector = StreamCollector(
         source,
         LedgerConfig(
             stream_len=prompts,
@@ -140,7 +140,7 @@ def test_the_demo_case_three_siblings_failing_in_one_turn_drop_their_group() -> 
     siblings, the third drops the group in the same turn, before those
     restarts ran. The loop is idle then, and nothing was generated for the
     cancelled restarts."""
-    collector = SampleCollector(
+    collector = StreamCollector(
         SequenceSource([[0]], batch_size=1),
         LedgerConfig(
             stream_len=1,
