@@ -194,6 +194,9 @@ class StreamCollector:
         self._rows: dict[int, Any] = {}
         self._pending: deque[int] = deque()
         self._retry: deque[int] = deque()
+        #: Groups not dispatched since a resume kept sealed siblings of them:
+        #: the only ones a dispatch may find siblings of already sealed.
+        self._kept: set[int] = set()
         self._source_done = False
 
     # -- queries ------------------------------------------------------------
@@ -309,23 +312,25 @@ class StreamCollector:
     def _take(self, chosen: list[int], *, whole: bool) -> list[Taken]:
         ledger = self._ledger
         k = self.config.samples
-        held = {o: [ledger.sibling(o, s) for s in range(k)] for o in chosen}
-        sealed = {o: sum(d is not None and d[0] is Sibling.SEALED for d in held[o]) for o in chosen}
+        kept = [o for o in chosen if o in self._kept] if self._kept else []
+        held = {o: [ledger.sibling(o, s) for s in range(k)] for o in kept}
+        sealed = {o: sum(d is not None and d[0] is Sibling.SEALED for d in held[o]) for o in kept}
         if whole and any(sealed.values()):
             raise IllegalTransitionError(
                 "take",
-                [o for o in chosen if sealed[o]],
+                [o for o in kept if sealed[o]],
                 "these groups hold siblings a resume kept: take them with take_samples, "
                 "which hands their samples back",
             )
-        complete = {o for o in chosen if sealed[o] == k}
+        complete = {o for o in kept if sealed[o] == k}
         rest = [o for o in chosen if o not in complete]
         leases: dict[int, list[Lease]] = {o: [] for o in chosen}
         reused: dict[int, list[Lease]] = {o: [] for o in chosen}
         if rest:
-            ledger = self._cover(sum(k - sealed[o] for o in rest))
+            ledger = self._cover(k * len(rest) - sum(sealed.get(o, 0) for o in rest))
             applied = ledger.dispatch(rest)
             self._ledger = applied.ledger
+            self._kept.difference_update(rest)
             for lease in applied.effect.leases:
                 leases[lease.ordinal].append(lease)
             for lease in applied.effect.reused:
@@ -348,6 +353,7 @@ class StreamCollector:
                 "land_complete", ordinals, "not every sibling of these groups is sealed"
             )
         self._ledger = applied.ledger
+        self._kept.difference_update(ordinals)
 
     def _choose(self, n: int) -> tuple[list[int], int]:
         """Up to ``n`` pending ordinals, retried ones first, pulling batches
@@ -579,5 +585,6 @@ class StreamCollector:
         self._rows.clear()
         self._pending.clear()
         self._retry.clear()
+        self._kept = {x.ordinal for x in resumed.reused}
         self._source_done = False
         return resumed
