@@ -20,7 +20,8 @@ attempt continues (a ``TokenPayload``: the worker generates the rest and
 seals prefix + rest). Groups are dispatched whole through the ledger and
 their tasks queued, so one group's siblings may go to several workers.
 Workers report with ``report(sealed=[(lease, payload)], failed=[lease],
-progress=[(lease, payload)])``. The service is the single writer:
+progress=[(lease, payload)], incarnation=assignment.incarnation)``. The
+service is the single writer:
 
 * a result counts only if its lease is its sibling's *current* attempt
   (``StreamCollector.current``); anything else is *stale* and refused: a
@@ -28,13 +29,14 @@ progress=[(lease, payload)])``. The service is the single writer:
   worker of a previous incarnation of the service. Stale results are never
   journaled, never buffered, never trained.
 * an accepted seal is applied to the ledger, then journaled
-  (``RolloutJournal.sealed``, with a journal); when a group's last sibling seals, the group
-  goes to the buffer in the same call (``SampleGroup``: its leases and
-  samples in sibling order). A group whose siblings all came back from the
-  journal is added to the buffer and then landed (``land_complete``).
-* accepted progress (a running sample's whole snapshot so far) is
-  journaled (with a journal), and remembered: a new attempt of that sibling, after a failure
-  or a worker's death, continues from it.
+  (``RolloutJournal.sealed``, with a journal); when a group's last sibling
+  seals, the group goes to the buffer in the same call (``SampleGroup``: its
+  leases and samples in sibling order). A group whose siblings all came back
+  from the journal is added to the buffer and then landed
+  (``land_complete``).
+* accepted progress (a running sample's whole snapshot so far) is journaled
+  (with a journal), and remembered: a new attempt of that sibling, after a
+  failure or a worker's death, continues from it.
 * an accepted failure fails that attempt (``fail_sample``): the sibling is
   generated again under a new attempt (queued first), or, at the attempt
   limit or under ``granularity="group"``, the group fails whole
@@ -45,10 +47,10 @@ progress=[(lease, payload)])``. The service is the single writer:
 Checkpoints and resume. ``checkpoint(step=)`` (and ``trained``, which ends
 with it) appends the journal's mark, syncs it, and takes the checkpoint
 state in the same call (from one moment: the view cannot be torn, because
-the ledger, the buffer and the journal live in one single-threaded
-object): the ledger record, the stream position, the buffer, the mark's
-position and id, the trainer step. Write the state durably, then
-call ``compact(snapshot.checkpoint_id)``. A service built with
+the ledger, the buffer and the journal live in one single-threaded object):
+the ledger record, the stream position, the buffer, the mark's position and
+id, the trainer step. Write the state durably, then call
+``compact(snapshot.checkpoint_id)``. A service built with
 ``state=`` resumes: the journal must hold that checkpoint's mark
 (``RolloutJournal.recover``), the reuse policy says what comes back, sealed
 siblings of groups that need generation return at their dispatch without
