@@ -112,10 +112,16 @@ class StandInRollout:
         self.tokens_log = tokens_log
         self.rebind_wait = rebind_wait
         self._ledger: Any = None
+        #: Every ledger actor the worker was told of, in order.
+        self._known: list[Any] = []
         self._generation = 0
 
     def set_ledger(self, ledger: Any) -> None:
-        if self._ledger is None or ledger != self._ledger:
+        # Only a ledger actor not heard of yet is newer: a ``generate``
+        # call of a lost incarnation that this worker's threads run after
+        # the fleet's ``set_ledger`` must not send it back to the dead one.
+        if ledger not in self._known:
+            self._known.append(ledger)
             self._ledger = ledger
             self._generation += 1
 
