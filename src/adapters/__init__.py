@@ -6,9 +6,9 @@ rollout journal, checkpoints and attempt reservations behind one object that
 is safe by construction (open, report what happened, checkpoint).
 
 The package root holds what every binding shares and what needs no
-framework: the stamping collector (``StreamCollector``; ``SampleCollector``
-for groups of samples) and its source protocol, an in-memory source, the
-single-writer ledger services behind leases, and the errors; the rollout
+framework: the stamping collector (``StreamCollector``, whose prompts are groups
+of n samples, n = 1 by default) and its source protocol, an in-memory source, the
+single-writer ledger service behind leases, and the errors; the rollout
 journal (its file with group commit and torn-tail recovery, and the run's
 single writer, ``RolloutJournal``) is the root package
 ``frontier_adapters.journal``. The bindings
@@ -34,28 +34,28 @@ ledger's.
 from ._collector import Pull as Pull
 from ._collector import StreamCollector as StreamCollector
 from ._collector import StreamSource as StreamSource
+from ._collector import Taken as Taken
 from ._errors import ConcurrentUseError as ConcurrentUseError
 from ._errors import JournalWithoutCheckpointError as JournalWithoutCheckpointError
-from ._sample_service import SampleLedgerService as SampleLedgerService
-from ._samples import SampleCollector as SampleCollector
-from ._samples import Taken as Taken
+from ._service import Assignment as Assignment
 from ._service import LedgerService as LedgerService
-from ._service import PromptLease as PromptLease
 from ._service import Reported as Reported
+from ._service import SampleGroup as SampleGroup
+from ._service import SampleTask as SampleTask
 from ._service import Snapshot as Snapshot
 from ._sources import SequenceSource as SequenceSource
 from .run import Run as Run
 
 __all__ = [
+    "Assignment",
     "ConcurrentUseError",
     "JournalWithoutCheckpointError",
     "LedgerService",
-    "PromptLease",
     "Pull",
     "Reported",
     "Run",
-    "SampleCollector",
-    "SampleLedgerService",
+    "SampleGroup",
+    "SampleTask",
     "SequenceSource",
     "Snapshot",
     "StreamCollector",

@@ -52,7 +52,7 @@ def _configure_demo(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--journal",
         action="store_true",
-        help="the sample-level demo: SampleCollector, RolloutLoop per sibling and a rollout "
+        help="the sample-level demo: StreamCollector, RolloutLoop per sibling and a rollout "
         "journal, resumed with coverage only and with the journal, killed also inside "
         "journal appends, group commits and compactions and right after resumes, and "
         "audited sample by sample (defaults 768 prompts, 12 kills; --quick 192 and 6)",

@@ -6,6 +6,17 @@ keeping the remainder, forwards what happens to each ordinal, and produces the
 checkpoint state (the ledger record plus the stream position at the cut) in
 one call, so the two can never be read out of step.
 
+Its unit is the ledger's: a prompt's group of ``config.samples`` siblings
+(n = 1 by default). A caller that reports whole groups uses ``take`` (the
+``(ordinal, row)`` pairs, dispatched) and ``landed``/``failed``/``evicted``/
+``trained``; one that reports sibling by sibling uses ``take_samples`` (each
+group with its leases and the siblings reused from a journal or a
+checkpoint, see ``Taken``), ``sealed``, ``failed_samples`` and ``restart``.
+Bound to a rollout journal (``journal=``, a ``RolloutJournal`` that was
+recovered), it reserves attempts in the journal before it deals them
+(``RolloutJournal.cover``, before every dispatch and restart), so no attempt
+leaves it that a later life does not start above.
+
 Rules of the house: every coverage decision is the ledger's. The collector
 keeps exactly the rows of ``Effect.kept`` (and of ``Effect.buffered``, which
 an eviction may send back), re-offers exactly ``Effect.requeued`` and forgets
@@ -14,11 +25,10 @@ here by definition: the source brings them back when it re-yields them. A
 requeued ordinal whose row the collector does not hold is never skipped
 silently (nobody could generate it, and it would hold the cut forever): the
 failure or eviction is refused with ``IllegalTransitionError`` and nothing
-changes. After a
-snapshot resume the source restarts below the cut; the ledger is resumed with
-``rewind_to`` set to the snapshot's base and filters those rows itself. The
-collector only checks that every batch sits where the ledger says the source
-is, and raises ``StreamMisalignedError`` otherwise.
+changes. After a snapshot resume the source restarts below the cut; the
+ledger is resumed with ``rewind_to`` set to the snapshot's base and filters
+those rows itself. The collector only checks that every batch sits where the
+ledger says the source is, and raises ``StreamMisalignedError`` otherwise.
 """
 
 from __future__ import annotations
@@ -29,19 +39,24 @@ from collections import deque
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Concatenate, Final, ParamSpec, Protocol, TypeVar
 
+import attrs
+
 from frontier_core import (
     Checkpoint,
     CheckpointMismatchError,
     Effect,
     IllegalTransitionError,
+    Lease,
     Ledger,
     LedgerConfig,
     Resumed,
+    Sibling,
     Status,
 )
 
 from ._errors import ConcurrentUseError, StreamMisalignedError
 from ._state import KEY_FORMAT, KEY_VERSION, check_state
+from .journal import RolloutJournal
 
 _P = ParamSpec("_P")
 _R = TypeVar("_R")
@@ -94,6 +109,22 @@ class Pull:
         self.carried = carried
 
 
+@attrs.frozen
+class Taken:
+    """One group ``take_samples`` handed out: ``ordinal`` and ``row``; the
+    ``leases`` to generate (the group is dispatched); the ``reused``
+    siblings, whose samples come from where the resume found them. A group
+    whose siblings are all reused is ``complete`` and not dispatched yet:
+    add it to the buffer, then report it with ``land_complete`` (so that a
+    buffer that refuses it leaves it unresolved, never covered)."""
+
+    ordinal: int
+    row: Any
+    leases: tuple[Lease, ...]
+    reused: tuple[Lease, ...]
+    complete: bool
+
+
 class StreamSource(Protocol):
     """What the collector needs of a prompt source."""
 
@@ -120,10 +151,16 @@ class StreamSource(Protocol):
 
 
 class StreamCollector:
-    """Pulls, stamps, slices and checkpoints a prompt stream (mutable façade
-    over an immutable ledger). torchdata ``Stateful``: ``state_dict`` and
-    ``load_state_dict`` are JSON-typed (``load_state_dict`` restores as if the
-    replay buffer was not restored); ``resume`` says what was restored.
+    """Pulls, stamps, slices and checkpoints a prompt stream whose prompts
+    are groups of ``config.samples`` siblings (mutable façade over an
+    immutable ledger; see the module doc). torchdata ``Stateful``:
+    ``state_dict`` and ``load_state_dict`` are JSON-typed
+    (``load_state_dict`` restores as if neither the replay buffer nor any
+    sealed sibling was restored); ``resume`` says what was restored.
+
+    ``journal`` (optional) is the run's rollout journal, already recovered
+    (``recover``, with ``None`` on a fresh start): attempts are then
+    reserved in it, ``reserve`` at a time, before they are dealt.
 
     Not thread-safe: use it from one thread (the asyncio rollout loop does),
     or serialise every call with a lock of your own. A call that overlaps a
@@ -131,7 +168,16 @@ class StreamCollector:
     corrupting the state.
     """
 
-    def __init__(self, source: StreamSource, config: LedgerConfig | None = None) -> None:
+    def __init__(
+        self,
+        source: StreamSource,
+        config: LedgerConfig | None = None,
+        *,
+        journal: RolloutJournal | None = None,
+        reserve: int = 1024,
+    ) -> None:
+        if type(reserve) is not int or reserve < 1:
+            raise ValueError(f"reserve must be an int >= 1, got {reserve!r:.40}")
         self._entry = threading.RLock()
         if config is None:
             config = LedgerConfig(stream_len=source.stream_len)
@@ -142,14 +188,16 @@ class StreamCollector:
             )
         self.source = source
         self.config = config
-        self._ledger: Ledger = self._fresh(config)
+        self.journal = journal
+        self.reserve = reserve
+        self._ledger = Ledger.start(config)
         self._rows: dict[int, Any] = {}
         self._pending: deque[int] = deque()
         self._retry: deque[int] = deque()
+        #: Groups not dispatched since a resume kept sealed siblings of them:
+        #: the only ones a dispatch may find siblings of already sealed.
+        self._kept: set[int] = set()
         self._source_done = False
-
-    def _fresh(self, config: LedgerConfig) -> Ledger:
-        return Ledger.start(config)
 
     # -- queries ------------------------------------------------------------
 
@@ -237,15 +285,75 @@ class StreamCollector:
     def take(self, n: int) -> list[tuple[int, Any]]:
         """Up to ``n`` pending ``(ordinal, row)`` items, retried ordinals
         first, pulling batches as needed; the rest of a batch stays pending.
-        The items are reported dispatched. Fewer than ``n`` only at the end."""
+        The items are reported dispatched, as whole groups (for a caller
+        that reports ``landed``/``failed``; the siblings' leases are not
+        returned). Fewer than ``n`` only at the end. Raises
+        ``IllegalTransitionError``, changing nothing, for a group with
+        siblings a resume kept (their samples come back only through
+        ``take_samples``), and what ``take_samples`` raises."""
+        return [(t.ordinal, t.row) for t in self._take_groups(n, whole=True)]
+
+    @_exclusive
+    def take_samples(self, n: int) -> list[Taken]:
+        """Up to ``n`` pending groups (see ``Taken``), retried ones first.
+        Raises ``IllegalTransitionError`` when the attempts they need would
+        pass the ledger's ``attempt_limit`` (a collector bound to a journal
+        reserves them first), and what the journal raises."""
+        return self._take_groups(n, whole=False)
+
+    def _take_groups(self, n: int, *, whole: bool) -> list[Taken]:
         chosen, retried = self._choose(n)
-        if chosen:
-            try:
-                self._ledger = self._ledger.dispatch(chosen).ledger
-            except BaseException:
-                self._unchoose(chosen, retried)
-                raise
-        return [(o, self._rows[o]) for o in chosen]
+        try:
+            return self._take(chosen, whole=whole)
+        except BaseException:
+            self._unchoose(chosen, retried)  # nothing dispatched: the queues as they were
+            raise
+
+    def _take(self, chosen: list[int], *, whole: bool) -> list[Taken]:
+        ledger = self._ledger
+        k = self.config.samples
+        kept = [o for o in chosen if o in self._kept] if self._kept else []
+        held = {o: [ledger.sibling(o, s) for s in range(k)] for o in kept}
+        sealed = {o: sum(d is not None and d[0] is Sibling.SEALED for d in held[o]) for o in kept}
+        if whole and any(sealed.values()):
+            raise IllegalTransitionError(
+                "take",
+                [o for o in kept if sealed[o]],
+                "these groups hold siblings a resume kept: take them with take_samples, "
+                "which hands their samples back",
+            )
+        complete = {o for o in kept if sealed[o] == k}
+        rest = [o for o in chosen if o not in complete]
+        leases: dict[int, list[Lease]] = {o: [] for o in chosen}
+        reused: dict[int, list[Lease]] = {o: [] for o in chosen}
+        if rest:
+            ledger = self._cover(k * len(rest) - sum(sealed.get(o, 0) for o in rest))
+            applied = ledger.dispatch(rest)
+            self._ledger = applied.ledger
+            self._kept.difference_update(rest)
+            for lease in applied.effect.leases:
+                leases[lease.ordinal].append(lease)
+            for lease in applied.effect.reused:
+                reused[lease.ordinal].append(lease)
+        for o in complete:
+            reused[o] = [Lease(o, s, d[1]) for s, d in enumerate(held[o]) if d and d[1] is not None]
+        return [
+            Taken(o, self._rows[o], tuple(leases[o]), tuple(reused[o]), o in complete)
+            for o in chosen
+        ]
+
+    @_exclusive
+    def land_complete(self, ordinals: Iterable[int]) -> None:
+        """These ``complete`` groups are in the buffer now: dispatch them,
+        which lands them (every sibling is sealed already)."""
+        ordinals = list(ordinals)
+        applied = self._ledger.dispatch(ordinals)
+        if set(applied.effect.landed) != set(ordinals):
+            raise IllegalTransitionError(
+                "land_complete", ordinals, "not every sibling of these groups is sealed"
+            )
+        self._ledger = applied.ledger
+        self._kept.difference_update(ordinals)
 
     def _choose(self, n: int) -> tuple[list[int], int]:
         """Up to ``n`` pending ordinals, retried ones first, pulling batches
@@ -268,7 +376,7 @@ class StreamCollector:
         self._pending.extendleft(reversed(chosen[retried:]))
         self._retry.extendleft(reversed(chosen[:retried]))
 
-    # -- what happened to the ordinals ---------------------------------------
+    # -- what happened to the groups ------------------------------------------
 
     @_exclusive
     def landed(self, ordinals: Iterable[int]) -> None:
@@ -302,6 +410,62 @@ class StreamCollector:
         step = self._ledger.evict(ordinals)
         return self._settle(step.ledger, step.effect)
 
+    # -- what happened to the siblings ------------------------------------------
+
+    @_exclusive
+    def sealed(self, leases: Iterable[Iterable[int]]) -> Effect:
+        """These attempts finished their samples (``Ledger.seal``):
+        ``effect.sealed`` accepted, ``effect.fenced`` ignored,
+        ``effect.landed`` the groups now buffered."""
+        applied = self._ledger.seal(leases)
+        self._ledger = applied.ledger
+        return applied.effect
+
+    @_exclusive
+    def failed_samples(self, leases: Iterable[Iterable[int]]) -> Effect:
+        """These attempts failed (``Ledger.fail_sample``):
+        ``effect.restart`` are siblings to ``restart``; groups that failed
+        whole are requeued, waiting for the source, or dropped, as for
+        ``failed``. Raises like ``failed``, changing nothing."""
+        applied = self._ledger.fail_sample(leases)
+        return self._settle(applied.ledger, applied.effect)
+
+    @_exclusive
+    def restart(self, siblings: Iterable[Iterable[int]]) -> tuple[Lease, ...]:
+        """Start these unstarted siblings again; returns their new leases
+        (reserved first, as in ``take_samples``)."""
+        siblings = list(siblings)
+        applied = self._cover(len(siblings)).restart(siblings)
+        self._ledger = applied.ledger
+        return applied.effect.leases
+
+    def _cover(self, count: int) -> Ledger:
+        """The ledger, with ``count`` more attempts reserved in the bound
+        journal (kept: the reservation is durable whatever follows)."""
+        if self.journal is not None:
+            self._ledger = self.journal.cover(self._ledger, count, reserve=self.reserve)
+        return self._ledger
+
+    def current(self, lease: Lease) -> bool:
+        """Whether ``lease`` is its sibling's current attempt: a seal of it
+        would be accepted. (A query: no event, nothing changes.)"""
+        return self._ledger.sibling(lease.ordinal, lease.sibling) == (
+            Sibling.RUNNING,
+            lease.attempt,
+        )
+
+    def completes(self, lease: Lease) -> bool:
+        """Whether sealing ``lease`` now would land its group: it is current
+        and every other sibling of the group is sealed."""
+        if not self.current(lease):
+            return False
+        ledger = self._ledger
+        for s in range(self.config.samples):
+            detail = ledger.sibling(lease.ordinal, s)
+            if s != lease.sibling and (detail is None or detail[0] is not Sibling.SEALED):
+                return False
+        return True
+
     def _settle(self, ledger: Ledger, effect: Effect) -> Effect:
         missing = [o for o in effect.requeued if o not in self._rows]
         if missing:
@@ -325,12 +489,14 @@ class StreamCollector:
     # -- checkpoints ----------------------------------------------------------
 
     @_exclusive
-    def checkpoint_state(self, *, save_buffer: bool = True) -> dict[str, Any]:
+    def checkpoint_state(
+        self, *, save_buffer: bool = True, save_sealed: bool = False
+    ) -> dict[str, Any]:
         """The ledger record and the stream position at its cut, JSON types
-        only, from one moment. ``save_buffer`` as in ``Ledger.checkpoint``."""
-        return self._envelope(self._ledger.checkpoint(save_buffer=save_buffer))
-
-    def _envelope(self, checkpoint: Checkpoint) -> dict[str, Any]:
+        only, from one moment. ``save_buffer`` as in ``Ledger.checkpoint``;
+        ``save_sealed`` records the sealed siblings of outstanding groups
+        (save their samples with it if you set it)."""
+        checkpoint = self._ledger.checkpoint(save_buffer=save_buffer, save_sealed=save_sealed)
         return {
             KEY_FORMAT: FORMAT,
             KEY_VERSION: VERSION,
@@ -345,11 +511,11 @@ class StreamCollector:
     @_exclusive
     def load_state_dict(self, state_dict: Mapping[str, Any]) -> None:
         """torchdata ``Stateful``: restore ``state_dict`` as a resume whose
-        replay buffer was not restored (the buffer is not part of this
-        state): buffered groups are generated again, nothing is lost and
+        replay buffer and sealed siblings were not restored (they are not
+        part of this state): they are generated again, nothing is lost and
         nothing waits for groups that will never come back. Call
         ``resume(state, load_replay_buffer=True)`` when you restore it."""
-        self.resume(state_dict, load_replay_buffer=False)
+        self.resume(state_dict, load_replay_buffer=False, sealed=())
 
     @_exclusive
     def resume(
@@ -357,11 +523,22 @@ class StreamCollector:
         state: Mapping[str, Any],
         *,
         load_replay_buffer: bool,
+        sealed: Iterable[Iterable[int]] | None = None,
         evicted_on_restore: Iterable[int] = (),
+        attempt_floor: int = 0,
+        attempt_limit: int | None = None,
     ) -> Resumed:
         """Restart from ``state``: resume the ledger (options as in
         ``Ledger.resume``) and rewind the source to the saved position.
         Everything the collector held is discarded.
+
+        ``sealed`` are the sealed siblings whose samples the caller still
+        holds (``Recovered.sealed``), kept for the groups that need
+        generation; required (``()`` for none) for groups of several
+        siblings or a bound journal, where forgetting them silently would
+        generate again what was kept. ``attempt_floor`` and
+        ``attempt_limit``: attempts start at or above the floor and are
+        dealt below the limit (pass ``Recovered``'s).
 
         ``load_replay_buffer`` is required: say whether the groups the state
         retained are back in your buffer. With ``True`` they are covered and
@@ -370,26 +547,19 @@ class StreamCollector:
         ``False`` they are generated again. Raises the core's
         ``CheckpointError`` subclasses for a bad, foreign or mismatched state,
         and leaves the collector unchanged then."""
-        return self._resume(
-            state, load_replay_buffer=load_replay_buffer, evicted_on_restore=evicted_on_restore
-        )
-
-    def _resume(
-        self,
-        state: Mapping[str, Any],
-        *,
-        load_replay_buffer: bool,
-        evicted_on_restore: Iterable[int],
-        **extra: Any,
-    ) -> Resumed:
-        """Both collectors' ``resume``: ``extra`` goes to the ledger's own
-        (``Ledger.resume``'s ``sealed`` and ``attempt_floor``)."""
+        if sealed is None:
+            if self.config.samples > 1 or self.journal is not None:
+                raise TypeError(
+                    "resume needs sealed= (the sealed siblings you hold; () for none) for "
+                    "groups of several samples or a collector bound to a journal"
+                )
+            sealed = ()
         if not isinstance(load_replay_buffer, bool):
             raise TypeError(
                 f"load_replay_buffer must be a bool, got {type(load_replay_buffer).__name__}"
             )
         state = check_state(state, what="collector state", fmt=FORMAT, version=VERSION, keys=_KEYS)
-        checkpoint = self._read_record(state[KEY_LEDGER])
+        checkpoint = Checkpoint.from_state_dict(state[KEY_LEDGER])
         saved, now = checkpoint.stream_len, self.config.stream_len
         # A longer stream (more epochs) continues the saved one: an
         # ordinal's row does not depend on the stream's length. A shorter
@@ -400,21 +570,21 @@ class StreamCollector:
                 f"{now}: a resume may lengthen the stream, never shorten it"
             )
         base = self.source.base(state[KEY_STREAM], checkpoint.cut)
-        options: dict[str, Any] = {
-            "load_replay_buffer": load_replay_buffer,
-            "evicted_on_restore": evicted_on_restore,
-            "rewind_to": base,
-            **extra,
-        }
-        resumed = Ledger.resume(self.config, checkpoint, **options)
+        resumed = Ledger.resume(
+            self.config,
+            checkpoint,
+            load_replay_buffer=load_replay_buffer,
+            evicted_on_restore=evicted_on_restore,
+            rewind_to=base,
+            sealed=tuple(tuple(x) for x in sealed),
+            attempt_floor=attempt_floor,
+            attempt_limit=attempt_limit,
+        )
         self.source.restore(state[KEY_STREAM], checkpoint.cut)
         self._ledger = resumed.ledger
         self._rows.clear()
         self._pending.clear()
         self._retry.clear()
+        self._kept = {x.ordinal for x in resumed.reused}
         self._source_done = False
         return resumed
-
-    def _read_record(self, record: Any) -> Checkpoint:
-        """The ledger record of a collector state."""
-        return Checkpoint.from_state_dict(record)

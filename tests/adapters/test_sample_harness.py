@@ -1,5 +1,5 @@
 """The sample-level integration harness on this project's own adapter: a
-``SampleCollector`` over a ``SequenceSource`` (two epochs, batches of 3),
+``StreamCollector`` over a ``SequenceSource`` (two epochs, batches of 3),
 with a sample store and a replay buffer saved next to the collector state
 in one JSON checkpoint, and the attempt counter reserved on "disk" (it
 survives the crash, as the rollout journal's reserve does). The harness sees
@@ -13,7 +13,7 @@ from collections.abc import Iterable
 from typing import Any
 
 import pytest
-from frontier_adapters import SampleCollector, SequenceSource
+from frontier_adapters import SequenceSource, StreamCollector
 from hypothesis import HealthCheck, settings
 
 from frontier_core import Effect, FailurePolicy, Granularity, Lease, LedgerConfig, Status
@@ -32,7 +32,7 @@ SETTINGS = settings(
 
 
 class CollectorIntegration(SampleIntegration):
-    """A trainer's wiring of ``SampleCollector``: every accepted sample goes
+    """A trainer's wiring of ``StreamCollector``: every accepted sample goes
     to a store keyed by sibling, a group that lands moves to the replay
     buffer with what the store holds of it, and both are saved with the
     collector state (``save_sealed``: the record names the store's
@@ -41,7 +41,7 @@ class CollectorIntegration(SampleIntegration):
     stream_len, samples, max_attempts = ROWS * EPOCHS, 2, 2
     granularity = Granularity.SIBLING
 
-    def _collector(self) -> SampleCollector:
+    def _collector(self) -> StreamCollector:
         config = LedgerConfig(
             stream_len=self.stream_len,
             samples=self.samples,
@@ -50,7 +50,7 @@ class CollectorIntegration(SampleIntegration):
             granularity=self.granularity,
         )
         source = SequenceSource([f"p{i}" for i in range(ROWS)], epochs=EPOCHS, batch_size=3)
-        return SampleCollector(source, config)
+        return StreamCollector(source, config)
 
     def start(self) -> None:
         self.disk: dict[str, Any] = {"floor": 0}
@@ -64,7 +64,7 @@ class CollectorIntegration(SampleIntegration):
         self.restarted: list[Lease] = []
 
     def _reserve(self) -> None:
-        self.disk["floor"] = self.collector.samples.next_attempt
+        self.disk["floor"] = self.collector.ledger.next_attempt
 
     def _settle(self, effect: Effect) -> None:
         for x in effect.sealed:

@@ -11,7 +11,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from frontier_adapters import SampleCollector, SequenceSource  # noqa: E402
+from frontier_adapters import SequenceSource, StreamCollector  # noqa: E402
 from frontier_adapters.examples.cpu_engine import (  # noqa: E402
     EOS,
     CpuEngine,
@@ -105,7 +105,7 @@ def test_concurrent_requests_interleave() -> None:
 
 def test_rollout_loop_over_the_cpu_engine_lands_every_prompt() -> None:
     prompts = make_prompts(20, vocab=16, seed=2)
-    collector = SampleCollector(SequenceSource(prompts, batch_size=5), LedgerConfig(stream_len=20))
+    collector = StreamCollector(SequenceSource(prompts, batch_size=5), LedgerConfig(stream_len=20))
     buffer = ReplayBuffer(max_trajectory_age_steps=1)
     e = engine()
 

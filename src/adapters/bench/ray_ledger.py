@@ -3,12 +3,12 @@
 Three runs per round on the same Ray cluster, interleaved:
 
 * ``capacity``: the rollout actors generate in zero time, so every prompt
-  costs only its ledger traffic (a lease from ``take``, batched ``report``
-  calls, and its share of the driver's ``batch`` and ``trained`` calls, each
-  ``trained`` building the full checkpoint state): the prompts per second one
-  ledger actor sustains.
+  costs only its ledger traffic (an assignment from ``take``, batched
+  ``report`` calls sealing its tasks, and its share of the driver's
+  ``batch`` and ``trained`` calls, each ``trained`` building the full
+  checkpoint state): the prompts per second one ledger actor sustains.
 * ``generation``: the same actors sleep ``latency`` seconds per prompt and
-  return fake trajectories to the driver, with no ledger at all: the
+  return fake samples to the driver, with no ledger at all: the
   generation rate.
 * ``with ledger``: the same generation, through the ledger actor. Its ratio
   to ``generation`` near 1 says the actor is not the bottleneck.
@@ -32,20 +32,26 @@ from typing import Any
 import ray
 
 from frontier_core import LedgerConfig
+from frontier_core.journal import TokenPayload
 
-from .._service import PromptLease
+from .._service import Assignment
 from .._sources import SequenceSource
-from ..ray._fleet import LedgerActor
+from ..ray._actors import LedgerActor
 from ..verify.local_ray import init_ray
-from ..verify.ray_workers import _trajectory
 
 WORKERS = 8
 
 
+def _sample(ordinal: int) -> TokenPayload:
+    """A fake sample of 8 tokens."""
+    tokens = [(ordinal * 31 + i) % 16 for i in range(8)]
+    return TokenPayload.of(tokens, [-0.5] * len(tokens), 0)
+
+
 class PumpRollout:
-    """A rollout actor that pulls its own leases until the stream is
-    exhausted: ``latency`` seconds per prompt, reports every
-    ``report_every`` prompts."""
+    """A rollout actor that pulls its own assignments until the stream is
+    exhausted: ``latency`` seconds per prompt (one sample each), reports
+    every ``report_every`` prompts."""
 
     def __init__(self, latency: float, report_every: int) -> None:
         self.latency = latency
@@ -54,31 +60,28 @@ class PumpRollout:
     def pump(self, ledger: Any, per_call: int, max_ahead: int) -> int:
         done = 0
         while True:
-            lease: PromptLease = ray.get(ledger.take.remote(per_call, max_ahead=max_ahead))
-            if lease.throttled:
+            got: Assignment = ray.get(ledger.take.remote(per_call, max_ahead=max_ahead))
+            if got.throttled:
                 time.sleep(0.002)
                 continue
-            if not lease.items:
+            if not got.tasks:
                 return done
-            landed: list[tuple[int, Any]] = []
-            for o, row in lease.items:
+            sealed: list[tuple[Any, TokenPayload]] = []
+            for task in got.tasks:
                 if self.latency:
                     time.sleep(self.latency)
-                landed.append((o, _trajectory(o, row, 8)))
-                if len(landed) >= self.report_every:
-                    ray.get(ledger.report.remote(lease.id, landed, []))
-                    done += len(landed)
-                    landed = []
-            if landed:
-                ray.get(ledger.report.remote(lease.id, landed, []))
-                done += len(landed)
+                sealed.append((task.lease, _sample(task.lease.ordinal)))
+                if len(sealed) >= self.report_every or task is got.tasks[-1]:
+                    report = ledger.report.remote(sealed=sealed, incarnation=got.incarnation)
+                    done += ray.get(report).sealed
+                    sealed = []
 
     def generate_only(self, count: int) -> list[Any]:
         out = []
         for o in range(count):
             if self.latency:
                 time.sleep(self.latency)
-            out.append(_trajectory(o, o, 8))
+            out.append(_sample(o))
         return out
 
     def ready(self) -> bool:
@@ -100,8 +103,8 @@ def _with_ledger(
     while True:
         batch = ray.get(ledger.batch.remote(groups_per_step))
         if batch:
-            snap = ray.get(ledger.trained.remote([o for o, _ in batch]))
             steps += 1
+            snap = ray.get(ledger.trained.remote([g.ordinal for g in batch], step=steps))
             if snap.drained:
                 break
         else:

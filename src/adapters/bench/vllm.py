@@ -6,7 +6,7 @@ order that alternates from round to round:
 
 * ``bare``: ``AsyncLLM.generate`` called directly, at most ``in_flight``
   requests at once (a semaphore), every output consumed;
-* ``loop``: the same prompts through a ``SampleCollector`` and its ledger,
+* ``loop``: the same prompts through a ``StreamCollector`` and its ledger,
   a ``RolloutLoop`` with ``max_in_flight = in_flight`` over ``VllmEngine``
   and a ``ReplayBuffer``: dispatch, landing and the buffer included.
 
@@ -38,7 +38,7 @@ from typing import Any
 from frontier_core import LedgerConfig
 from frontier_core.bench import Row, ratios_of, row
 
-from .._samples import SampleCollector
+from .._collector import StreamCollector
 from .._sources import SequenceSource
 from ..rollout._buffer import ReplayBuffer
 from ..rollout._loop import RolloutLoop
@@ -85,7 +85,7 @@ async def _bare(
 
 
 async def _loop(engine: VllmEngine, rows: list[list[int]], params: Any, in_flight: int) -> float:
-    collector = SampleCollector(
+    collector = StreamCollector(
         SequenceSource(rows, batch_size=in_flight), LedgerConfig(stream_len=len(rows))
     )
     buffer = ReplayBuffer(max_trajectory_age_steps=1_000_000)

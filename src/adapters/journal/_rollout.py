@@ -233,7 +233,7 @@ class RolloutJournal:
         reserved durably (a block of ``reserve`` more, if they were not) and
         are within its ``attempt_limit``, and its counter is at or above
         this life's floor (``recover``'s). Call it before a ``dispatch`` or
-        ``restart`` that deals ``count`` attempts (``SampleCollector`` bound
+        ``restart`` that deals ``count`` attempts (``StreamCollector`` bound
         to this journal does). Raises ``RuntimeError`` if the journal was
         not recovered first (the previous lives' reservations are unknown
         until then) and ``IllegalTransitionError`` past 2**32 attempts."""

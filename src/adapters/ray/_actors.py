@@ -1,29 +1,22 @@
-"""What the prompt-level and the sample-level Ray sides share: how their
-actors are declared, the ledger actor's death as ``LedgerLostError``, and
-the driver's fleet of rollout workers.
-
-``Fleet`` is the Ray plumbing of a fleet: worker slots and their respawn,
-the calls in flight (``ray.wait``), a live worker's call that raised told
-apart from a dead worker (``RayTaskError`` against ``RayActorError``), the
-calls queued on a dead worker, the calls of a lost ledger incarnation
-reaped as they end, and one ``release`` through the ledger per ``poll``.
-``RolloutFleet`` (prompt leases) and ``SampleFleet`` (sibling tasks) say
-only what a call carries (``_carried``) and which of the ended calls'
-holdings go back to the ledger (``_released``): that is where they differ.
+"""The Ray actors: the ledger actor (``LedgerService`` as an actor), how a
+rollout worker actor is declared, the ledger actor's death as
+``LedgerLostError`` and its silence as ``LedgerTimeoutError``, and a SIGKILL
+of an actor process of a one-node local cluster.
 
 This module imports ray, never torch.
 """
 
 from __future__ import annotations
 
-import enum
-from collections.abc import Callable, Sequence
-from typing import Any, Generic, TypeVar
+import contextlib
+import os
+import signal
+from typing import Any
 
 import ray
 from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError
 
-_H = TypeVar("_H")
+from .._service import LedgerService
 
 
 class LedgerLostError(RuntimeError):
@@ -72,146 +65,32 @@ def ledger_call(ref: Any, timeout: float | None = LEDGER_TIMEOUT) -> Any:
         ) from None
 
 
-class Ended(enum.Enum):
-    """How a call of the fleet ended."""
+#: ``LedgerService`` as a Ray actor (no CPU reservation, no restart): the
+#: single writer of the ledger, the replay buffer and, if it is given one,
+#: the rollout journal and its attempt reservation (the journal's directory
+#: must be on the actor's node: a local disk of a node the actor is pinned
+#: to, or a shared file system).
+LedgerActor: Any = unreserved_actor(LedgerService)
 
-    RETURNED = "returned"  # its value counts
-    RAISED = "raised"  # the worker lives; the call raised
-    DIED = "died"  # its worker is gone (it ended so, or was queued behind such a call)
+
+def rollout_actor(cls: type, *, max_concurrency: int = 4, **kwargs: Any) -> Any:
+    """A rollout worker actor of class ``cls``: no CPU reservation (so a
+    small cluster schedules as many as asked), no restart, and
+    ``max_concurrency`` threads, so that ``set_ledger`` reaches a worker in
+    the middle of a ``generate``."""
+    actor: Any = unreserved_actor(cls)
+    return actor.options(max_concurrency=max_concurrency).remote(**kwargs)
 
 
-class Fleet(Generic[_H]):
-    """The driver's view of rollout worker actors, each call holding a tuple
-    of ``_H`` (what ``release`` takes back: lease ids, sibling leases).
-
-    ``spawn(slot)`` starts the worker actor of a slot (again after a death).
-    ``fill()`` keeps ``calls_per_worker`` calls of ``per_call`` items in
-    flight per worker (``max_ahead`` is the ledger's back pressure);
-    ``poll(timeout)`` collects finished calls, releases what ``_released``
-    picks, replaces dead workers, and returns the sum of the calls' values.
-    Raises ``LedgerLostError`` when the ledger actor is gone.
-    """
-
-    def __init__(
-        self,
-        ledger: Any,
-        spawn: Callable[[int], Any],
-        size: int,
-        *,
-        per_call: int = 4,
-        calls_per_worker: int = 1,
-        max_ahead: int | None = None,
-    ) -> None:
-        self.ledger = ledger
-        self.max_ahead = max_ahead
-        self.per_call = per_call
-        self.calls_per_worker = calls_per_worker
-        self._spawn = spawn
-        self.workers: dict[int, Any] = {slot: spawn(slot) for slot in range(size)}
-        #: call ref -> (slot, what it holds)
-        self._calls: dict[Any, tuple[int, tuple[_H, ...]]] = {}
-        self._orphans: list[Any] = []
-        #: Workers found dead, items failed through ``release``, and the
-        #: first line of each error a live worker's call raised.
-        self.deaths = 0
-        self.released = 0
-        self.errors: list[str] = []
-        self.exhausted = False
-
-    def _carried(self, got: Any) -> tuple[int, tuple[_H, ...]]:
-        """What the ledger's ``take`` answer ``got`` gives a call: how many
-        items (0: nothing to take) and what the call holds."""
-        raise NotImplementedError
-
-    def _released(self, ended: Sequence[tuple[Ended, tuple[_H, ...]]]) -> list[_H]:
-        """What to release through the ledger, in order, of the calls that
-        ended (in the order they ended, those queued on dead workers last)."""
-        raise NotImplementedError
-
-    @property
-    def in_flight(self) -> int:
-        """Calls in flight."""
-        return len(self._calls)
-
-    def set_ledger(self, ledger: Any) -> None:
-        """A rebuilt ledger actor: the calls in flight belong to the lost
-        one (what they hold is void there) and are forgotten."""
-        self.ledger = ledger
-        self._orphans += list(self._calls)
-        self._calls.clear()
-        self.exhausted = False
-
-    def _reap(self) -> None:
-        # Collect the voided calls as they end, so that their errors are
-        # consumed here rather than reported by Ray as unhandled.
-        if not self._orphans:
-            return
-        ready, self._orphans = ray.wait(self._orphans, num_returns=len(self._orphans), timeout=0)
-        for ref in ready:
-            try:
-                ray.get(ref)
-            except Exception:
-                pass
-
-    def fill(self) -> int:
-        """Submit calls to workers with room; returns the items submitted."""
-        busy: dict[int, int] = dict.fromkeys(self.workers, 0)
-        for slot, _ in self._calls.values():
-            busy[slot] += 1
-        submitted = 0
-        self.exhausted = False
-        for slot, worker in self.workers.items():
-            for _ in range(self.calls_per_worker - busy[slot]):
-                got = ledger_call(self.ledger.take.remote(self.per_call, max_ahead=self.max_ahead))
-                items, held = self._carried(got)
-                if not items:
-                    self.exhausted = not got.throttled
-                    return submitted
-                ref = worker.generate.remote(self.ledger, got)
-                self._calls[ref] = (slot, held)
-                submitted += items
-        return submitted
-
-    def poll(self, timeout: float) -> int:
-        """Wait up to ``timeout`` s for calls to finish; returns the sum of
-        their values. Dead workers are replaced."""
-        self._reap()
-        if not self._calls:
-            return 0
-        ready, _ = ray.wait(list(self._calls), num_returns=1, timeout=timeout)
-        if not ready:
-            return 0
-        ready, _ = ray.wait(list(self._calls), num_returns=len(self._calls), timeout=0)
-        total = 0
-        dead: set[int] = set()
-        ended: list[tuple[Ended, tuple[_H, ...]]] = []
-        for ref in ready:
-            slot, held = self._calls.pop(ref)
-            try:
-                total += int(ray.get(ref))
-                ended.append((Ended.RETURNED, held))
-            except RayTaskError as exc:
-                # The worker lives; its call raised. A dead ledger actor shows
-                # up here as the cause of the worker's failed report: the ping
-                # raises LedgerLostError then.
-                ledger_call(self.ledger.ping.remote())
-                self.errors.append(f"{type(exc.cause).__name__}: {exc.cause}")
-                ended.append((Ended.RAISED, held))
-            except RayActorError:
-                dead.add(slot)
-                ended.append((Ended.DIED, held))
-        # Every other call queued on a dead worker fails too.
-        for ref, (slot, held) in list(self._calls.items()):
-            if slot in dead:
-                ended.append((Ended.DIED, held))
-                del self._calls[ref]
-        if released := self._released(ended):
-            self.released += ledger_call(self.ledger.release.remote(released)).failed
-        for slot in dead:
-            self._respawn(slot)
-        return total
-
-    def _respawn(self, slot: int) -> None:
-        self.deaths += 1
-        ray.kill(self.workers[slot], no_restart=True)
-        self.workers[slot] = self._spawn(slot)
+def sigkill_local(pid: int) -> None:
+    """SIGKILL the actor process ``pid`` of this machine's one-node cluster;
+    refused (``RuntimeError``) on a cluster of several nodes, where the pid
+    of a remote actor could name a local process. An actor already dead
+    (its process gone before the fleet noticed) is not an error: the kill
+    wanted it dead."""
+    nodes = ray.nodes()  # type: ignore[no-untyped-call]
+    alive = [node for node in nodes if node.get("Alive")]
+    if len(alive) != 1:
+        raise RuntimeError(f"SIGKILL by pid needs a one-node local cluster, not {len(alive)} nodes")
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGKILL)

@@ -22,7 +22,7 @@ Bind a vLLM rollout loop (vLLM 0.33 on a GPU, or the CPU build
             await rollout.until(lambda: len(buffer) >= groups_per_step or rollout.idle)
             ...   # evict stale -> collector.evicted; train -> collector.trained; checkpoint
 
-``collector`` is a ``frontier_adapters.SampleCollector`` (a
+``collector`` is a ``frontier_adapters.StreamCollector`` (a
 ``SiblingCollector``; the group schedule needs only a ``Collector``, as a
 rank's ``RankCollector``); the loop
 reports dispatch (inside ``collector.take_samples``), landing and failure, and never

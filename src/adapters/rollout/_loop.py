@@ -177,7 +177,7 @@ class Collector(Protocol):
 
 class SiblingCollector(Collector, Protocol):
     """What ``Schedule.SIBLING`` needs on top of ``Collector`` (a
-    ``SampleCollector`` is one): groups handed out with a lease per sibling
+    ``StreamCollector`` is one): groups handed out with a lease per sibling
     to generate, the sibling events (``sealed``, ``failed_samples``,
     ``restart``, ``completes``, ``land_complete``), and ``journal``, the
     rollout journal the collector reserves attempts in (the loop binds its
@@ -471,7 +471,7 @@ class RolloutLoop:
             missing = [m for m in _SIBLING_MEMBERS if not hasattr(collector, m)]
             if missing:
                 raise ScheduleError(
-                    f"schedule='sibling' needs a SiblingCollector (a SampleCollector): "
+                    f"schedule='sibling' needs a SiblingCollector (a StreamCollector): "
                     f"{type(collector).__name__} has no {', '.join(missing)}; it deals whole "
                     "groups, so use schedule='group'"
                 )

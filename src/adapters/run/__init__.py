@@ -1,7 +1,7 @@
 """frontier_adapters.run: one training run, safe by construction.
 
 ``Run.open(root, source, config)`` owns the ledger (through a
-``SampleCollector`` over your prompt source), the rollout journal
+``StreamCollector`` over your prompt source), the rollout journal
 (``root/journal``), the checkpoints (``root/checkpoints``) and the attempt
 reservations. It recovers on every start, writes the first checkpoint
 before anything is generated, reserves attempts before it deals them,
@@ -10,7 +10,7 @@ journal around every checkpoint, so an integration is three calls: open,
 report what happened (``take``, ``seal``, ``progress``, ``fail``,
 ``trained``), ``checkpoint``. Live counters: ``metrics()``.
 
-The lower layers (``SampleCollector``, ``frontier_adapters.journal``,
+The lower layers (``StreamCollector``, ``frontier_adapters.journal``,
 ``frontier_adapters.checkpoints``) stay public for integrations that need
 to arrange these steps themselves.
 """

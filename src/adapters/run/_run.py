@@ -74,8 +74,7 @@ from frontier_core.journal import (
     call_key,
 )
 
-from .._collector import StreamSource
-from .._samples import SampleCollector, Taken
+from .._collector import StreamCollector, StreamSource, Taken
 from .._state import KEY_FORMAT, KEY_VERSION, check_state
 from ..checkpoints import LoadedCheckpoint, PartCodec, read_checkpoint, write_checkpoint
 from ..journal import RESERVE, SEGMENT_SECONDS, JournalShipError, Recovered, RolloutJournal, Shipper
@@ -174,7 +173,7 @@ class Run:
         *,
         root: Path,
         checkpoints: str | Path,
-        collector: SampleCollector,
+        collector: StreamCollector,
         journal: RolloutJournal,
         recovered: Recovered,
         resumed: LoadedCheckpoint | None,
@@ -322,7 +321,7 @@ class Run:
                 )
             lineage = saved[_KEY_LINEAGE]
         lineage = DEFAULT_LINEAGE if lineage is None else lineage
-        collector = SampleCollector(source, config, reserve=reserve)
+        collector = StreamCollector(source, config, reserve=reserve)
         journal = RolloutJournal(
             root / "journal",
             fingerprint=fingerprint,
@@ -390,7 +389,7 @@ class Run:
     @property
     def ledger(self) -> Ledger:
         """The current ledger (an immutable value)."""
-        return self.collector.samples
+        return self.collector.ledger
 
     @property
     def drained(self) -> bool:
@@ -656,7 +655,7 @@ class Run:
             codec=self._codec,
             keep=self._keep,
         )
-        self.journal.compact(range(self.collector.samples.cut, _END))
+        self.journal.compact(range(self.collector.ledger.cut, _END))
         self.step = step
         c = self._counters
         c.checkpoints += 1
@@ -789,7 +788,7 @@ class Run:
         generated again) and ``calls_pending`` (calls a crash left without
         a durable answer, found at this life's start)."""
         c = self._counters
-        ledger = self.collector.samples
+        ledger = self.collector.ledger
         writer, shipper = self.journal.writer, self.journal.shipper
         return {
             "tokens_reused": float(c.tokens_reused),

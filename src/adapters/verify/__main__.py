@@ -8,12 +8,10 @@ modules expose plain functions. Commands:
 * ``torch-run``: one life of the small torch training run;
 * ``torch-torture``: SIGKILL ``torch-run`` lives, then ``frontier audit``;
 * ``ray-run``: one driver of the Ray job (local loopback cluster, or
-  ``--address``);
-* ``ray-torture``: SIGKILL ``ray-run`` drivers, then ``frontier audit``;
-* ``ray-samples-run``: one driver of the sample-level Ray job (sibling
-  leases, the journal owned by the ledger actor), with in-driver SIGKILLs;
-* ``ray-samples-torture``: SIGKILL ``ray-samples-run`` drivers, then audit
-  every sample;
+  ``--address``): sibling tasks, groups of ``--samples`` (1: prompt
+  level), the journal owned by the ledger actor (``--no-journal``: none),
+  with in-driver kills; audits every sample;
+* ``ray-torture``: SIGKILL ``ray-run`` drivers, then audit every sample;
 * ``elastic-rank``: one rank of one life of the elastic data-parallel job
   (under ``torchrun``);
 * ``torchrun-loopback``: ``torchrun`` with its rendezvous store listening
@@ -88,7 +86,7 @@ def _configure_grpo_worker(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--journal",
         action="store_true",
-        help="the sample-level life: SampleCollector, RolloutLoop per sibling and a RolloutJournal "
+        help="the sample-level life: StreamCollector, RolloutLoop per sibling and a RolloutJournal "
         "(frontier mode, CPU engine)",
     )
     p.add_argument(
@@ -291,42 +289,37 @@ def _run_trl_ab(args: argparse.Namespace) -> int:
 # -- ray-run, ray-torture -------------------------------------------------------------
 
 
-def _configure_ray_job(p: argparse.ArgumentParser) -> None:
+def _configure_ray_job(p: argparse.ArgumentParser, *, torture: bool) -> None:
     from .ray_job import JobConfig
 
-    d = JobConfig()
     p.add_argument("--workdir", required=True)
     p.add_argument(
         "--address", default=None, help="a Ray cluster (default: start a local one on 127.0.0.1)"
     )
-    p.add_argument("--rows", type=int, default=d.rows)
-    p.add_argument("--epochs", type=int, default=d.epochs)
-    p.add_argument("--workers", type=int, default=d.workers)
-    p.add_argument("--per-call", type=int, default=d.per_call)
-    p.add_argument("--groups-per-step", type=int, default=d.groups_per_step)
-    p.add_argument("--latency", type=float, default=d.latency)
-    p.add_argument("--fail-rate", type=float, default=d.fail_rate)
-    p.add_argument("--crash-rate", type=float, default=d.crash_rate)
-    p.add_argument("--max-attempts", type=int, default=d.max_attempts)
-    p.add_argument("--engine", choices=["standin", "cpu"], default=d.engine)
-    p.add_argument("--seed", type=int, default=d.seed)
+    for f in attrs.fields(JobConfig):
+        flag = f"--{f.name.replace('_', '-')}"
+        if f.name == "reuse":
+            p.add_argument(flag, choices=["everything", "nothing"], default=f.default)
+        elif isinstance(f.default, bool):
+            p.add_argument(flag, action=argparse.BooleanOptionalAction, default=f.default)
+        else:
+            p.add_argument(flag, type=type(f.default), default=f.default)
     p.add_argument("--worker-kills", type=int, default=0, help="rollout workers to kill per run")
     p.add_argument("--ledger-kills", type=int, default=0, help="ledger actors to kill per run")
     p.add_argument("--chaos-seed", type=int, default=0)
-
-
-def _configure_ray_torture(p: argparse.ArgumentParser) -> None:
-    _configure_ray_job(p)
-    p.add_argument("--kills", type=int, default=5, help="driver processes to SIGKILL")
+    if torture:
+        p.add_argument("--kills", type=int, default=4, help="driver processes to SIGKILL")
 
 
 def _run_ray_run(args: argparse.Namespace) -> int:
-    from .ray_job import Chaos, JobConfig, drive
+    from .ray_job import Chaos, JobConfig, audit, drive
 
+    cfg = _fill(JobConfig, args)
     chaos = Chaos(args.worker_kills, args.ledger_kills, seed=args.chaos_seed)
-    result = drive(args.workdir, _fill(JobConfig, args), address=args.address, chaos=chaos)
-    print(json.dumps(attrs.asdict(result)))
-    return 0
+    result = drive(args.workdir, cfg, address=args.address, chaos=chaos)
+    report = audit(args.workdir, cfg)
+    print(json.dumps({"job": attrs.asdict(result), "audit": report.to_json()}))
+    return 0 if report.clean else 1
 
 
 def _run_ray_torture(args: argparse.Namespace) -> int:
@@ -343,61 +336,6 @@ def _run_ray_torture(args: argparse.Namespace) -> int:
         )
     except ValueError as exc:
         print(f"ray-torture: {exc}", file=sys.stderr)
-        return 2
-    print(json.dumps(attrs.asdict(result), indent=1))
-    return 0 if result.audit_exit == 0 else 1
-
-
-# -- ray-samples-run, ray-samples-torture ---------------------------------------------
-
-
-def _configure_ray_samples(p: argparse.ArgumentParser, *, torture: bool) -> None:
-    from .ray_sample_job import SampleJobConfig
-
-    p.add_argument("--workdir", required=True)
-    p.add_argument(
-        "--address", default=None, help="a Ray cluster (default: start a local one on 127.0.0.1)"
-    )
-    for f in attrs.fields(SampleJobConfig):
-        flag = f"--{f.name.replace('_', '-')}"
-        if f.name == "reuse":
-            p.add_argument(flag, choices=["everything", "nothing"], default=f.default)
-        elif isinstance(f.default, bool):
-            p.add_argument(flag, action=argparse.BooleanOptionalAction, default=f.default)
-        else:
-            p.add_argument(flag, type=type(f.default), default=f.default)
-    p.add_argument("--worker-kills", type=int, default=0, help="rollout workers to SIGKILL")
-    p.add_argument("--ledger-kills", type=int, default=0, help="ledger actors to SIGKILL")
-    p.add_argument("--chaos-seed", type=int, default=0)
-    if torture:
-        p.add_argument("--kills", type=int, default=4, help="driver processes to SIGKILL")
-
-
-def _run_ray_samples_run(args: argparse.Namespace) -> int:
-    from .ray_sample_job import SampleChaos, SampleJobConfig, audit_samples, drive
-
-    cfg = _fill(SampleJobConfig, args)
-    chaos = SampleChaos(args.worker_kills, args.ledger_kills, seed=args.chaos_seed)
-    result = drive(args.workdir, cfg, address=args.address, chaos=chaos)
-    report = audit_samples(args.workdir, cfg)
-    print(json.dumps({"job": attrs.asdict(result), "audit": report.to_json()}))
-    return 0 if report.clean else 1
-
-
-def _run_ray_samples_torture(args: argparse.Namespace) -> int:
-    from .ray_sample_job import SampleJobConfig, torture_cluster
-
-    try:
-        result = torture_cluster(
-            args.workdir,
-            _fill(SampleJobConfig, args),
-            address=args.address,
-            kills=args.kills,
-            seed=args.chaos_seed,
-            chaos=(args.worker_kills, args.ledger_kills),
-        )
-    except ValueError as exc:
-        print(f"ray-samples-torture: {exc}", file=sys.stderr)
         return 2
     print(json.dumps(attrs.asdict(result), indent=1))
     return 0 if result.audit["clean"] else 1
@@ -499,24 +437,14 @@ COMMANDS: dict[
         _run_torch_torture,
     ),
     "ray-run": (
-        "one driver of the Ray job: run or resume it until its stream is done",
-        _configure_ray_job,
+        "one driver of the Ray job (sibling tasks, a journal unless --no-journal), kills inside",
+        lambda p: _configure_ray_job(p, torture=False),
         _run_ray_run,
     ),
     "ray-torture": (
-        "SIGKILL ray-run drivers with work in flight until done, then audit the log",
-        _configure_ray_torture,
+        "SIGKILL ray-run drivers with sibling work in flight until done, then audit every sample",
+        lambda p: _configure_ray_job(p, torture=True),
         _run_ray_torture,
-    ),
-    "ray-samples-run": (
-        "one driver of the sample-level Ray job (sibling leases, journal), SIGKILLs inside",
-        lambda p: _configure_ray_samples(p, torture=False),
-        _run_ray_samples_run,
-    ),
-    "ray-samples-torture": (
-        "SIGKILL ray-samples-run drivers with sibling work in flight, then audit every sample",
-        lambda p: _configure_ray_samples(p, torture=True),
-        _run_ray_samples_torture,
     ),
     "elastic-rank": (
         "one rank of one life of the elastic data-parallel job (run it under torchrun)",

@@ -3,14 +3,14 @@
 ``tests/adapters/rollout/test_loop_schedules.py``: a rank's
 ``RankCollector`` drives ``RolloutLoop``'s group schedule as
 docs/elastic.md shows (it is a ``rollout.Collector``, with no sibling
-methods), and a ``SampleCollector`` is a ``SiblingCollector``. A change
+methods), and a ``StreamCollector`` is a ``SiblingCollector``. A change
 that breaks either fails the type check, not a user's."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from .._samples import SampleCollector
+from .._collector import StreamCollector
 from ..rollout import AsyncEngine, GroupSink, RolloutLoop, SiblingCollector
 from ..torch import RankCollector
 
@@ -22,6 +22,6 @@ def rank_rollout(
     return RolloutLoop(collector, engine, sink, schedule="group", **kw)
 
 
-def sibling_collector(collector: SampleCollector) -> SiblingCollector:
-    """A ``SampleCollector``, as ``Schedule.SIBLING`` needs it."""
+def sibling_collector(collector: StreamCollector) -> SiblingCollector:
+    """A ``StreamCollector``, as ``Schedule.SIBLING`` needs it."""
     return collector

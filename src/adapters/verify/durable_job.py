@@ -20,8 +20,8 @@ token was lost or duplicated across a continuation), and it counts the
 tokens generated again. The training log is ours (JSON lines, fsynced per
 step, with a resume marker per life that discards the dead branch's steps).
 The audit itself (``audit_log``, over the log's records) is shared with the
-torch job's journal torture (``torch_job.run_journal``) and the Ray sample
-job (``ray_sample_job.audit_samples``), which write the same per-sample log.
+torch job's journal torture (``torch_job.run_journal``) and the Ray job
+(``ray_job.audit``), which write the same per-sample log.
 
 Not API: a test fixture, like the other jobs here.
 """

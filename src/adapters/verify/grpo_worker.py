@@ -21,7 +21,7 @@ remainder at the checkpoint are never trained. Failure attempts live in
 memory only, as they did.
 
 ``--journal`` runs the life sample by sample instead (``run_journal``, CPU
-engine, frontier mode): a ``SampleCollector`` over a ``Ledger``, a
+engine, frontier mode): a ``StreamCollector`` over a ``Ledger``, a
 ``RolloutLoop`` that sends each sibling as a request of its own,
 streamed, and a ``RolloutJournal`` with group commit that records each
 sealed sample and each running one every ``--progress-every`` tokens; each
@@ -78,8 +78,7 @@ from frontier_core.journal import (
     Reuse,
 )
 
-from .._collector import StreamCollector
-from .._samples import SampleCollector, Taken
+from .._collector import StreamCollector, Taken
 from ..examples.cpu_engine import CUMULATIVE, CpuEngine, CpuSamplingParams, TinyCausalLM
 from ..examples.grpo import grpo_step, make_prompts, reward
 from ..journal import RolloutJournal, read_journal
@@ -257,7 +256,7 @@ class WorkerArgs:
     step_pause: float = 0.0  # sleep after each step
     #: Chance that a resume does not restore the replay buffer (seeded per life).
     skip_buffer_restore: float = 0.25
-    #: The sample-level life (``run_journal``): a ``SampleCollector``, a
+    #: The sample-level life (``run_journal``): a ``StreamCollector``, a
     #: ``RolloutLoop`` scheduling one request per sibling and a
     #: ``RolloutJournal`` (frontier mode and the CPU engine only).
     journal: bool = False
@@ -632,9 +631,9 @@ def run(args: WorkerArgs) -> int:
         lambda loaded: 1 if loaded is None else loaded.json_parts["state"]["lives"] + 1,
     )
     frontier = args.mode == "frontier"
-    collector: SampleCollector | LiveCursorCollector
+    collector: StreamCollector | LiveCursorCollector
     if frontier:
-        collector = SampleCollector(life.source, life.config())
+        collector = StreamCollector(life.source, life.config())
         if life.loaded is not None:
             collector.resume(
                 life.state["collector"], load_replay_buffer=life.load_buffer, sealed=()
@@ -645,7 +644,7 @@ def run(args: WorkerArgs) -> int:
 
     def checkpoint() -> None:
         life.log.sync()
-        if isinstance(collector, SampleCollector):
+        if isinstance(collector, StreamCollector):
             life.checkpoint({"collector": collector.checkpoint_state(save_buffer=True)})
         else:
             life.checkpoint({"cursor": collector.cursor})  # the live cursor: ahead of training
@@ -676,7 +675,7 @@ def run(args: WorkerArgs) -> int:
     finally:
         if life.backend.shutdown is not None:
             life.backend.shutdown()
-    if isinstance(collector, SampleCollector) and not collector.drained:
+    if isinstance(collector, StreamCollector) and not collector.drained:
         raise RuntimeError(f"stream not drained: cut {collector.ledger.cut}")
     return life.finish()
 
@@ -748,14 +747,14 @@ class AttemptSink:
     of the dead branch counts its age through the fork), so the buffer's
     age limit holds for what a resume took from the journal too."""
 
-    def __init__(self, buffer: ReplayBuffer, collector: SampleCollector) -> None:
+    def __init__(self, buffer: ReplayBuffer, collector: StreamCollector) -> None:
         self.buffer = buffer
         self.collector = collector
         #: ordinal -> the attempt of each sibling, for the buffered groups.
         self.attempts: dict[int, list[int]] = {}
 
     def add(self, group: Group) -> None:
-        ledger = self.collector.samples
+        ledger = self.collector.ledger
         attempts = []
         for s in range(self.collector.config.samples):
             detail = ledger.sibling(group.ordinal, s)
@@ -831,7 +830,7 @@ def run_journal(args: WorkerArgs) -> int:
     )
     buffer, counters = life.buffer, life.counters
     n = args.num_generations
-    collector = SampleCollector(life.source, life.config(samples=n))
+    collector = StreamCollector(life.source, life.config(samples=n))
     sink = AttemptSink(buffer, collector)
     journal_path = workdir / JOURNAL_NAME
     lineage_id = lineage(workdir)
@@ -917,7 +916,7 @@ def run_journal(args: WorkerArgs) -> int:
                 }
             )
 
-        checkpoint_journal(journal, checkpoint_id=life.step, cut=collector.samples.cut, write=write)
+        checkpoint_journal(journal, checkpoint_id=life.step, cut=collector.ledger.cut, write=write)
 
     def committed() -> None:
         checkpoint()
@@ -992,7 +991,7 @@ def run_journal(args: WorkerArgs) -> int:
 
     asyncio.run(train())
     if not collector.drained:
-        raise RuntimeError(f"stream not drained: cut {collector.samples.cut}")
+        raise RuntimeError(f"stream not drained: cut {collector.ledger.cut}")
     journal.close()
     token_log.close()
     return life.finish()

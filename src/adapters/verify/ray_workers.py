@@ -1,22 +1,21 @@
-"""Rollout worker actors for the rig's Ray jobs, the benchmark and the tests.
+"""Rollout worker actors for the rig's Ray job, the benchmark and the tests.
 
-``StandInRollout`` sleeps a random time per prompt and returns a
-deterministic fake trajectory; ``CpuEngineRollout`` samples from the
-examples' CPU engine. Both follow the worker contract of
-``frontier_adapters.ray``: ``generate(ledger, lease)`` reports the lease's
-prompts to the ledger actor in batches and returns how many landed.
+They follow the worker contract of ``frontier_adapters.ray``:
+``generate(ledger, assignment)`` generates the assignment's sibling tasks,
+reports them to the ledger actor (with the assignment's incarnation) and
+returns the seals the ledger accepted.
 
-``StandInSampleRollout`` takes sibling tasks (``SampleLedgerActor``,
-``SampleFleet``): sibling ``s`` of prompt ``o`` is the durable job's fixed
+``StandInRollout``: sibling ``s`` of prompt ``o`` is the durable job's fixed
 token sequence of a heavy-tailed length (``durable_job.full_sample``),
 generated one token per ``token_latency`` seconds, continued from the
 task's prefix, with a progress report every ``progress_every`` tokens.
+``CpuEngineRollout`` samples each task's sibling from the examples' CPU
+engine.
 """
 
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import os
 import random
 import time
@@ -27,102 +26,44 @@ from ray.exceptions import RayActorError
 
 from frontier_core.journal import TokenPayload, continue_sample
 
-from ..ray import Assignment, PromptLease, SampleTask
+from ..ray import Assignment, SampleTask
 from ..ray._actors import LEDGER_TIMEOUT
 from .durable_job import full_sample
 
 
-def _trajectory(ordinal: int, row: Any, tokens: int) -> dict[str, Any]:
-    digest = hashlib.sha256(f"{ordinal}:{row!r}".encode()).digest()
-    return {"tokens": [b % 16 for b in digest[:tokens]], "reward": digest[-1] / 255}
-
-
-class StandInRollout:
-    """A rollout worker without a model: each prompt takes an exponential
-    random ``latency`` (seconds, mean) and yields a deterministic fake
-    trajectory. ``fail_rate`` reports a failed generation; ``error_rate``
-    raises out of the call (an engine error; the fleet fails the rest of the
-    lease); ``crash_rate`` kills the worker process (``os._exit``) in the
-    middle of a lease.
-    Reports go to the ledger every ``report_every`` prompts."""
-
-    def __init__(
-        self,
-        *,
-        seed: int = 0,
-        latency: float = 0.01,
-        fail_rate: float = 0.0,
-        crash_rate: float = 0.0,
-        error_rate: float = 0.0,
-        report_every: int = 4,
-        tokens: int = 8,
-    ) -> None:
-        self.seed = seed
-        self.error_rate = error_rate
-        self.latency = latency
-        self.fail_rate = fail_rate
-        self.crash_rate = crash_rate
-        self.report_every = max(1, report_every)
-        self.tokens = tokens
-
-    def generate(self, ledger: Any, lease: PromptLease) -> int:
-        rng = random.Random(f"{self.seed}:{lease.id}")
-        landed: list[tuple[int, Any]] = []
-        failed: list[int] = []
-        done = 0
-        for o, row in lease.items:
-            if self.latency > 0:
-                time.sleep(rng.expovariate(1.0 / self.latency))
-            if self.crash_rate and rng.random() < self.crash_rate:
-                os._exit(1)
-            if self.error_rate and rng.random() < self.error_rate:
-                raise RuntimeError(f"injected generation error at ordinal {o}")
-            if self.fail_rate and rng.random() < self.fail_rate:
-                failed.append(o)
-            else:
-                landed.append((o, _trajectory(o, row, self.tokens)))
-            if len(landed) + len(failed) >= self.report_every:
-                ray.get(ledger.report.remote(lease.id, landed, failed), timeout=LEDGER_TIMEOUT)
-                done += len(landed)
-                landed, failed = [], []
-        if landed or failed:
-            ray.get(ledger.report.remote(lease.id, landed, failed), timeout=LEDGER_TIMEOUT)
-            done += len(landed)
-        return done
-
-    def pid(self) -> int:
-        return os.getpid()
-
-    def crash(self) -> None:
-        os._exit(1)
-
-
 class CpuEngineRollout:
-    """A rollout worker on the rollout binding's ``CpuEngine``: a lease's
-    prompts (lists of token ids) generate concurrently, ``n`` samples each,
-    and land as groups of completions. Imports torch in the worker."""
+    """A rollout worker on the rollout binding's ``CpuEngine``: an
+    assignment's tasks (prompts are lists of token ids) generate
+    concurrently, one sample each, and are sealed in one report. Imports
+    torch in the worker."""
 
-    def __init__(
-        self, *, seed: int = 0, n: int = 4, max_tokens: int = 8, token_latency: float = 0.0
-    ) -> None:
+    def __init__(self, *, seed: int = 0, max_tokens: int = 8, token_latency: float = 0.0) -> None:
         from ..examples.cpu_engine import CpuEngine, CpuSamplingParams, TinyCausalLM
 
         self.engine = CpuEngine(TinyCausalLM(seed=seed), seed=seed, token_latency=token_latency)
-        self.params = CpuSamplingParams(n=n, max_tokens=max_tokens)
+        self.params = CpuSamplingParams(n=1, max_tokens=max_tokens)
 
-    def generate(self, ledger: Any, lease: PromptLease) -> int:
-        async def one(o: int, row: Any) -> tuple[int, Any]:
+    def generate(self, ledger: Any, assignment: Assignment) -> int:
+        async def one(task: SampleTask) -> TokenPayload:
             final: Any = None
-            async for out in self.engine.generate(list(row), self.params, f"o{o}-{lease.id}"):
+            request = "o{}-s{}-a{}".format(*task.lease)
+            async for out in self.engine.generate(list(task.row), self.params, request):
                 final = out
-            return o, {"completions": [list(c.token_ids) for c in final.outputs]}
+            tokens = list(final.outputs[0].token_ids)
+            return TokenPayload.of(tokens, [0.0] * len(tokens), assignment.version)
 
-        async def run() -> list[tuple[int, Any]]:
-            return list(await asyncio.gather(*(one(o, row) for o, row in lease.items)))
+        async def run() -> list[TokenPayload]:
+            return list(await asyncio.gather(*(one(t) for t in assignment.tasks)))
 
-        landed = asyncio.run(run())
-        ray.get(ledger.report.remote(lease.id, landed, []), timeout=LEDGER_TIMEOUT)
-        return len(landed)
+        samples = asyncio.run(run())
+        done = ray.get(
+            ledger.report.remote(
+                sealed=list(zip(assignment.leases, samples, strict=True)),
+                incarnation=assignment.incarnation,
+            ),
+            timeout=LEDGER_TIMEOUT,
+        )
+        return int(done.sealed)
 
     def pid(self) -> int:
         return os.getpid()
@@ -136,11 +77,13 @@ def logprob(position: int) -> float:
     return -0.05 - (position % 7) / 10
 
 
-class StandInSampleRollout:
-    """A sibling-level rollout worker without a model (see the module doc).
+class StandInRollout:
+    """A rollout worker without a model (see the module doc).
 
-    ``fail_rate`` fails a task (after some tokens) and ``crash_rate`` kills
-    the process (``os._exit``) in the middle of one. ``tokens_log`` (a file
+    ``fail_rate`` fails a task (after some tokens), ``error_rate`` raises
+    out of the call at a task (an engine error: the fleet releases the
+    assignment's unreported leases) and ``crash_rate`` kills the process
+    (``os._exit``) in the middle of one. ``tokens_log`` (a file
     path) gets the number of tokens generated at each report, so a job can
     count the tokens generated again after its kills. A task whose progress
     the ledger refuses is abandoned (it is fenced for good). Reports go to the
@@ -156,6 +99,7 @@ class StandInSampleRollout:
         token_latency: float = 0.001,
         fail_rate: float = 0.0,
         crash_rate: float = 0.0,
+        error_rate: float = 0.0,
         tokens_log: str | None = None,
         rebind_wait: float = 10.0,
     ) -> None:
@@ -164,13 +108,20 @@ class StandInSampleRollout:
         self.token_latency = token_latency
         self.fail_rate = fail_rate
         self.crash_rate = crash_rate
+        self.error_rate = error_rate
         self.tokens_log = tokens_log
         self.rebind_wait = rebind_wait
         self._ledger: Any = None
+        #: Every ledger actor the worker was told of, in order.
+        self._known: list[Any] = []
         self._generation = 0
 
     def set_ledger(self, ledger: Any) -> None:
-        if self._ledger is None or ledger != self._ledger:
+        # Only a ledger actor not heard of yet is newer: a ``generate``
+        # call of a lost incarnation that this worker's threads run after
+        # the fleet's ``set_ledger`` must not send it back to the dead one.
+        if ledger not in self._known:
+            self._known.append(ledger)
             self._ledger = ledger
             self._generation += 1
 
@@ -191,7 +142,9 @@ class StandInSampleRollout:
             fail_at = rng.randint(have, len(full))
         crash_at = len(full) + 1
         if self.crash_rate and rng.random() < self.crash_rate:
-            crash_at = rng.randint(have, len(full))
+            crash_at = rng.randint(have, len(full) - 1)  # inside the generation
+        if self.error_rate and rng.random() < self.error_rate:
+            raise RuntimeError(f"injected generation error at lease {tuple(lease)}")
         new: list[int] = []
         counted = recorded = 0
         every = max(1, assignment.progress_every)
@@ -206,14 +159,16 @@ class StandInSampleRollout:
             if len(new) - recorded >= every and i + 1 < len(full):
                 self._count(len(new) - counted)
                 counted = recorded = len(new)
-                r = self._report(progress=[(lease, self._payload(prefix, new, have, assignment))])
+                payload = self._payload(prefix, new, have, assignment)
+                r = self._report(assignment, progress=[(lease, payload)])
                 if r.stale:
                     return 0  # fenced for good (released, or a lost incarnation's): stop
         self._count(len(new) - counted)
         if fail_at <= len(full) and have + len(new) < len(full):
-            self._report(failed=[lease])
+            self._report(assignment, failed=[lease])
             return 0
-        done = self._report(sealed=[(lease, self._payload(prefix, new, have, assignment))])
+        sample = self._payload(prefix, new, have, assignment)
+        done = self._report(assignment, sealed=[(lease, sample)])
         return int(done.sealed)
 
     @staticmethod
@@ -232,7 +187,8 @@ class StandInSampleRollout:
         finally:
             os.close(fd)
 
-    def _report(self, **report: Any) -> Any:
+    def _report(self, assignment: Assignment, **report: Any) -> Any:
+        report["incarnation"] = assignment.incarnation
         generation, ledger = self._generation, self._ledger
         try:
             return ray.get(ledger.report.remote(**report), timeout=LEDGER_TIMEOUT)

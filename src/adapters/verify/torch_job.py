@@ -17,7 +17,7 @@ exactly once. The result says that the audit ran, its report and its exit
 status.
 
 With ``journal`` (``torch-run --journal``, ``run_journal``) a life runs
-sample by sample instead: a ``SampleCollector`` over the same loader, a
+sample by sample instead: a ``StreamCollector`` over the same loader, a
 simulated pool generating each sibling lease token by token (the stand-in
 engine of ``durable_job``), a ``RolloutJournal`` with group commit that
 records each seal and each running sample's progress, failed siblings
@@ -50,7 +50,6 @@ from frontier_core import Checkpoint, FailurePolicy, Lease, LedgerConfig, TrainL
 from frontier_core.journal import CommitPolicy, Reuse, SiblingState, TokenPayload
 
 from .._collector import StreamCollector
-from .._samples import SampleCollector
 from ..journal import RolloutJournal, resumed_sample
 from ..torch import make_seekable_loader
 from ..torch._files import (
@@ -289,7 +288,7 @@ def run_journal(args: RunArgs) -> int:
     the rollout journal (or start, with a first checkpoint before anything
     is generated) and train to the end of the stream.
 
-    A ``SampleCollector`` over the same seekable loader hands out groups of
+    A ``StreamCollector`` over the same seekable loader hands out groups of
     ``args.samples`` sibling leases; a simulated pool makes one token per
     lease per tick (``durable_job``'s stand-in engine: heavy-tailed lengths
     per ordinal and sibling). Each seal the ledger accepts is journaled as
@@ -322,7 +321,7 @@ def run_journal(args: RunArgs) -> int:
         dataset, batch_size=args.batch_size, seed=args.seed, shuffle=True, epochs=args.epochs
     )
     n = args.samples
-    collector = SampleCollector(
+    collector = StreamCollector(
         SeekableSource(loader),
         LedgerConfig(
             stream_len=args.rows * args.epochs,
@@ -416,7 +415,7 @@ def run_journal(args: RunArgs) -> int:
                 between_parts=between_parts,
             )
 
-        checkpoint_journal(journal, checkpoint_id=step, cut=collector.samples.cut, write=write)
+        checkpoint_journal(journal, checkpoint_id=step, cut=collector.ledger.cut, write=write)
 
     if loaded is None:
         # A first checkpoint before anything is generated: from now on a

@@ -1,5 +1,5 @@
 """The integration harness on this project's own rollout adapter: a
-``RolloutLoop`` over a ``SampleCollector``, under either schedule, driven
+``RolloutLoop`` over a ``StreamCollector``, under either schedule, driven
 by an engine whose every request waits until the harness says it lands or
 fails, with the replay buffer (the loop's sink) saved next to the collector
 state. Per sibling, the prompts are single-sample groups whose failed
@@ -23,7 +23,7 @@ from frontier_core import FailurePolicy, Granularity, LedgerConfig, Sibling, Sta
 from frontier_core.testing import Integration, run_integration_test
 
 rollout = pytest.importorskip("frontier_adapters.rollout._loop")
-from frontier_adapters import SampleCollector, SequenceSource  # noqa: E402
+from frontier_adapters import SequenceSource, StreamCollector  # noqa: E402
 
 engine_module = pytest.importorskip("frontier_adapters.rollout._engine")
 
@@ -102,7 +102,7 @@ class RolloutIntegration(Integration):
 
     def start(self) -> None:
         self.aio = asyncio.new_event_loop()
-        self.collector = SampleCollector(
+        self.collector = StreamCollector(
             SequenceSource([f"r{o}" for o in range(N)], batch_size=3),
             LedgerConfig(
                 stream_len=N,

@@ -11,7 +11,7 @@ from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import pytest
-from frontier_adapters import SampleCollector, SequenceSource, Taken
+from frontier_adapters import SequenceSource, StreamCollector, Taken
 from frontier_adapters._collector import Pull
 from frontier_adapters.rollout._engine import Completion, RequestOutput
 from frontier_adapters.rollout._loop import Group, RolloutEvent, RolloutLoop
@@ -53,7 +53,7 @@ class ScriptEngine:
     samples were aborted; ``short`` fewer samples than asked; ``stray`` an
     output for another request id."""
 
-    def __init__(self, collector: SampleCollector, script: dict[str, str] | None = None) -> None:
+    def __init__(self, collector: StreamCollector, script: dict[str, str] | None = None) -> None:
         self.collector = collector
         self.script = script or {}
         self.submitted: list[str] = []
@@ -104,8 +104,8 @@ def make(
     policy: FailurePolicy = FailurePolicy.RETRY,
     max_attempts: int = 2,
     **kw: Any,
-) -> tuple[SampleCollector, ScriptEngine, Sink, RolloutLoop, list[RolloutEvent], list[int]]:
-    collector = SampleCollector(
+) -> tuple[StreamCollector, ScriptEngine, Sink, RolloutLoop, list[RolloutEvent], list[int]]:
+    collector = StreamCollector(
         ListSource(n), LedgerConfig(stream_len=n, on_failure=policy, max_attempts=max_attempts)
     )
     engine = ScriptEngine(collector, script)
@@ -251,7 +251,7 @@ def test_shutdown_mid_flight_aborts_requests_and_leaves_them_outstanding() -> No
             assert collector.ledger.attempts(o) == 0
         state = collector.checkpoint_state()
         assert state["ledger"]["ledger"]["cut"] == 0
-        fresh = SampleCollector(ListSource(4), collector.config)
+        fresh = StreamCollector(ListSource(4), collector.config)
         fresh.resume(state, load_replay_buffer=True, sealed=())
         assert [t.ordinal for t in fresh.take_samples(4)] == [1, 2]
 
@@ -278,11 +278,11 @@ def test_checkpoint_between_landing_and_worker_exit_sees_the_group_buffered() ->
         assert collector.ledger.attempts(0) == 0
         assert state["ledger"]["ledger"]["retained"] == [[0, 1]]
         # Resume with the buffer: 0 is covered, nothing to regenerate.
-        restored = SampleCollector(ListSource(1), collector.config)
+        restored = StreamCollector(ListSource(1), collector.config)
         assert restored.resume(state, load_replay_buffer=True, sealed=()).covered == (0,)
         assert restored.take_samples(1) == []
         # Resume without it: 0 is regenerated, once.
-        regen = SampleCollector(ListSource(1), collector.config)
+        regen = StreamCollector(ListSource(1), collector.config)
         regen.resume(state, load_replay_buffer=False, sealed=())
         assert [t.ordinal for t in regen.take_samples(2)] == [0]
 
@@ -313,7 +313,7 @@ def test_a_misaligned_source_stops_the_loop_instead_of_hanging() -> None:
             return Pull(5, ["x"], None)
 
     async def main() -> None:
-        collector = SampleCollector(Bad(["r0", "r1", "r2"]), LedgerConfig(stream_len=3))
+        collector = StreamCollector(Bad(["r0", "r1", "r2"]), LedgerConfig(stream_len=3))
         loop = RolloutLoop(
             collector, ScriptEngine(collector), Sink(), prompt_of=str,
             sampling_params=None, num_generations=1,
@@ -364,7 +364,7 @@ def test_vllm_engine_passes_the_asyncllm_calls_through() -> None:
             calls.append(("shutdown", timeout))
 
     async def main() -> Sink:
-        collector = SampleCollector(ListSource(2), LedgerConfig(stream_len=2))
+        collector = StreamCollector(ListSource(2), LedgerConfig(stream_len=2))
         sink = Sink()
         engine = VllmEngine(FakeAsyncLLM())
         async with RolloutLoop(
@@ -395,7 +395,7 @@ def test_a_sink_that_refuses_a_group_stops_the_loop_with_the_ordinal_outstanding
 
     async def main() -> None:
         config = LedgerConfig(stream_len=3, on_failure=FailurePolicy.DROP)
-        collector = SampleCollector(ListSource(3), config)
+        collector = StreamCollector(ListSource(3), config)
         sink = Picky()
         engine = ScriptEngine(collector)
         events: list[RolloutEvent] = []
@@ -418,7 +418,7 @@ def test_a_sink_that_refuses_a_group_stops_the_loop_with_the_ordinal_outstanding
         assert await loop.aclose() == (1,) == loop.outstanding
         assert tuple(collector.ledger.ordinals(Status.OUTSTANDING)) == (1,)
         assert collector.ledger.attempts(1) == 0
-        fresh = SampleCollector(ListSource(3), config)
+        fresh = StreamCollector(ListSource(3), config)
         fresh.resume(collector.checkpoint_state(), load_replay_buffer=True, sealed=())
         assert [t.ordinal for t in fresh.take_samples(3)] == [1, 2]
 
@@ -440,7 +440,7 @@ def test_request_ids_continue_from_the_ledgers_attempts_after_a_resume() -> None
         assert loop.outstanding == (1,) and collector.attempts(1) == 1
 
         # The process restarts from the checkpoint, buffer restored.
-        resumed = SampleCollector(ListSource(3), collector.config)
+        resumed = StreamCollector(ListSource(3), collector.config)
         resumed.resume(json.loads(json.dumps(state)), load_replay_buffer=True, sealed=())
         assert resumed.attempts(1) == 1
         engine2 = ScriptEngine(resumed, {"o1-a1": "raise"})
@@ -464,7 +464,7 @@ def test_a_wiring_error_in_a_worker_stops_the_loop_instead_of_vanishing() -> Non
     from frontier_core import IllegalTransitionError
 
     async def main() -> None:
-        collector = SampleCollector(ListSource(2), LedgerConfig(stream_len=2))
+        collector = StreamCollector(ListSource(2), LedgerConfig(stream_len=2))
         sink = Sink()
         loop = RolloutLoop(
             collector, ScriptEngine(collector), sink, prompt_of=str,
@@ -502,7 +502,7 @@ def test_a_dead_engine_stops_the_loop_and_burns_no_attempt() -> None:
 
     async def main() -> None:
         config = LedgerConfig(stream_len=3, on_failure=FailurePolicy.DROP)
-        collector = SampleCollector(ListSource(3), config)
+        collector = StreamCollector(ListSource(3), config)
         events: list[RolloutEvent] = []
         dropped: list[int] = []
         loop = RolloutLoop(
@@ -533,7 +533,7 @@ def test_aclose_returns_what_a_dead_engine_left_outstanding() -> None:
     class Dying(ScriptEngine):
         fatal_errors = (EngineDead,)
 
-        def __init__(self, collector: SampleCollector) -> None:
+        def __init__(self, collector: StreamCollector) -> None:
             super().__init__(collector)
             self.dead = asyncio.Event()
 
@@ -550,7 +550,7 @@ def test_aclose_returns_what_a_dead_engine_left_outstanding() -> None:
 
     async def main() -> None:
         config = LedgerConfig(stream_len=6, on_failure=FailurePolicy.RETRY, max_attempts=2)
-        collector = SampleCollector(ListSource(6), config)
+        collector = StreamCollector(ListSource(6), config)
         engine = Dying(collector)
         sink = Sink()
         events: list[RolloutEvent] = []
@@ -571,7 +571,7 @@ def test_aclose_returns_what_a_dead_engine_left_outstanding() -> None:
         assert loop.in_flight == 0 and len(engine.submitted) == 4  # no feeding after the death
         assert not any(e.kind in ("fail", "drop", "requeue") for e in events)
         assert all(collector.ledger.attempts(o) == 0 for o in held)
-        fresh = SampleCollector(ListSource(6), config)
+        fresh = StreamCollector(ListSource(6), config)
         fresh.resume(collector.checkpoint_state(), load_replay_buffer=True, sealed=())
         assert [t.ordinal for t in fresh.take_samples(6)] == [1, 2, 3, 4, 5]
 
@@ -695,7 +695,7 @@ def test_the_schedule_is_one_option_checked_at_construction(tmp_path: Any) -> No
     from frontier_adapters.journal import RolloutJournal
     from frontier_adapters.rollout import Schedule, request_id_of
 
-    collector = SampleCollector(ListSource(2), LedgerConfig(stream_len=2))
+    collector = StreamCollector(ListSource(2), LedgerConfig(stream_len=2))
     engine, sink = ScriptEngine(collector), Sink()
     assert Schedule("sibling") is Schedule.SIBLING
     with pytest.raises(ValueError, match="'whole'"):
@@ -730,11 +730,11 @@ def test_a_group_the_group_schedule_cannot_land_stops_it_and_keeps_the_rest_on_r
     from frontier_adapters.rollout import RolloutError
 
     config = LedgerConfig(stream_len=3, samples=2)
-    first = SampleCollector(ListSource(3), config)
+    first = StreamCollector(ListSource(3), config)
     (taken,) = first.take_samples(1)
     first.sealed(taken.leases[:1])
     state = first.checkpoint_state()
-    resumed = SampleCollector(ListSource(3), config)
+    resumed = StreamCollector(ListSource(3), config)
     resumed.resume(state, load_replay_buffer=True, sealed=taken.leases)
     engine, sink = ScriptEngine(resumed), Sink()
     loop = RolloutLoop(

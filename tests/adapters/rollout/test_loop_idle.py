@@ -16,7 +16,7 @@ from collections.abc import AsyncIterator, Coroutine
 from typing import Any, TypeVar
 
 import pytest
-from frontier_adapters import SampleCollector, SequenceSource
+from frontier_adapters import SequenceSource, StreamCollector
 from frontier_adapters.rollout import RolloutLoop, request_id_of
 from frontier_adapters.rollout._engine import Completion, RequestOutput
 from frontier_adapters.rollout._loop import RolloutStalledError
@@ -92,7 +92,7 @@ class LockstepEngine:
 
 
 def rollout_of(
-    schedule: str, collector: SampleCollector, engine: Any, sink: Sink, **kw: Any
+    schedule: str, collector: StreamCollector, engine: Any, sink: Sink, **kw: Any
 ) -> RolloutLoop:
     """A loop over ``LockstepEngine`` under ``schedule``; ``max_in_flight``
     counts groups."""
@@ -133,7 +133,7 @@ def test_a_loop_whose_groups_all_landed_or_dropped_goes_idle(
     land, and the loop goes idle with nothing in flight."""
     doomed = {o for o in doomed if o < prompts}
     source = SequenceSource([[o] for o in range(prompts)], batch_size=2)
-    collector = SampleCollector(
+    collector = StreamCollector(
         source,
         LedgerConfig(
             stream_len=prompts,
@@ -171,7 +171,7 @@ def test_the_demo_case_three_siblings_failing_in_one_turn_drop_their_group() -> 
     siblings, the third drops the group in the same turn, before those
     restarts ran. The loop is idle then, and nothing was generated for the
     cancelled restarts."""
-    collector = SampleCollector(
+    collector = StreamCollector(
         SequenceSource([[0]], batch_size=1),
         LedgerConfig(
             stream_len=1,
@@ -233,7 +233,7 @@ def test_a_retry_filed_during_an_abort_stays_filed() -> None:
     itself: the retry of its ordinal the feeder filed under the same key in
     the meantime is generating, so the loop is not idle until it lands (a
     loop that forgot it would report idle early and could not cancel it)."""
-    collector = SampleCollector(
+    collector = StreamCollector(
         SequenceSource([[0], [1]], batch_size=2),
         LedgerConfig(stream_len=2, on_failure=FailurePolicy.RETRY, max_attempts=3),
     )
@@ -276,7 +276,7 @@ def test_a_wait_with_a_timeout_ends_with_a_typed_error_and_the_loop_closes(sched
     """``until(predicate, timeout)`` on a loop that can never satisfy it
     raises ``RolloutStalledError`` after the timeout; the loop is still
     whole: closing it leaves the ordinal outstanding, as any shutdown."""
-    collector = SampleCollector(
+    collector = StreamCollector(
         SequenceSource([[0]], batch_size=1), LedgerConfig(stream_len=1, max_attempts=3)
     )
     sink = Sink()

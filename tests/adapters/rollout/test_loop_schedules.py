@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from frontier_adapters import SampleCollector, SequenceSource, Taken
+from frontier_adapters import SequenceSource, StreamCollector, Taken
 from frontier_adapters.journal import RolloutJournal
 from frontier_adapters.rollout import (
     Group,
@@ -99,8 +99,8 @@ def rows(n: int) -> SequenceSource:
     return SequenceSource([f"r{o}" for o in range(n)], batch_size=2)
 
 
-def collector(n: int, **config: Any) -> SampleCollector:
-    return SampleCollector(rows(n), LedgerConfig(stream_len=n, fingerprint=FP, **config))
+def collector(n: int, **config: Any) -> StreamCollector:
+    return StreamCollector(rows(n), LedgerConfig(stream_len=n, fingerprint=FP, **config))
 
 
 def rollout(
@@ -119,7 +119,7 @@ def rollout(
     return RolloutLoop(c, engine, sink, prompt_of=str, sampling_params=Params(samples), **kw)
 
 
-def outstanding(c: SampleCollector) -> set[int]:
+def outstanding(c: StreamCollector) -> set[int]:
     return set(c.ledger.ordinals(Status.OUTSTANDING))
 
 
@@ -165,7 +165,7 @@ def test_a_rank_collector_drives_the_group_schedule_and_the_sibling_one_refuses_
     run_within(main())
 
 
-class WholeGroups(SampleCollector):
+class WholeGroups(StreamCollector):
     """Every sibling method, but groups dealt with no leases (as a collector
     whose ledger holds no sibling detail would)."""
 
@@ -221,13 +221,13 @@ def test_a_reused_sibling_without_a_journal_names_the_way_out_and_strands_its_gr
     given no ``recovered``: the group cannot be built; it stays outstanding
     and ``aclose`` says so, and the error tells what to pass."""
     config = LedgerConfig(stream_len=3, samples=2, fingerprint=FP)
-    first = SampleCollector(rows(3), config)
+    first = StreamCollector(rows(3), config)
     (taken,) = first.take_samples(1)
     first.sealed(taken.leases[:1])
     state = first.checkpoint_state(save_sealed=True)
 
     async def main() -> None:
-        c = SampleCollector(rows(3), config)
+        c = StreamCollector(rows(3), config)
         c.resume(state, load_replay_buffer=True, sealed=taken.leases[:1])
         loop = rollout(c, Engine(), Sink(), "sibling", 2)
         with pytest.raises(RolloutError) as err:
@@ -246,10 +246,10 @@ def test_a_restart_the_ledger_refuses_stops_the_loop_with_the_group_outstanding(
     config = LedgerConfig(
         stream_len=1, samples=2, fingerprint=FP, on_failure=FailurePolicy.RETRY, max_attempts=3
     )
-    state = SampleCollector(rows(1), config).checkpoint_state()
+    state = StreamCollector(rows(1), config).checkpoint_state()
 
     async def main() -> None:
-        c = SampleCollector(rows(1), config)
+        c = StreamCollector(rows(1), config)
         c.resume(state, load_replay_buffer=True, sealed=(), attempt_limit=2)
         engine = Engine(fail={request_id_of(0, 1, sibling=1)})
         left = await stopped(rollout(c, engine, Sink(), "sibling", 2), IllegalTransitionError)

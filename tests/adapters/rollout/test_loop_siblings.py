@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from frontier_adapters import SampleCollector, SequenceSource
+from frontier_adapters import SequenceSource, StreamCollector
 from frontier_adapters.journal import RolloutJournal
 from frontier_adapters.rollout import (
     Group,
@@ -87,14 +87,14 @@ class StreamEngine:
             )
 
 
-def collector(n_prompts: int, **config: Any) -> SampleCollector:
+def collector(n_prompts: int, **config: Any) -> StreamCollector:
     source = SequenceSource([(o, f"r{o}") for o in range(n_prompts)], batch_size=2)
-    return SampleCollector(
+    return StreamCollector(
         source, LedgerConfig(stream_len=n_prompts, samples=N, fingerprint=FP, **config)
     )
 
 
-def loop(c: SampleCollector, engine: StreamEngine, sink: Sink, **kw: Any) -> RolloutLoop:
+def loop(c: StreamCollector, engine: StreamEngine, sink: Sink, **kw: Any) -> RolloutLoop:
     return RolloutLoop(
         c,
         engine,
@@ -162,7 +162,7 @@ async def crash_mid_group(journal_path: Path, *, version: int = 0) -> tuple[dict
     sink = Sink()
     rollout = loop(c, engine, sink, journal=journal, version=lambda: version)
     async with rollout:
-        await rollout.until(lambda: (0, 0) in {(x.ordinal, x.sibling) for x in c.samples.held()})
+        await rollout.until(lambda: (0, 0) in {(x.ordinal, x.sibling) for x in c.ledger.held()})
         await rollout.until(
             lambda: (
                 len(rollout.partial(0).get(1, ())) == 2 and len(rollout.partial(0).get(2, ())) == 1

@@ -18,7 +18,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from frontier_adapters import SampleCollector, SequenceSource  # noqa: E402
+from frontier_adapters import SequenceSource, StreamCollector  # noqa: E402
 from frontier_adapters.examples.cpu_engine import (  # noqa: E402
     CpuEngine,
     CpuSamplingParams,
@@ -63,8 +63,8 @@ class Recording(CpuEngine):
         return super().generate(prompt, sampling_params, request_id)
 
 
-def collector(n: int) -> SampleCollector:
-    return SampleCollector(
+def collector(n: int) -> StreamCollector:
+    return StreamCollector(
         SequenceSource(PROMPTS[:n], batch_size=2),
         LedgerConfig(stream_len=n, samples=N, fingerprint=FP),
     )
@@ -205,7 +205,7 @@ def life1(tmp_path: Path) -> dict[str, Any]:
     def observe(p: SampleProgress) -> None:
         rollout = holder[0]
         partial = rollout.partial(1)
-        sealed = {(x.ordinal, x.sibling) for x in c.samples.held()}
+        sealed = {(x.ordinal, x.sibling) for x in c.ledger.held()}
         if (
             0 in sink.groups
             and (1, 0) in sealed

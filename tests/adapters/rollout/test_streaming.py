@@ -13,7 +13,7 @@ from typing import Any
 
 import attrs
 import pytest
-from frontier_adapters import SampleCollector, SequenceSource
+from frontier_adapters import SequenceSource, StreamCollector
 from frontier_adapters.rollout import (
     EngineLoopError,
     Group,
@@ -120,8 +120,8 @@ class StreamEngine:
 
 def make(
     n: int, engine: Any, params: Any, **kw: Any
-) -> tuple[SampleCollector, Sink, RolloutLoop, list[SampleProgress], list[RolloutEvent]]:
-    collector = SampleCollector(
+) -> tuple[StreamCollector, Sink, RolloutLoop, list[SampleProgress], list[RolloutEvent]]:
+    collector = StreamCollector(
         SequenceSource([f"r{o}" for o in range(n)], batch_size=4),
         LedgerConfig(stream_len=n, on_failure=FailurePolicy.RETRY),
     )
@@ -257,8 +257,8 @@ class BoundLLM:
         pass
 
 
-def run_loop(runner: asyncio.Runner, engine: Any) -> tuple[SampleCollector, Sink]:
-    collector = SampleCollector(
+def run_loop(runner: asyncio.Runner, engine: Any) -> tuple[StreamCollector, Sink]:
+    collector = StreamCollector(
         SequenceSource(["a", "b"], batch_size=2), LedgerConfig(stream_len=2)
     )
     sink = Sink()
@@ -281,7 +281,7 @@ def test_another_event_loop_is_refused_before_anything_is_taken(wrap: bool) -> N
         _, sink = run_loop(first, engine)  # binds the engine to `first`
         assert len(sink) == 2 and llm.requests == ["o0-a0", "o1-a0"]
         with asyncio.Runner() as second:  # `first` is open but not running
-            collector = SampleCollector(
+            collector = StreamCollector(
                 SequenceSource(["a"], batch_size=1), LedgerConfig(stream_len=1)
             )
             with pytest.raises(EngineLoopError, match="open but not running") as exc:
@@ -330,7 +330,7 @@ def test_a_bare_asyncllm_stops_on_vllms_engine_dead_error(
     fake = types.ModuleType("vllm.v1.engine.exceptions")
     fake.EngineDeadError = EngineDeadError  # type: ignore[attr-defined]
     monkeypatch.setitem(sys.modules, "vllm.v1.engine.exceptions", fake)
-    collector = SampleCollector(SequenceSource(["a"], batch_size=1), LedgerConfig(stream_len=1))
+    collector = StreamCollector(SequenceSource(["a"], batch_size=1), LedgerConfig(stream_len=1))
     loop = RolloutLoop(collector, BoundLLM(), Sink(), prompt_of=str, sampling_params=Params(n=1))
     assert loop.fatal_errors == (EngineDeadError, EngineLoopError)
     monkeypatch.delitem(sys.modules, "vllm.v1.engine.exceptions")

@@ -33,7 +33,7 @@ from ._vllm_support import descendants, engine_processes, inet_sockets, require_
 require_vllm()
 
 import torch  # noqa: E402
-from frontier_adapters import SampleCollector, SequenceSource  # noqa: E402
+from frontier_adapters import SequenceSource, StreamCollector  # noqa: E402
 from frontier_adapters.examples import tiny_llm  # noqa: E402
 from frontier_adapters.rollout import (  # noqa: E402
     EngineLoopError,
@@ -54,9 +54,9 @@ def token_prompt(row: list[int]) -> dict[str, list[int]]:
     return {"prompt_token_ids": list(row)}
 
 
-def collector_of(n: int, *, retry: bool = False) -> SampleCollector:
+def collector_of(n: int, *, retry: bool = False) -> StreamCollector:
     policy = FailurePolicy.RETRY if retry else FailurePolicy.DROP
-    return SampleCollector(
+    return StreamCollector(
         SequenceSource(PROMPTS[:n], batch_size=4),
         LedgerConfig(stream_len=n, on_failure=policy, max_attempts=3),
     )

@@ -33,7 +33,7 @@ from ._vllm_support import descendants, inet_sockets, require_vllm, tiny_engine
 require_vllm()
 
 import torch  # noqa: E402
-from frontier_adapters import SampleCollector, SequenceSource  # noqa: E402
+from frontier_adapters import SequenceSource, StreamCollector  # noqa: E402
 from frontier_adapters.examples import tiny_llm  # noqa: E402
 from frontier_adapters.journal import RolloutJournal  # noqa: E402
 from frontier_adapters.rollout import (  # noqa: E402
@@ -130,8 +130,8 @@ class Recording:
         await self.engine.abort(request_id)
 
 
-def collector(n: int) -> SampleCollector:
-    return SampleCollector(
+def collector(n: int) -> StreamCollector:
+    return StreamCollector(
         SequenceSource(PROMPTS[:n], batch_size=2),
         LedgerConfig(stream_len=n, samples=N, fingerprint=FP),
     )

@@ -1,4 +1,4 @@
-"""A ``SampleCollector`` bound to a rollout journal: no attempt leaves it
+"""A ``StreamCollector`` (groups of 3) bound to a rollout journal: no attempt leaves it
 that is not reserved durably in the journal first, so a later life starts
 above every attempt an earlier one dealt, even when the caller forgets the
 journal's floor and limit at the resume."""
@@ -7,8 +7,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import attrs
 import pytest
-from frontier_adapters import SampleCollector, SequenceSource
+from frontier_adapters import SequenceSource, StreamCollector
 from frontier_adapters.journal import RolloutJournal, read_journal
 
 from frontier_core import FailurePolicy, IllegalTransitionError, Lease, LedgerConfig
@@ -28,9 +29,9 @@ def durable_reservation(tmp: Path) -> int:
     return max([x.below for x in records if isinstance(x, Reserve)], default=0)
 
 
-def collector(journal: RolloutJournal | None, reserve: int = 4) -> SampleCollector:
+def collector(journal: RolloutJournal | None, reserve: int = 4) -> StreamCollector:
     source = SequenceSource(list(range(100, 112)), batch_size=4)
-    return SampleCollector(source, CONFIG, journal=journal, reserve=reserve)
+    return StreamCollector(source, CONFIG, journal=journal, reserve=reserve)
 
 
 def test_every_attempt_dealt_is_reserved_in_the_journal_first(tmp_path: Path) -> None:
@@ -107,7 +108,7 @@ def test_an_unbound_collector_refuses_to_deal_past_the_limit_it_resumed_with(
         c.take_samples(1)
     # Refused with nothing changed: group 1 is still the next to go, once
     # the collector is bound to a (recovered) journal that reserves for it.
-    assert c.pending == pending and c.samples.next_attempt == 5
+    assert c.pending == pending and c.ledger.next_attempt == 5
     journal = open_journal(tmp_path)
     journal.recover(
         None, position=None, checkpoint_id=None, reuse=Reuse.everything(), fork=0, step=0
@@ -122,3 +123,53 @@ def test_reserve_must_be_a_positive_int() -> None:
     for bad in (0, -1, 2.0, True):
         with pytest.raises(ValueError, match="reserve"):
             collector(None, reserve=bad)  # type: ignore[arg-type]
+
+
+def test_a_whole_group_take_reserves_its_attempts_first_too(tmp_path: Path) -> None:
+    journal = open_journal(tmp_path)
+    journal.recover(
+        None, position=None, checkpoint_id=None, reuse=Reuse.everything(), fork=0, step=0, reserve=4
+    )
+    c = collector(journal)
+    assert [o for o, _ in c.take(2)] == [0, 1]
+    running = list(c.ledger.running())
+    assert len(running) == 6 and all(x.attempt < durable_reservation(tmp_path) for x in running)
+    c.landed([0, 1])  # reported whole: the siblings' attempts are fenced
+    assert list(c.ledger.running()) == [] and c.sealed(running).fenced == tuple(running)
+    journal.close()
+
+
+def test_take_refuses_a_group_whose_kept_siblings_only_take_samples_gives_back() -> None:
+    c = collector(None)
+    state = c.checkpoint_state()
+    c.resume(state, load_replay_buffer=True, sealed=[(0, 1, 0)])
+    with pytest.raises(IllegalTransitionError, match="take_samples"):
+        c.take(2)
+    assert list(c.ledger.running()) == [] and c.pending == 4  # pulled, nothing dispatched
+    first, second = c.take_samples(2)
+    assert (first.ordinal, first.reused, [x.sibling for x in first.leases]) == (
+        0,
+        (Lease(0, 1, 0),),
+        [0, 2],
+    )
+    assert second.ordinal == 1 and len(second.leases) == 3
+
+
+@pytest.mark.parametrize("samples", [1, 3])
+def test_a_resume_of_groups_or_of_a_bound_collector_must_say_what_it_kept(
+    tmp_path: Path, samples: int
+) -> None:
+    config = attrs.evolve(CONFIG, samples=samples)
+    source = SequenceSource(list(range(100, 112)), batch_size=4)
+    c = StreamCollector(source, config)
+    state = c.checkpoint_state()
+    if samples == 1:
+        c.resume(state, load_replay_buffer=True)  # a prompt-level resume keeps nothing
+    else:
+        with pytest.raises(TypeError, match="sealed="):
+            c.resume(state, load_replay_buffer=True)
+    c.journal = open_journal(tmp_path)
+    with pytest.raises(TypeError, match="sealed="):
+        c.resume(state, load_replay_buffer=True)
+    c.journal.close()
+    c.resume(state, load_replay_buffer=True, sealed=())
