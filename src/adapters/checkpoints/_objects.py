@@ -59,11 +59,13 @@ from ._lineage import (
     Link,
     ancestry,
     lineage_bytes,
+    next_lineage,
     note_resumed,
+    parent_dir,
     parse_lineage,
     refuse_unlisted,
 )
-from ._parts import JSON_SUFFIX, PartCodec, check_part, decode_part
+from ._parts import JSON_SUFFIX, PartCodec, decode_part, fetch_part
 from ._sealed import check_fingerprint, is_int
 
 #: A checkpoint directory on an object store: its step, then a random tag.
@@ -133,21 +135,6 @@ def published_in_store(root: str) -> list[Path]:
     return [Path(link.entry.name) for link in lineage or []]
 
 
-def _parent_name(parent: object) -> str:
-    path = getattr(parent, "path", parent)
-    if not isinstance(path, str | Path):
-        raise TypeError(
-            f"parent must be a loaded checkpoint or a path, got {type(parent).__name__}"
-        )
-    path = Path(path)
-    if path.parent != Path("."):
-        raise ValueError(
-            f"parent {str(path)[:200]}: on an object store a checkpoint is named relative "
-            "to its root (what write_checkpoint returns, a LoadedCheckpoint's path)"
-        )
-    return path.name
-
-
 def write_to_store(
     root: str,
     step: int,
@@ -160,7 +147,7 @@ def write_to_store(
 ) -> Path:
     """``write_checkpoint`` on an object store; the new checkpoint's name
     relative to ``root`` (a relative ``Path``)."""
-    parent_name = None if parent is None else _parent_name(parent)
+    parent_name = None if parent is None else parent_dir(None, parent, "parent")
     store = open_store(root)
     shown = f"{store.where}/{LATEST}"
     old, version = _read_lineage(store, shown)
@@ -182,10 +169,7 @@ def write_to_store(
             between_parts(LATEST)
         before = store.list(limit=MAX_OBJECTS)
         new = _Entry(name, step, manifest_sha)
-        lineage = [
-            Link(new, continued[0].entry.name if continued else None),
-            *continued[: keep - 1],
-        ]
+        lineage = next_lineage(PUBLISHED_OBJECTS, new, continued, keep)
         store.swap(LATEST, lineage_bytes(PUBLISHED_OBJECTS, lineage), expected=version)
     except StoreConflictError as exc:
         raise CheckpointConflictError(
@@ -260,15 +244,9 @@ def _read_one(
     tensor_parts: dict[str, Any] = {}
     for part in parts:
         file = f"{where}/{part['name']}"
-        try:
-            data = store.get(f"{name}/{part['name']}", max_bytes=part["size"])
-        except StoreLimitError:
-            raise CheckpointFileError(
-                file, f"too long: more than {part['size']} bytes saved"
-            ) from None
-        if data is None:
-            raise CheckpointFileError(file, "missing part of the checkpoint")
-        check_part(data, file, size=part["size"], sha256=part["sha256"])
+        data = fetch_part(
+            store, f"{name}/{part['name']}", file, size=part["size"], sha256=part["sha256"]
+        )
         stem, _, ext = part["name"].rpartition(".")
         target = json_parts if ext == JSON_SUFFIX else tensor_parts
         target[stem] = decode_part(data, file, codec)

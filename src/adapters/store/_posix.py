@@ -7,6 +7,7 @@ import errno
 import fcntl
 import os
 import secrets
+import shutil
 import stat
 import time
 from collections.abc import Iterator
@@ -357,6 +358,38 @@ class PosixStore:
                 if exc.errno == errno.EPERM:  # unlink of a directory on Linux
                     raise StoreObjectError(self.where, key, "is a directory") from None
                 raise self._unavailable(key, exc) from None
+            os.fsync(fd)
+
+    def delete_prefix(self, prefix: str, *, limit: int = DEFAULT_LIST_LIMIT) -> None:
+        """Remove the directory ``prefix`` names, whole (the temporary files
+        of killed writes in it included), without following a symlink in
+        it; a symlink, FIFO or device planted at ``prefix`` is unlinked
+        (never its target), a regular file there is an object, not under
+        ``prefix``, and is kept."""
+        check_key(self.where, prefix)
+        check_limit(limit, "limit")
+        with self._locked(), self._parent(prefix, create=False) as at:
+            if at is None:
+                return
+            fd, name = at
+            try:
+                st = os.stat(name, dir_fd=fd, follow_symlinks=False)
+            except FileNotFoundError:
+                return
+            if stat.S_ISREG(st.st_mode):
+                return
+            try:
+                if stat.S_ISDIR(st.st_mode):
+                    self.list(prefix, limit=limit)  # StoreLimitError before a removal
+                    shutil.rmtree(name, dir_fd=fd)
+                else:
+                    os.unlink(name, dir_fd=fd)
+            except FileNotFoundError:
+                return
+            except OSError as exc:
+                if isinstance(exc, StoreLimitError):
+                    raise
+                raise self._unavailable(prefix, exc) from None
             os.fsync(fd)
 
 
