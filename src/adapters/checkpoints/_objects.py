@@ -34,6 +34,8 @@ from collections.abc import Callable, Collection
 from pathlib import Path
 from typing import Any, Final
 
+import attrs
+
 from frontier_core import FrontierError
 
 from .._errors import CheckpointFileError
@@ -41,12 +43,9 @@ from ..store import Store, StoreConflictError, StoreError, StoreLimitError, open
 from ._dirs import (
     LATEST,
     MANIFEST,
-    MAX_KEEP,
     MAX_LATEST_BYTES,
     MAX_MANIFEST_BYTES,
-    ROOT_FORMAT,
-    ROOT_VERSION,
-    ROOT_VERSIONS_READ,
+    PUBLISHED,
     LoadedCheckpoint,
     _Entry,
     check_manifest,
@@ -55,7 +54,6 @@ from ._dirs import (
     part_entry,
 )
 from ._lineage import (
-    LineageFile,
     Link,
     ancestry,
     lineage_bytes,
@@ -89,23 +87,11 @@ def _parse(shown: Path, raw: object) -> _Entry:
     return parse_entry_named(_OBJECT_NAME, shown, raw)
 
 
-#: ``LATEST`` on an object store: the same file, with random-tagged names.
-PUBLISHED_OBJECTS: Final = LineageFile(
-    name=LATEST,
-    format=ROOT_FORMAT,
-    version=ROOT_VERSION,
-    also_reads=ROOT_VERSIONS_READ,
-    max_bytes=MAX_LATEST_BYTES,
-    max_entries=MAX_KEEP,
-    dirs=_OBJECT_NAME,
-    dirs_are="checkpoint directories",
-    lineage_is="published",
-    unlisted_when_empty=None,
-    leftovers=(),
-    parse_entry=_parse,
-    step_of=lambda e: e.step,
-    dir_of=lambda e: e.name,
-    to_json=_Entry.to_json,
+#: ``LATEST`` on an object store: the same file, with random-tagged names;
+#: unlisted directories beside an empty lineage are losers' garbage (no
+#: bound), and nothing is left under a temporary name.
+PUBLISHED_OBJECTS: Final = attrs.evolve(
+    PUBLISHED, dirs=_OBJECT_NAME, unlisted_when_empty=None, leftovers=(), parse_entry=_parse
 )
 
 

@@ -170,10 +170,7 @@ class PosixStore:
         tmp = f"{TMP_PREFIX}{secrets.token_hex(8)}"
         out = os.open(tmp, _NEW, 0o644, dir_fd=fd)
         try:
-            view = memoryview(data)
-            while view:
-                view = view[os.write(out, view) :]
-            os.fsync(out)
+            write_synced(out, data)
             return tmp, _version(os.fstat(out))
         except BaseException:
             os.close(out)
@@ -224,17 +221,10 @@ class PosixStore:
                     raise StoreLimitError(
                         self.where, key, f"{st.st_size} bytes, more than the {max_bytes} allowed"
                     )
-                chunks: list[bytes] = []
-                got = 0
-                while got < st.st_size:
-                    chunk = os.read(f, min(st.st_size - got, 1 << 24))
-                    if not chunk:
-                        break
-                    chunks.append(chunk)
-                    got += len(chunk)
-                if got != st.st_size or os.read(f, 1):
+                data = read_exactly(f, st.st_size)
+                if data is None:
                     raise StoreObjectError(self.where, key, "changed size while being read")
-                return Versioned(b"".join(chunks), _version(st))
+                return Versioned(data, _version(st))
             except OSError as exc:
                 if isinstance(exc, StoreLimitError | StoreObjectError):
                     raise
@@ -391,6 +381,33 @@ class PosixStore:
                     raise
                 raise self._unavailable(prefix, exc) from None
             os.fsync(fd)
+
+
+def write_synced(fd: int, data: bytes) -> None:
+    """Write all of ``data`` to ``fd`` (``os.write`` may write less than
+    asked) and fsync it: what every file write of the storage code does."""
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+    os.fsync(fd)
+
+
+def read_exactly(fd: int, size: int) -> bytes | None:
+    """The ``size`` bytes ``fd`` holds from its position (``fstat`` said
+    so), read in bounded chunks; ``None`` if it held fewer or more by the
+    time they were read (it changed meanwhile): never more than one byte
+    past ``size`` is read."""
+    chunks: list[bytes] = []
+    got = 0
+    while got < size:
+        chunk = os.read(fd, min(size - got, 1 << 24))
+        if not chunk:
+            break
+        chunks.append(chunk)
+        got += len(chunk)
+    if got != size or os.read(fd, 1):
+        return None
+    return b"".join(chunks)
 
 
 def _unlink(name: str, fd: int) -> None:

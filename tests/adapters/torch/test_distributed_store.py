@@ -8,7 +8,6 @@ removed by the next commit."""
 from __future__ import annotations
 
 import json
-import threading
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +28,9 @@ from frontier_adapters.torch import (  # noqa: E402
 from ..._seaweed import s3_url as s3_url  # noqa: E402
 from ..._seaweed import seaweed as seaweed  # noqa: E402
 from ..._seaweed import seaweed_bucket as seaweed_bucket  # noqa: E402
-from .test_elastic import _on_threads  # noqa: E402
+from ..._threads import RankComm, on_threads  # noqa: E402
+from ..checkpoints.forge import garble  # noqa: E402
+from .test_elastic import write_parts  # noqa: E402
 
 FP = "rows-v1"
 
@@ -49,16 +50,7 @@ def _checkpointer(root: str, world: int = 2, **kw: Any) -> DistributedCheckpoint
 
 
 def _commit(ck: DistributedCheckpointer, step: int) -> Path:
-    parts = [
-        ck.write_part(
-            step,
-            {"rank": r, "step": step},
-            {"w": torch.full((2,), float(step))} if r == 0 else None,
-            rank=r,
-        )
-        for r in range(ck.world)
-    ]
-    return ck.commit(step, parts)
+    return ck.commit(step, write_parts(ck, step))
 
 
 def _dirs(root: str) -> set[str]:
@@ -115,9 +107,7 @@ def test_damage_on_every_store_is_a_typed_error_naming_the_object(root: str) -> 
         read_distributed_checkpoint(root, fingerprint=FP)
     back = read_distributed_checkpoint(root, fingerprint=FP, previous=1)
     assert back is not None and back.path == one
-    version = store.head("COMMIT")
-    assert version is not None
-    store.swap("COMMIT", b'{"garbled', expected=version)
+    garble(store, "COMMIT")
     with pytest.raises(CheckpointFileError, match="garbled"):
         read_distributed_checkpoint(root, fingerprint=FP)
     with pytest.raises(CheckpointFileError, match="rank 0 could not prepare"):
@@ -129,24 +119,15 @@ def test_damage_on_every_store_is_a_typed_error_naming_the_object(root: str) -> 
 
 def test_two_publishers_of_the_same_step_exactly_one_wins(root: str) -> None:
     first = _commit(_checkpointer(root), 1)
-    barrier = threading.Barrier(2, timeout=60)
-    out: list[Any] = [None, None]
 
-    def publisher(i: int) -> None:
+    def publisher(i: int, comm: RankComm) -> Path:
         def hook(phase: str) -> None:
             if phase == "commit":  # both built, both wrote every part, neither published
-                barrier.wait()
+                comm.wait()
 
-        try:
-            out[i] = _commit(_checkpointer(root, hook=hook), 2)
-        except Exception as exc:
-            out[i] = exc
+        return _commit(_checkpointer(root, hook=hook), 2)
 
-    threads = [threading.Thread(target=publisher, args=(i,)) for i in range(2)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout=120)
+    out = on_threads(2, publisher)
     won = [r for r in out if isinstance(r, Path)]
     lost = [r for r in out if isinstance(r, CheckpointConflictError)]
     assert len(won) == 1 and len(lost) == 1, out
@@ -178,7 +159,7 @@ def test_a_writer_built_before_another_commit_is_fenced(root: str) -> None:
 
 
 def test_a_collective_save_that_lost_raises_the_conflict_on_every_rank(root: str) -> None:
-    built = _on_threads(
+    built = on_threads(
         2,
         lambda rank, comm: DistributedCheckpointer(
             root, rank=rank, world=2, fingerprint=FP, comm=comm
@@ -186,7 +167,7 @@ def test_a_collective_save_that_lost_raises_the_conflict_on_every_rank(root: str
     )
     assert all(isinstance(ck, DistributedCheckpointer) for ck in built), built
     _commit(_checkpointer(root), 1)  # another writer commits meanwhile
-    out = _on_threads(2, lambda rank, comm: built[rank].save(2, {"rank": rank}))
+    out = on_threads(2, lambda rank, comm: built[rank].save(2, {"rank": rank}))
     assert all(isinstance(e, CheckpointConflictError) for e in out), out
     loaded = read_distributed_checkpoint(root, fingerprint=FP)
     assert loaded is not None and loaded.step == 1
