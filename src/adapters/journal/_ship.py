@@ -66,6 +66,7 @@ import secrets
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Final
 
@@ -230,22 +231,16 @@ class Shipper:
         """Roll the open segment and wait until everything handed over is
         up; ``shipped``. Raises ``JournalShipError`` when ``timeout``
         seconds pass first."""
-        deadline = time.monotonic() + timeout
         with self._cond:
-            self._roll()
-            self._start()
-            self._cond.notify_all()
-            while self._queue:
-                if self.failure is not None:
-                    raise self.failure
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    raise JournalShipError(
-                        f"the journal is shipped to {self.store.where} up to record "
-                        f"{self._shipped}, and {len(self._queue)} objects could not be "
-                        f"uploaded within {timeout:g} s (last error: {self.error!r:.300})"
-                    )
-                self._cond.wait(left)
+            self._wait_until(
+                lambda: not self._queue,
+                timeout,
+                lambda: JournalShipError(
+                    f"the journal is shipped to {self.store.where} up to record "
+                    f"{self._shipped}, and {len(self._queue)} objects could not be "
+                    f"uploaded within {timeout:g} s (last error: {self.error!r:.300})"
+                ),
+            )
             return self._shipped
 
     def close(self, timeout: float = 30.0) -> None:
@@ -268,23 +263,39 @@ class Shipper:
         bytes fit under ``max_queued_bytes`` or nothing is queued, for at
         most ``backlog_timeout`` s: then ``JournalShipBacklogError``. A
         failure no retry mends is raised as it is."""
-        if self._queued_bytes == 0 or self._queued_bytes + size <= self.max_queued_bytes:
+
+        def roomy() -> bool:
+            return self._queued_bytes == 0 or self._queued_bytes + size <= self.max_queued_bytes
+
+        if roomy():
             return
-        deadline = time.monotonic() + self.backlog_timeout
-        self._roll()  # everything held can go up meanwhile
+        self._wait_until(
+            roomy,
+            self.backlog_timeout,
+            lambda: JournalShipBacklogError(
+                f"the journal is shipped to {self.store.where} up to record "
+                f"{self._shipped}, {self._queued_bytes} bytes are waiting for the store "
+                f"(the bound is max_queued_bytes={self.max_queued_bytes}), and no room was "
+                f"made within {self.backlog_timeout:g} s (last error: {self.error!r:.300})"
+            ),
+        )
+
+    def _wait_until(
+        self, done: Callable[[], bool], timeout: float, late: Callable[[], JournalShipError]
+    ) -> None:
+        """Roll the open segment, wake the uploads and wait (the lock is
+        held; ``wait`` releases it) until ``done()``: ``late()`` is raised
+        after ``timeout`` s, a failure no retry mends at once."""
+        deadline = time.monotonic() + timeout
+        self._roll()
         self._start()
         self._cond.notify_all()
-        while self._queued_bytes and self._queued_bytes + size > self.max_queued_bytes:
+        while not done():
             if self.failure is not None:
                 raise self.failure
             left = deadline - time.monotonic()
             if left <= 0:
-                raise JournalShipBacklogError(
-                    f"the journal is shipped to {self.store.where} up to record "
-                    f"{self._shipped}, {self._queued_bytes} bytes are waiting for the store "
-                    f"(the bound is max_queued_bytes={self.max_queued_bytes}), and no room was "
-                    f"made within {self.backlog_timeout:g} s (last error: {self.error!r:.300})"
-                )
+                raise late()
             self._cond.wait(left)
 
     def _roll(self) -> None:
