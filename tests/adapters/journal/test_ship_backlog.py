@@ -16,7 +16,7 @@ from frontier_adapters.journal import (
 )
 from frontier_adapters.store import Store, open_store
 
-from ..._seaweed import Seaweed, _free_ports
+from ..._seaweed import Seaweed, free_ports
 from ..._seaweed import s3_url as s3_url
 from ..._seaweed import seaweed as seaweed
 from ..._seaweed import seaweed_bucket as seaweed_bucket
@@ -83,7 +83,7 @@ def test_an_endpoint_nobody_answers_is_a_typed_error_within_the_backlog_timeout(
     pytest.importorskip("obstore")
     store = open_store(
         "s3://nobody/prefix",
-        endpoint=f"http://127.0.0.1:{_free_ports(1)[0]}",
+        endpoint=f"http://127.0.0.1:{free_ports(1)[0]}",
         access_key_id="x",
         secret_access_key="x",
         region="us-east-1",
