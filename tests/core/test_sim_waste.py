@@ -212,7 +212,7 @@ def _first_kills(w: Workload, *names: str) -> dict[str, float] | None:
     return {n: log[0].discarded for n, log in logs.items()}
 
 
-@settings(max_examples=12, deadline=None)
+@settings(max_examples=6, deadline=None)
 @given(
     seed=st.integers(0, 10**6),
     lags=st.lists(st.sampled_from([0.0, 0.01, 0.1, 0.4, 1.5]), min_size=2, max_size=2),
@@ -237,7 +237,7 @@ def test_a_node_loss_costs_more_the_further_behind_the_journal_is_shipped(
     assert at_high["node-shipped"] <= at_low["node-local"] + 1e-6
 
 
-@pytest.mark.parametrize("seed", [0, 3, 11])
+@pytest.mark.parametrize("seed", [0, 11])
 def test_shipped_without_lag_is_a_process_crash_and_beyond_the_run_is_the_node_only(
     seed: int,
 ) -> None:
