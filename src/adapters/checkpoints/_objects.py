@@ -95,7 +95,8 @@ PUBLISHED_OBJECTS: Final = attrs.evolve(
 )
 
 
-def _dirs_of(keys: list[str]) -> list[str]:
+def dirs_of(keys: list[str]) -> list[str]:
+    """The top-level names of a root's keys that hold objects (its directories)."""
     return sorted({k.split("/", 1)[0] for k in keys if "/" in k})
 
 
@@ -109,7 +110,7 @@ def _read_lineage(store: Store, shown: str) -> tuple[list[Link[_Entry]] | None, 
             shown, f"more than the {MAX_LATEST_BYTES} bytes allowed"
         ) from None
     if got is None:
-        refuse_unlisted(shown, PUBLISHED_OBJECTS, None, _dirs_of(store.list(limit=MAX_OBJECTS)))
+        refuse_unlisted(shown, PUBLISHED_OBJECTS, None, dirs_of(store.list(limit=MAX_OBJECTS)))
         return None, None
     return parse_lineage(shown, got.data, PUBLISHED_OBJECTS), got.version
 

@@ -124,7 +124,7 @@ from ..checkpoints._lineage import parent_dir as _parent_dir
 from ..checkpoints._lineage import parse_lineage as _parse_lineage
 from ..checkpoints._lineage import refuse_unlisted as _refuse_unlisted
 from ..checkpoints._lineage import store_root as _store_root
-from ..checkpoints._objects import MAX_OBJECTS
+from ..checkpoints._objects import MAX_OBJECTS, dirs_of
 from ..checkpoints._parts import decode_part, fetch_part
 from ..checkpoints._sealed import check_fingerprint as _check_fingerprint
 from ..checkpoints._sealed import is_int as _is_int
@@ -473,7 +473,7 @@ class _Root:
             raise _bad(self.root, f"holds more than {MAX_OBJECTS} objects") from None
         except StoreObjectError as exc:
             raise _bad(self.root, exc.reason) from None
-        return sorted({k.split("/", 1)[0] for k in keys if "/" in k})
+        return dirs_of(keys)
 
 
 def _bad(path: Path | str, reason: str) -> CheckpointFileError:
