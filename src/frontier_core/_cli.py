@@ -256,8 +256,9 @@ def _configure_simulate(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--waste",
         action="store_true",
-        help="measure the tokens the kills make the run generate again, in five modes: "
-        "legacy, coverage, siblings, journal, progress",
+        help="measure the tokens the kills make the run generate again, in seven modes: "
+        "legacy, coverage, siblings, journal, progress under process kills; node-local, "
+        "node-shipped under node losses (the journal on the node, or shipped off it)",
     )
     parser.add_argument(
         "--commit-delay",
@@ -272,6 +273,14 @@ def _configure_simulate(parser: argparse.ArgumentParser) -> None:
         default=d.progress_every,
         metavar="TOKENS",
         help="--waste: journal a running sample's progress every TOKENS tokens (%(default)s)",
+    )
+    parser.add_argument(
+        "--ship-lag",
+        type=_delay,
+        default=d.ship_lag,
+        metavar="STEPS",
+        help="--waste: how far behind the journal is shipped off the node, in training steps "
+        "(node-shipped; %(default)s)",
     )
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.add_argument(
@@ -367,6 +376,7 @@ def _run_simulate(args: argparse.Namespace) -> int:
             length_sigma=args.length_sigma,
             commit_delay=args.commit_delay,
             progress_every=args.progress_every,
+            ship_lag=args.ship_lag,
         )
     except ValueError as exc:
         print(f"frontier simulate: {exc}", file=sys.stderr)

@@ -18,6 +18,7 @@ from frontier_core.journal import MAX_MARKS
 
 HAVE_TORCH = all(importlib.util.find_spec(m) is not None for m in ("torch", "torchdata"))
 HAVE_RAY = importlib.util.find_spec("ray") is not None
+HAVE_S3 = importlib.util.find_spec("obstore") is not None
 HAVE_VLLM = all(
     importlib.util.find_spec(m) is not None for m in ("vllm", "transformers", "tokenizers")
 )
@@ -51,6 +52,7 @@ def test_quick_bench_reports_every_installed_section(
     }
     expected |= {"loader", "resume", "fingerprint", "agents"} if HAVE_TORCH else set()
     expected |= {"ray"} if HAVE_RAY else set()
+    expected |= {"store"} if HAVE_S3 else set()
     expected |= {"vllm"} if HAVE_VLLM else set()
     seen = {r["section"] for r in doc["rows"]}
     assert seen == expected

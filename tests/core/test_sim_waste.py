@@ -1,6 +1,7 @@
-"""The waste measure (``frontier simulate --waste``): five recovery modes on
-one workload and one kill schedule, the tokens each kill makes them generate
-again, exactness per prompt and per sample, the simulated journal, and the
+"""The waste measure (``frontier simulate --waste``): seven recovery modes
+(five under process kills, two under node losses) on one workload and one
+kill schedule, the tokens each kill makes them generate again, exactness
+per prompt and per sample, the simulated journal, the shipping lag, and the
 seed's scenario against the 5% goal."""
 
 from __future__ import annotations
@@ -32,7 +33,11 @@ from frontier_core.sim import (
 from frontier_core.sim._journal import SimJournal, payload
 from frontier_core.sim._legacy import LegacyBackend
 from frontier_core.sim._pipeline import Generation
-from frontier_core.sim._siblings import SiblingBackend, journal_progress, journal_sealed
+from frontier_core.sim._siblings import (
+    SiblingBackend,
+    journal_progress,
+    journal_sealed,
+)
 from frontier_core.sim._waste import random_journal
 
 EXACT = [m.name for m in WASTE_MODES if m.exact]
@@ -192,6 +197,99 @@ def test_at_the_first_kill_each_mode_keeps_what_the_one_before_keeps(seed: int) 
         assert first["siblings"] >= first["journal"] - 1e-6
 
 
+# -- node losses and the shipping lag ---------------------------------------
+
+_BY = {m.name: m for m in WASTE_MODES}
+
+
+def _first_kills(w: Workload, *names: str) -> dict[str, float] | None:
+    """The tokens the first kill discarded in each named mode (``None`` if
+    a run ended before its first kill)."""
+    r = run_waste(w, modes=tuple(_BY[n] for n in names))
+    logs = {n: r.results[n].stats.kill_log for n in names}
+    if not all(logs.values()):
+        return None
+    return {n: log[0].discarded for n, log in logs.items()}
+
+
+@settings(max_examples=6, deadline=None)
+@given(
+    seed=st.integers(0, 10**6),
+    lags=st.lists(st.sampled_from([0.0, 0.01, 0.1, 0.4, 1.5]), min_size=2, max_size=2),
+)
+def test_a_node_loss_costs_more_the_further_behind_the_journal_is_shipped(
+    seed: int, lags: list[float]
+) -> None:
+    """Until the first kill every run is one run, so at it: a node loss with
+    the journal shipped loses at least what a process crash does (lag 0
+    is a process crash), more the larger the lag (a record that survives
+    a longer lag survives a shorter one), and at most what a node loss with
+    the journal on the node loses (only what the checkpoint's mark covered
+    survives there)."""
+    low, high = sorted(lags)
+    w = small(seed)
+    at_low = _first_kills(attrs.evolve(w, ship_lag=low), "progress", "node-shipped", "node-local")
+    at_high = _first_kills(attrs.evolve(w, ship_lag=high), "node-shipped")
+    if at_low is None or at_high is None:
+        return
+    assert at_low["progress"] <= at_low["node-shipped"] + 1e-6
+    assert at_low["node-shipped"] <= at_high["node-shipped"] + 1e-6
+    assert at_high["node-shipped"] <= at_low["node-local"] + 1e-6
+
+
+@pytest.mark.parametrize("seed", [0, 11])
+def test_shipped_without_lag_is_a_process_crash_and_beyond_the_run_is_the_node_only(
+    seed: int,
+) -> None:
+    """A lag of 0 makes a node loss cost exactly what a process crash does,
+    kill by kill for the whole run; a lag longer than the run makes the
+    shipped journal exactly the one on the node (only the marks survive)."""
+    w = small(seed)
+    none = run_waste(attrs.evolve(w, ship_lag=0.0), modes=(_BY["progress"], _BY["node-shipped"]))
+    assert none.per_kill("node-shipped") == none.per_kill("progress")
+    assert none.redone("node-shipped") == none.redone("progress")
+    ever = run_waste(attrs.evolve(w, ship_lag=1e9), modes=(_BY["node-local"], _BY["node-shipped"]))
+    assert ever.per_kill("node-shipped") == ever.per_kill("node-local")
+    for r in (none, ever):
+        for name, result in r.results.items():
+            assert result.lossless, (seed, name)
+
+
+def test_a_node_loss_keeps_what_left_the_node() -> None:
+    """The simulated disk under a node loss: the shipped journal keeps the
+    records appended ``commit_delay + ship_lag`` before the kill and what
+    the mark synced; the journal on the node keeps only what the mark
+    synced."""
+    w = attrs.evolve(Workload(), commit_delay=0.1, ship_lag=0.5)
+
+    def run(loss: str) -> SimJournal:
+        j = SimJournal(w, progress=False, lineage="x", loss=loss)
+        j.started(1, _generation(1, 0, 0, start=0.0, length=10))
+        j.sealed(1, Sample(0, 10, 0, 0, 0), 0.5)
+        j.mark(1, 1.0)
+        j.started(2, _generation(2, 0, 1, start=1.2, length=10))
+        j.sealed(2, Sample(0, 10, 0, 0, 1), 1.5)
+        j.started(3, _generation(3, 0, 2, start=1.9, length=10))
+        j.sealed(3, Sample(0, 10, 0, 0, 2), 2.0)
+        j.crash(2.0)
+        return j
+
+    def sealed(j: SimJournal) -> tuple[Lease, ...]:
+        return replay(j.records).sealed()
+
+    # Horizons of a kill at 2.0: 1.9 (process), 1.4 (shipped), 1.0 (the mark).
+    assert sealed(run("process")) == (Lease(1, 0, 0), Lease(2, 0, 1))
+    assert len(run("process").records) == 6
+    assert (
+        sealed(run("node-shipped")) == (Lease(1, 0, 0),) and len(run("node-shipped").records) == 4
+    )
+    assert sealed(run("node-local")) == (Lease(1, 0, 0),) and len(run("node-local").records) == 3
+    with pytest.raises(ValueError, match="loss must be one of"):
+        SimJournal(w, progress=False, lineage="x", loss="rack")
+    with pytest.raises(ValueError, match="ship_lag"):
+        attrs.evolve(w, ship_lag=-1.0)
+
+
 # -- the journal -----------------------------------------------------------
 
 
@@ -293,11 +391,12 @@ def test_seed_miniature_through_the_sample_backends(factory: object) -> None:
 
 
 def test_simulate_waste_json(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["simulate", "--waste", "--json", *SMALL]) == 0
+    assert main(["simulate", "--waste", "--json", "--ship-lag", "0.2", *SMALL]) == 0
     out = json.loads(capsys.readouterr().out)
     assert set(out["modes"]) == {m.name for m in WASTE_MODES}
     assert out["violations"] == [] and out["goal"]["max_pct"] == GOAL_PCT
-    assert out["journal"] == {"commit_delay": 0.001, "progress_every": 256}
+    assert out["journal"] == {"commit_delay": 0.001, "progress_every": 256, "ship_lag": 0.2}
+    assert out["node_goal"]["ship_lag"] == 0.2 and out["node_goal"]["max_pct"] == GOAL_PCT
     for name, mode in out["modes"].items():
         assert type(mode["tokens_redone"]) is int
         assert mode["tokens_redone"] == pytest.approx(

@@ -4,15 +4,16 @@ The conventions (rounds, medians, ratios to a baseline of the same run)
 are ``frontier_core.bench``'s.
 
 Sections: ``loader``, ``ledger``, ``checkpoint``, ``resume``,
-``fingerprint``, ``memory``, ``simulator``, ``shards``, ``journal``, ``run``, ``ray``,
-``trl``, ``vllm``. ``quick`` runs every section at a smoke size (CI
+``fingerprint``, ``memory``, ``simulator``, ``shards``, ``journal``, ``run``,
+``store``, ``ray``, ``trl``, ``vllm``. ``quick`` runs every section at a smoke size (CI
 proves the suite runs; no timing is asserted anywhere). The table goes to
 stdout, the full results to a JSON file. A section whose extra is not
 installed (``loader`` and ``resume`` need ``torch``, ``ray`` needs ``ray``,
 ``vllm`` needs vLLM: the ``vllm`` extra on a GPU, ``scripts/setup-vllm.sh``
 on a CPU)
 is skipped, with a line on stderr, when every section runs, and refused
-(exit status 2) when it is asked for by name. The options are parsed by
+(exit status 2) when it is asked for by name (``store`` needs the ``s3``
+extra: obstore, and SeaweedFS, which it starts on loopback). The options are parsed by
 ``frontier_adapters._cli``.
 """
 
@@ -68,6 +69,8 @@ SECTIONS: dict[str, Section] = {
     "run": Section("frontier_adapters.bench.run", "bench_run"),
     # What the turn journal adds to an agent's episode (the CPU engine).
     "agents": Section("frontier_adapters.bench.agents", "bench_agents", "torch", ("torch",)),
+    # The journal shipped and checkpoints published to a real S3 server.
+    "store": Section("frontier_adapters.bench.store", "bench_store", "s3", ("obstore",)),
     "ray": Section("frontier_adapters.bench.ray_ledger", "bench_ray", "ray", ("ray",)),
     "trl": Section(
         "frontier_adapters.bench.trl", "bench_trl", "trl", ("trl", "datasets", "accelerate")

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Final
 
 from .._errors import CheckpointFileError
+from ..store._posix import read_exactly, write_synced
 
 #: The prefix of what a write in progress creates in a root (a killed write
 #: leaves it behind; the next write removes it).
@@ -46,9 +47,15 @@ def close(fd: int) -> None:
 
 
 def read_file(
-    name: str, *, dir_fd: int, shown: Path, limit: int | None = None, size: int | None = None
+    name: str | Path,
+    *,
+    dir_fd: int | None,
+    shown: Path,
+    limit: int | None = None,
+    size: int | None = None,
 ) -> bytes:
-    """The bytes of a regular file ``name`` in ``dir_fd``: at most ``limit``
+    """The bytes of a regular file ``name`` in ``dir_fd`` (``None``: a path;
+    only its last component is refused as a symlink): at most ``limit``
     bytes, or exactly ``size``, checked with ``fstat`` before reading.
     Raises ``FileNotFoundError`` for a missing file (the caller names what
     is missing) and ``CheckpointFileError`` naming ``shown`` otherwise."""
@@ -71,18 +78,10 @@ def read_file(
             )
         if limit is not None and st.st_size > limit:
             raise CheckpointFileError(shown, f"{st.st_size} bytes, more than the {limit} allowed")
-        want = st.st_size
-        chunks: list[bytes] = []
-        got = 0
-        while got < want:
-            chunk = os.read(fd, min(want - got, 1 << 24))
-            if not chunk:
-                break
-            chunks.append(chunk)
-            got += len(chunk)
-        if got != want or os.read(fd, 1):
+        data = read_exactly(fd, st.st_size)
+        if data is None:
             raise CheckpointFileError(shown, "changed size while being read")
-        return b"".join(chunks)
+        return data
     except OSError as exc:
         raise CheckpointFileError(shown, f"cannot be read: {exc.strerror}") from None
     finally:
@@ -138,10 +137,7 @@ def write_new(name: str, data: bytes, *, dir_fd: int) -> None:
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
     fd = os.open(name, flags, 0o644, dir_fd=dir_fd)
     try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view) :]
-        os.fsync(fd)
+        write_synced(fd, data)
     finally:
         os.close(fd)
 

@@ -14,6 +14,7 @@ from typing import Any, Final, Generic, TypeVar, cast
 import attrs
 
 from .._errors import CheckpointFileError
+from ..store import PosixStore, Store
 from . import _fs
 from ._sealed import check_sealed, is_int, parse_json, sealed_bytes
 
@@ -204,21 +205,38 @@ _RESUMED: dict[tuple[str, object], Any] = {}
 _RESUMED_LOCK: Final = threading.Lock()
 
 
-def _root_key(kind: LineageFile[_E], root: int | str) -> tuple[str, object]:
-    """A root's key: a directory's identity for a descriptor, else the
-    store's location (a URL)."""
+#: A root as the notes know it: a directory's descriptor (keyed by its
+#: identity), or what ``store_root`` gives for a store.
+RootId = int | str | tuple[int, int]
+
+
+def _root_key(kind: LineageFile[_E], root: RootId) -> tuple[str, object]:
+    """A root's key: a directory's identity for a descriptor, else as given."""
     return (kind.name, _fs.root_identity(root) if isinstance(root, int) else root)
 
 
-def note_resumed(kind: LineageFile[_E], root_fd: int | str, entry: _E) -> None:
+def store_root(store: Store) -> RootId:
+    """A store's root as the notes know it: a ``PosixStore``'s directory by
+    its identity (the same key as its descriptor's, so a directory read
+    through either is one root), any other by its location."""
+    if isinstance(store, PosixStore):
+        try:
+            st = os.stat(store.directory)
+        except OSError:
+            return store.where
+        return (st.st_dev, st.st_ino)
+    return store.where
+
+
+def note_resumed(kind: LineageFile[_E], root_fd: RootId, entry: _E) -> None:
     """Record ``entry`` as what this process's run in this root (a
-    directory's descriptor, or a store's location) continues."""
+    directory's descriptor, or a store's ``store_root``) continues."""
     key = _root_key(kind, root_fd)
     with _RESUMED_LOCK:
         _RESUMED[key] = entry
 
 
-def _noted_resumed(kind: LineageFile[_E], root_fd: int | str) -> object:
+def _noted_resumed(kind: LineageFile[_E], root_fd: RootId) -> object:
     key = _root_key(kind, root_fd)
     with _RESUMED_LOCK:
         return _RESUMED.get(key)
@@ -240,7 +258,7 @@ def on_lineage(root: Path | str, kind: LineageFile[_E], lineage: list[Link[_E]],
 
 def ancestry(
     root: Path | str,
-    root_fd: int | str,
+    root_fd: RootId,
     kind: LineageFile[_E],
     old: list[Link[_E]],
     step: int,
@@ -304,17 +322,25 @@ def read_previous(
         _fs.close(fd)
 
 
-def parent_dir(root: Path, parent: object, what: str) -> str:
+def parent_dir(root: Path | None, parent: object, what: str) -> str:
     """The directory name of ``parent`` (a loaded checkpoint's ``path``, a
-    path or a bare name), which must be in ``root``; ``ValueError``
-    otherwise, ``TypeError`` for another type."""
+    path or a bare name), which must be in the directory ``root``;
+    ``ValueError`` otherwise, ``TypeError`` for another type. On an object
+    store (``root`` is ``None``) a checkpoint is named relative to its
+    root, as the writes and reads there return it: ``ValueError`` for a
+    path with a directory."""
     path = getattr(parent, "path", parent)
     if not isinstance(path, str | os.PathLike):
         raise TypeError(
             f"{what} must be a loaded checkpoint or a path, got {type(parent).__name__}"
         )
     path = Path(path)
-    if path.parent != Path(".") and not _fs.same_place(path.parent, root):
+    if path.parent != Path(".") and root is None:
+        raise ValueError(
+            f"{what} {str(path)[:200]}: on an object store a checkpoint is named relative "
+            "to its root (what a write returns, a loaded checkpoint's path)"
+        )
+    if path.parent != Path(".") and not _fs.same_place(path.parent, root):  # type: ignore[arg-type]
         raise ValueError(f"{what} {str(path)[:200]} is not a checkpoint of {root}")
     return path.name
 
@@ -336,6 +362,15 @@ def lineage_bytes(kind: LineageFile[_E], lineage: list[Link[_E]]) -> bytes:
     return sealed_bytes(doc)
 
 
+def next_lineage(
+    kind: LineageFile[_E], new: _E, ancestry: list[Link[_E]], keep: int
+) -> list[Link[_E]]:
+    """The lineage that publishes ``new`` continuing ``ancestry``
+    (``ancestry()``'s: its parent first), ``keep`` entries in all."""
+    parent = kind.dir_of(ancestry[0].entry) if ancestry else None
+    return [Link(new, parent), *ancestry[: keep - 1]]
+
+
 def publish_next(
     root: Path,
     root_fd: int,
@@ -349,8 +384,7 @@ def publish_next(
     it as what this process's run continues. Then remove every other
     checkpoint directory of the root (ancestors beyond ``keep``, abandoned
     and dead branches) and every leftover of a killed write."""
-    parent = kind.dir_of(ancestry[0].entry) if ancestry else None
-    lineage = [Link(new, parent), *ancestry[: keep - 1]]
+    lineage = next_lineage(kind, new, ancestry, keep)
     publish_lineage(root, root_fd, kind, lineage)
     note_resumed(kind, root_fd, new)
     kept = {kind.dir_of(link.entry) for link in lineage}

@@ -34,6 +34,8 @@ from collections.abc import Callable, Collection
 from pathlib import Path
 from typing import Any, Final
 
+import attrs
+
 from frontier_core import FrontierError
 
 from .._errors import CheckpointFileError
@@ -41,12 +43,9 @@ from ..store import Store, StoreConflictError, StoreError, StoreLimitError, open
 from ._dirs import (
     LATEST,
     MANIFEST,
-    MAX_KEEP,
     MAX_LATEST_BYTES,
     MAX_MANIFEST_BYTES,
-    ROOT_FORMAT,
-    ROOT_VERSION,
-    ROOT_VERSIONS_READ,
+    PUBLISHED,
     LoadedCheckpoint,
     _Entry,
     check_manifest,
@@ -55,15 +54,16 @@ from ._dirs import (
     part_entry,
 )
 from ._lineage import (
-    LineageFile,
     Link,
     ancestry,
     lineage_bytes,
+    next_lineage,
     note_resumed,
+    parent_dir,
     parse_lineage,
     refuse_unlisted,
 )
-from ._parts import JSON_SUFFIX, PartCodec, check_part, decode_part
+from ._parts import JSON_SUFFIX, PartCodec, decode_part, fetch_part
 from ._sealed import check_fingerprint, is_int
 
 #: A checkpoint directory on an object store: its step, then a random tag.
@@ -87,27 +87,16 @@ def _parse(shown: Path, raw: object) -> _Entry:
     return parse_entry_named(_OBJECT_NAME, shown, raw)
 
 
-#: ``LATEST`` on an object store: the same file, with random-tagged names.
-PUBLISHED_OBJECTS: Final = LineageFile(
-    name=LATEST,
-    format=ROOT_FORMAT,
-    version=ROOT_VERSION,
-    also_reads=ROOT_VERSIONS_READ,
-    max_bytes=MAX_LATEST_BYTES,
-    max_entries=MAX_KEEP,
-    dirs=_OBJECT_NAME,
-    dirs_are="checkpoint directories",
-    lineage_is="published",
-    unlisted_when_empty=None,
-    leftovers=(),
-    parse_entry=_parse,
-    step_of=lambda e: e.step,
-    dir_of=lambda e: e.name,
-    to_json=_Entry.to_json,
+#: ``LATEST`` on an object store: the same file, with random-tagged names;
+#: unlisted directories beside an empty lineage are losers' garbage (no
+#: bound), and nothing is left under a temporary name.
+PUBLISHED_OBJECTS: Final = attrs.evolve(
+    PUBLISHED, dirs=_OBJECT_NAME, unlisted_when_empty=None, leftovers=(), parse_entry=_parse
 )
 
 
-def _dirs_of(keys: list[str]) -> list[str]:
+def dirs_of(keys: list[str]) -> list[str]:
+    """The top-level names of a root's keys that hold objects (its directories)."""
     return sorted({k.split("/", 1)[0] for k in keys if "/" in k})
 
 
@@ -121,7 +110,7 @@ def _read_lineage(store: Store, shown: str) -> tuple[list[Link[_Entry]] | None, 
             shown, f"more than the {MAX_LATEST_BYTES} bytes allowed"
         ) from None
     if got is None:
-        refuse_unlisted(shown, PUBLISHED_OBJECTS, None, _dirs_of(store.list(limit=MAX_OBJECTS)))
+        refuse_unlisted(shown, PUBLISHED_OBJECTS, None, dirs_of(store.list(limit=MAX_OBJECTS)))
         return None, None
     return parse_lineage(shown, got.data, PUBLISHED_OBJECTS), got.version
 
@@ -131,21 +120,6 @@ def published_in_store(root: str) -> list[Path]:
     store = open_store(root)
     lineage, _ = _read_lineage(store, f"{store.where}/{LATEST}")
     return [Path(link.entry.name) for link in lineage or []]
-
-
-def _parent_name(parent: object) -> str:
-    path = getattr(parent, "path", parent)
-    if not isinstance(path, str | Path):
-        raise TypeError(
-            f"parent must be a loaded checkpoint or a path, got {type(parent).__name__}"
-        )
-    path = Path(path)
-    if path.parent != Path("."):
-        raise ValueError(
-            f"parent {str(path)[:200]}: on an object store a checkpoint is named relative "
-            "to its root (what write_checkpoint returns, a LoadedCheckpoint's path)"
-        )
-    return path.name
 
 
 def write_to_store(
@@ -160,7 +134,7 @@ def write_to_store(
 ) -> Path:
     """``write_checkpoint`` on an object store; the new checkpoint's name
     relative to ``root`` (a relative ``Path``)."""
-    parent_name = None if parent is None else _parent_name(parent)
+    parent_name = None if parent is None else parent_dir(None, parent, "parent")
     store = open_store(root)
     shown = f"{store.where}/{LATEST}"
     old, version = _read_lineage(store, shown)
@@ -182,10 +156,7 @@ def write_to_store(
             between_parts(LATEST)
         before = store.list(limit=MAX_OBJECTS)
         new = _Entry(name, step, manifest_sha)
-        lineage = [
-            Link(new, continued[0].entry.name if continued else None),
-            *continued[: keep - 1],
-        ]
+        lineage = next_lineage(PUBLISHED_OBJECTS, new, continued, keep)
         store.swap(LATEST, lineage_bytes(PUBLISHED_OBJECTS, lineage), expected=version)
     except StoreConflictError as exc:
         raise CheckpointConflictError(
@@ -260,15 +231,9 @@ def _read_one(
     tensor_parts: dict[str, Any] = {}
     for part in parts:
         file = f"{where}/{part['name']}"
-        try:
-            data = store.get(f"{name}/{part['name']}", max_bytes=part["size"])
-        except StoreLimitError:
-            raise CheckpointFileError(
-                file, f"too long: more than {part['size']} bytes saved"
-            ) from None
-        if data is None:
-            raise CheckpointFileError(file, "missing part of the checkpoint")
-        check_part(data, file, size=part["size"], sha256=part["sha256"])
+        data = fetch_part(
+            store, f"{name}/{part['name']}", file, size=part["size"], sha256=part["sha256"]
+        )
         stem, _, ext = part["name"].rpartition(".")
         target = json_parts if ext == JSON_SUFFIX else tensor_parts
         target[stem] = decode_part(data, file, codec)

@@ -13,6 +13,7 @@ from typing import Any, Final
 import attrs
 
 from .._errors import CheckpointFileError
+from ..store import Store, StoreLimitError, StoreObjectError
 from . import _fs
 from ._sealed import parse_json
 
@@ -75,6 +76,22 @@ def read_part(name: str, *, dir_fd: int, shown: Path, size: int, sha256: str) ->
         data = _fs.read_file(name, dir_fd=dir_fd, shown=shown, size=size)
     except FileNotFoundError:
         raise CheckpointFileError(shown, "missing part of the checkpoint") from None
+    return check_part(data, shown, size=size, sha256=sha256)
+
+
+def fetch_part(store: Store, key: str, shown: str, *, size: int, sha256: str) -> bytes:
+    """The bytes of part ``key`` of a store, at the ``size`` and with the
+    ``sha256`` saved for it; ``CheckpointFileError`` naming ``shown`` for
+    one missing, longer (refused before its body is read), shorter or
+    other, or something that is not an object at its key."""
+    try:
+        data = store.get(key, max_bytes=size)
+    except StoreLimitError:
+        raise CheckpointFileError(shown, f"too long: more than {size} bytes saved") from None
+    except StoreObjectError as exc:
+        raise CheckpointFileError(shown, exc.reason) from None
+    if data is None:
+        raise CheckpointFileError(shown, "missing part of the checkpoint")
     return check_part(data, shown, size=size, sha256=sha256)
 
 

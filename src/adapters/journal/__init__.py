@@ -18,7 +18,9 @@ continuation) and does no I/O. This package owns the rest, once:
   (``frontier_adapters.store``: a bucket or a shared directory) as
   immutable segments rolled by size and time, on its own thread, and waits
   for them at every mark and reservation; a compaction ships a base and
-  deletes what it supersedes. A life whose node was lost restores the
+  deletes what it supersedes. What waits for the store is bounded
+  (``max_queued_bytes``): past it the writer is held back, for at most
+  ``backlog_timeout`` s. A life whose node was lost restores the
   local file from the shipped objects (``restore``; ``Restored`` says which
   copy a life started from).
 
@@ -27,7 +29,8 @@ the verification rig) imports the journal from here; nothing restates its API.
 Errors: the core's ``JournalError`` family, ``JournalFileError`` for the
 file itself (a directory, a symlink, a FIFO, a second writer at the path),
 ``JournalWriterError`` for a writer a failed write or fsync left unusable,
-``JournalShipError`` for a journal the store could not take in time,
+``JournalShipError`` for a journal the store could not take in time
+(``JournalShipBacklogError`` when the bounded queue stayed full),
 and ``frontier_adapters.JournalWithoutCheckpointError`` for a journal that
 holds samples when there is no checkpoint.
 """
@@ -40,8 +43,11 @@ from ._rollout import RESERVE as RESERVE
 from ._rollout import Recovered as Recovered
 from ._rollout import RolloutJournal as RolloutJournal
 from ._rollout import resumed_sample as resumed_sample
+from ._ship import BACKLOG_TIMEOUT_S as BACKLOG_TIMEOUT_S
+from ._ship import MAX_QUEUED_BYTES as MAX_QUEUED_BYTES
 from ._ship import SEGMENT_BYTES as SEGMENT_BYTES
 from ._ship import SEGMENT_SECONDS as SEGMENT_SECONDS
+from ._ship import JournalShipBacklogError as JournalShipBacklogError
 from ._ship import JournalShipError as JournalShipError
 from ._ship import Restored as Restored
 from ._ship import Shipped as Shipped
@@ -49,11 +55,14 @@ from ._ship import Shipper as Shipper
 from ._ship import restore as restore
 
 __all__ = [
+    "BACKLOG_TIMEOUT_S",
+    "MAX_QUEUED_BYTES",
     "RESERVE",
     "SEGMENT_BYTES",
     "SEGMENT_SECONDS",
     "JournalFileError",
     "JournalWriter",
+    "JournalShipBacklogError",
     "JournalShipError",
     "JournalWriterError",
     "Recovered",

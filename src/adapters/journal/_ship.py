@@ -27,6 +27,22 @@ journal calls it after every mark and every attempt reservation, so a
 checkpoint never relies on a record that only the node holds, and no
 attempt of a lost node's life is dealt again.
 
+The queue is bounded. While the store is slow or down, what the writer
+hands over waits in memory (the local file holds it too); at most
+``max_queued_bytes`` (256 MiB by default: minutes of generation at 10^4
+records/s) are held. A blip of the store is absorbed without the writer
+noticing; past the bound the writer is held back (``committed`` and
+``replaced`` wait, in the writer's thread, for uploads to make room: the
+run generates no faster than the store takes it), for at most
+``backlog_timeout`` seconds (300 by default), after which they raise
+``JournalShipBacklogError`` (a ``JournalShipError``) naming the store, the
+bytes queued, what is shipped and the last upload error; the writer is
+then failed (its file stays readable; reopen it when the store is back).
+An outage that long also holds every checkpoint, which waits for the
+store, so the run could not make durable progress meanwhile anyway. A
+single group or base larger than the bound is taken when the queue is
+empty.
+
 Restoring. ``restore`` reads the newest base and the segments that
 continue it without a gap, and joins them into the bytes of a journal file,
 which the core then decodes with every check a file gets (frames bound to
@@ -50,6 +66,7 @@ import secrets
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Final
 
@@ -76,6 +93,10 @@ MAX_OBJECT_BYTES: Final = 4 << 30
 #: The most objects under a journal's prefix (a segment every 2 s for a
 #: week without a checkpoint's compaction).
 MAX_OBJECTS: Final = 1 << 19
+#: The most bytes handed over and not yet up held in memory, and how long
+#: the writer is held back past it before ``JournalShipBacklogError``.
+MAX_QUEUED_BYTES: Final = 256 << 20
+BACKLOG_TIMEOUT_S: Final = 300.0
 #: A failed upload is tried again after this (doubling up to the cap).
 _RETRY_FIRST, _RETRY_CAP = 0.05, 5.0
 _SEQ = 20
@@ -86,6 +107,12 @@ _SEG = re.compile(r"seg-(\d{20})-(\d{20})")
 class JournalShipError(JournalError):
     """The shipped journal is behind and could not catch up in time (the
     store refuses or is unreachable): ``flush`` names the last error."""
+
+
+class JournalShipBacklogError(JournalShipError):
+    """The shipper held ``max_queued_bytes`` for the store and no room was
+    made within ``backlog_timeout`` seconds: the group (or base) handed over
+    was not taken, and the writer that handed it over is failed."""
 
 
 def base_key(prefix: str, last: int, data: bytes) -> str:
@@ -117,9 +144,17 @@ class Shipper:
         *,
         segment_bytes: int = SEGMENT_BYTES,
         segment_seconds: float = SEGMENT_SECONDS,
+        max_queued_bytes: int = MAX_QUEUED_BYTES,
+        backlog_timeout: float = BACKLOG_TIMEOUT_S,
     ) -> None:
         if type(segment_bytes) is not int or segment_bytes < 1:
             raise ValueError(f"segment_bytes must be an int >= 1, got {segment_bytes!r:.40}")
+        if type(max_queued_bytes) is not int or max_queued_bytes < 1:
+            raise ValueError(f"max_queued_bytes must be an int >= 1, got {max_queued_bytes!r:.40}")
+        if not isinstance(backlog_timeout, int | float) or not 0 <= backlog_timeout < float("inf"):
+            raise ValueError(
+                f"backlog_timeout must be >= 0 and finite, got {backlog_timeout!r:.40}"
+            )
         if not isinstance(segment_seconds, int | float) or not 0 < segment_seconds < float("inf"):
             raise ValueError(f"segment_seconds must be > 0, got {segment_seconds!r:.40}")
         if not isinstance(prefix, str) or not prefix.strip("/"):
@@ -128,6 +163,10 @@ class Shipper:
         self.prefix = prefix.strip("/")
         self.segment_bytes = segment_bytes
         self.segment_seconds = float(segment_seconds)
+        self.max_queued_bytes = max_queued_bytes
+        self.backlog_timeout = float(backlog_timeout)
+        #: The bytes handed over and not yet up (the open segment included).
+        self._queued_bytes = 0
         self._cond = threading.Condition()
         self._queue: deque[_Upload] = deque()
         self._open: list[bytes] = []
@@ -150,12 +189,14 @@ class Shipper:
         """The writer wrote records ``first`` to ``last`` (their frames are
         ``data``)."""
         with self._cond:
+            if self._open and first != self._open_last + 1:  # the writer's invariant, checked
+                raise JournalSequenceError(self._open_bytes, self._open_last + 1, first)
+            self._make_room(len(data))
             if not self._open:
                 self._open_first, self._open_since = first, time.monotonic()
-            elif first != self._open_last + 1:  # the writer's invariant, checked
-                raise JournalSequenceError(self._open_bytes, self._open_last + 1, first)
             self._open.append(data)
             self._open_bytes += len(data)
+            self._queued_bytes += len(data)
             self._open_last = last
             if self._open_bytes >= self.segment_bytes:
                 self._roll()
@@ -166,12 +207,20 @@ class Shipper:
         """The writer put a whole new journal file in place (``data``, its
         last record ``last``): the file it opened, or a compaction."""
         with self._cond:
+            self._make_room(len(data))
             self._roll()
             self._queue.append(_Upload(base_key(self.prefix, last, data), data, last, base=True))
+            self._queued_bytes += len(data)
             self._start()
             self._cond.notify_all()
 
     # -- state ------------------------------------------------------------------
+
+    @property
+    def queued_bytes(self) -> int:
+        """The bytes handed over and not yet up (at most about
+        ``max_queued_bytes``)."""
+        return self._queued_bytes
 
     @property
     def shipped(self) -> int:
@@ -182,22 +231,16 @@ class Shipper:
         """Roll the open segment and wait until everything handed over is
         up; ``shipped``. Raises ``JournalShipError`` when ``timeout``
         seconds pass first."""
-        deadline = time.monotonic() + timeout
         with self._cond:
-            self._roll()
-            self._start()
-            self._cond.notify_all()
-            while self._queue:
-                if self.failure is not None:
-                    raise self.failure
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    raise JournalShipError(
-                        f"the journal is shipped to {self.store.where} up to record "
-                        f"{self._shipped}, and {len(self._queue)} objects could not be "
-                        f"uploaded within {timeout:g} s (last error: {self.error!r:.300})"
-                    )
-                self._cond.wait(left)
+            self._wait_until(
+                lambda: not self._queue,
+                timeout,
+                lambda: JournalShipError(
+                    f"the journal is shipped to {self.store.where} up to record "
+                    f"{self._shipped}, and {len(self._queue)} objects could not be "
+                    f"uploaded within {timeout:g} s (last error: {self.error!r:.300})"
+                ),
+            )
             return self._shipped
 
     def close(self, timeout: float = 30.0) -> None:
@@ -214,6 +257,46 @@ class Shipper:
                 self._thread.join(timeout)
 
     # -- internals ----------------------------------------------------------------
+
+    def _make_room(self, size: int) -> None:
+        """Wait (the lock is held; ``wait`` releases it) until ``size`` more
+        bytes fit under ``max_queued_bytes`` or nothing is queued, for at
+        most ``backlog_timeout`` s: then ``JournalShipBacklogError``. A
+        failure no retry mends is raised as it is."""
+
+        def roomy() -> bool:
+            return self._queued_bytes == 0 or self._queued_bytes + size <= self.max_queued_bytes
+
+        if roomy():
+            return
+        self._wait_until(
+            roomy,
+            self.backlog_timeout,
+            lambda: JournalShipBacklogError(
+                f"the journal is shipped to {self.store.where} up to record "
+                f"{self._shipped}, {self._queued_bytes} bytes are waiting for the store "
+                f"(the bound is max_queued_bytes={self.max_queued_bytes}), and no room was "
+                f"made within {self.backlog_timeout:g} s (last error: {self.error!r:.300})"
+            ),
+        )
+
+    def _wait_until(
+        self, done: Callable[[], bool], timeout: float, late: Callable[[], JournalShipError]
+    ) -> None:
+        """Roll the open segment, wake the uploads and wait (the lock is
+        held; ``wait`` releases it) until ``done()``: ``late()`` is raised
+        after ``timeout`` s, a failure no retry mends at once."""
+        deadline = time.monotonic() + timeout
+        self._roll()
+        self._start()
+        self._cond.notify_all()
+        while not done():
+            if self.failure is not None:
+                raise self.failure
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise late()
+            self._cond.wait(left)
 
     def _roll(self) -> None:
         """Queue the open segment (the lock is held)."""
@@ -272,6 +355,7 @@ class Shipper:
                     pruned = exc
             with self._cond:
                 self._queue.popleft()
+                self._queued_bytes -= len(upload.data)
                 self._shipped = max(self._shipped, upload.last)
                 self.error = pruned
                 self._cond.notify_all()

@@ -75,6 +75,14 @@ class Store(Protocol):
         """Remove the object; nothing happens if it is absent."""
         ...
 
+    def delete_prefix(self, prefix: str, *, limit: int = DEFAULT_LIST_LIMIT) -> None:
+        """Remove every object under ``prefix`` (a key's leading
+        components, not ``""``): a checkpoint directory. Not atomic: a
+        reader may see some of them gone. Raises ``StoreLimitError``
+        before removing anything when more than ``limit`` objects are
+        under it."""
+        ...
+
 
 def check_key(where: str, key: object, *, prefix: bool = False) -> str:
     """``key`` if the stores accept it, else ``StoreKeyError``: a non-empty

@@ -16,6 +16,8 @@ class StoreError(FrontierError, OSError):
             raise TypeError("StoreError is abstract; raise a subclass")
         self.where = where
         self.key = key
+        #: What went wrong, without the place (for errors that name it their own way).
+        self.reason = reason
         shown = where if key is None else f"{where.rstrip('/')}/{key}"
         super().__init__(f"{shown}: {reason}")
 

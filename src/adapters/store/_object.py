@@ -227,6 +227,11 @@ class ObjectStore:
         except Exception as exc:
             raise self._failed(key, exc) from None
 
+    def delete_prefix(self, prefix: str, *, limit: int = DEFAULT_LIST_LIMIT) -> None:
+        check_key(self._where, prefix)
+        for key in self.list(prefix, limit=limit):
+            self.delete(key)
+
 
 def connect(
     location: str,

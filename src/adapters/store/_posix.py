@@ -7,6 +7,7 @@ import errno
 import fcntl
 import os
 import secrets
+import shutil
 import stat
 import time
 from collections.abc import Iterator
@@ -169,10 +170,7 @@ class PosixStore:
         tmp = f"{TMP_PREFIX}{secrets.token_hex(8)}"
         out = os.open(tmp, _NEW, 0o644, dir_fd=fd)
         try:
-            view = memoryview(data)
-            while view:
-                view = view[os.write(out, view) :]
-            os.fsync(out)
+            write_synced(out, data)
             return tmp, _version(os.fstat(out))
         except BaseException:
             os.close(out)
@@ -223,17 +221,10 @@ class PosixStore:
                     raise StoreLimitError(
                         self.where, key, f"{st.st_size} bytes, more than the {max_bytes} allowed"
                     )
-                chunks: list[bytes] = []
-                got = 0
-                while got < st.st_size:
-                    chunk = os.read(f, min(st.st_size - got, 1 << 24))
-                    if not chunk:
-                        break
-                    chunks.append(chunk)
-                    got += len(chunk)
-                if got != st.st_size or os.read(f, 1):
+                data = read_exactly(f, st.st_size)
+                if data is None:
                     raise StoreObjectError(self.where, key, "changed size while being read")
-                return Versioned(b"".join(chunks), _version(st))
+                return Versioned(data, _version(st))
             except OSError as exc:
                 if isinstance(exc, StoreLimitError | StoreObjectError):
                     raise
@@ -358,6 +349,65 @@ class PosixStore:
                     raise StoreObjectError(self.where, key, "is a directory") from None
                 raise self._unavailable(key, exc) from None
             os.fsync(fd)
+
+    def delete_prefix(self, prefix: str, *, limit: int = DEFAULT_LIST_LIMIT) -> None:
+        """Remove the directory ``prefix`` names, whole (the temporary files
+        of killed writes in it included), without following a symlink in
+        it; a symlink, FIFO or device planted at ``prefix`` is unlinked
+        (never its target), a regular file there is an object, not under
+        ``prefix``, and is kept."""
+        check_key(self.where, prefix)
+        check_limit(limit, "limit")
+        with self._locked(), self._parent(prefix, create=False) as at:
+            if at is None:
+                return
+            fd, name = at
+            try:
+                st = os.stat(name, dir_fd=fd, follow_symlinks=False)
+            except FileNotFoundError:
+                return
+            if stat.S_ISREG(st.st_mode):
+                return
+            try:
+                if stat.S_ISDIR(st.st_mode):
+                    self.list(prefix, limit=limit)  # StoreLimitError before a removal
+                    shutil.rmtree(name, dir_fd=fd)
+                else:
+                    os.unlink(name, dir_fd=fd)
+            except FileNotFoundError:
+                return
+            except OSError as exc:
+                if isinstance(exc, StoreLimitError):
+                    raise
+                raise self._unavailable(prefix, exc) from None
+            os.fsync(fd)
+
+
+def write_synced(fd: int, data: bytes) -> None:
+    """Write all of ``data`` to ``fd`` (``os.write`` may write less than
+    asked) and fsync it: what every file write of the storage code does."""
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+    os.fsync(fd)
+
+
+def read_exactly(fd: int, size: int) -> bytes | None:
+    """The ``size`` bytes ``fd`` holds from its position (``fstat`` said
+    so), read in bounded chunks; ``None`` if it held fewer or more by the
+    time they were read (it changed meanwhile): never more than one byte
+    past ``size`` is read."""
+    chunks: list[bytes] = []
+    got = 0
+    while got < size:
+        chunk = os.read(fd, min(size - got, 1 << 24))
+        if not chunk:
+            break
+        chunks.append(chunk)
+        got += len(chunk)
+    if got != size or os.read(fd, 1):
+        return None
+    return b"".join(chunks)
 
 
 def _unlink(name: str, fd: int) -> None:

@@ -14,50 +14,66 @@ records of one checkpoint and splits them for any world size
 ``DistributedCheckpointer`` writes one checkpoint of all ranks, following
 the metadata-commit model of ``torch.distributed.checkpoint``: every rank
 writes its own part, the coordinator (rank 0) gathers what each wrote and,
-only when every part is durable, writes the one commit marker that makes
-the checkpoint exist. Layout under a root directory::
+only when every part is durable, publishes the one commit marker that makes
+the checkpoint exist. The root is a directory or an object store (a path,
+``file://...``, ``s3://bucket/prefix``, ``gs://...``, ``az://...``), both
+through ``frontier_adapters.store``: one protocol, the same objects and
+bytes on either. Layout under the root::
 
-    root/COMMIT                                  the committed lineage (JSON), newest first
-    root/step-00000012-<session>/rank-00000-of-00003.json   rank 0's JSON part
-    root/step-00000012-<session>/rank-00000-of-00003.pt     its tensor part (optional)
-    root/step-00000012-<session>/rank-00001-of-00003.json   ...
+    COMMIT                                  the committed lineage (JSON), newest first
+    step-00000012-<session>/rank-00000-of-00003.json   rank 0's JSON part
+    step-00000012-<session>/rank-00000-of-00003.pt     its tensor part (optional)
+    step-00000012-<session>/rank-00001-of-00003.json   ...
 
-Writing step ``s``: each rank writes its files into the step's directory
-(named by the step and by a session token that rank 0 draws and
-broadcasts when the checkpointer is built, so a later life never writes
-into a directory a dead one left), each to a temporary name, fsynced and
-renamed, then the directory fsynced; the ranks gather their
-``WrittenPart`` descriptions (file names, sizes and SHA-256s) on rank 0,
-which checks that every rank of the world wrote exactly its part at this
-step and only then replaces ``COMMIT`` atomically (temporary file, fsync,
-``os.replace``, fsync of the root). ``COMMIT`` lists the new checkpoint
-then its ancestry, up to ``keep``, each entry with every part's size and
-SHA-256 and naming its parent: the checkpoint the run continues, chosen as
-for a checkpoint root's ``LATEST`` (``frontier_adapters.checkpoints``:
-``resumed_from``, or what this process last read or committed in this
-root, or the newest committed one; the newest of lower step on its
-ancestry). Rank 0 then
-removes every other step directory (torn ones, ancestors beyond ``keep``,
-abandoned branches) and tells every rank the outcome, so ``save`` returns
-on all ranks once the checkpoint exists, and raises on all ranks if any
-rank failed to write. A kill at any moment leaves ``COMMIT`` naming the
-previous lineage intact: a torn checkpoint (parts without a commit) is
-never read, and the reader picks the newest committed one.
+Building the checkpointer (collectively) draws a session token on rank 0,
+broadcast to every rank, so a later life never writes into a directory a
+dead one left, and reads ``COMMIT``'s version on rank 0 (creating an empty
+``COMMIT`` in a fresh root, if absent). Writing step ``s``: each rank
+creates its files in the step's directory, each once (create-if-absent:
+in a directory a temporary file, fsynced, linked into place, the
+directory fsynced; on an object store one conditional put); the ranks
+gather their ``WrittenPart`` descriptions (file names, sizes and
+SHA-256s) on rank 0, which checks that every rank of the world wrote
+exactly its part at this step and only then publishes ``COMMIT`` by one
+compare-and-swap against the version it last saw (in a directory:
+under an ``flock``, a temporary file, fsync, rename, fsync of the root).
+So of two writers publishing at once exactly one wins, and a
+checkpointer built before another one committed (a second job on the
+root, a life from before a resume) is fenced: its commits raise
+``CheckpointConflictError`` and publish nothing. ``COMMIT`` lists the new
+checkpoint then its ancestry, up to ``keep``, each entry with every
+part's size and SHA-256 and naming its parent: the checkpoint the run
+continues, chosen as for a checkpoint root's ``LATEST``
+(``frontier_adapters.checkpoints``: ``resumed_from``, or what this
+process last read or committed in this root, or the newest committed
+one; the newest of lower step on its ancestry). Rank 0 then removes every
+step directory it listed before its swap that the new lineage does not
+keep (torn ones, ancestors beyond ``keep``, abandoned branches, a
+loser's: a writer whose objects it listed was built before the swap and
+is fenced, one built after wrote nothing it listed) and tells every rank
+the outcome, so ``save`` returns on all ranks once the checkpoint exists,
+and raises on all ranks if any rank failed to write or the commit lost. A
+kill at any moment leaves ``COMMIT`` naming the previous lineage intact:
+a torn checkpoint (parts without a commit) is never read, and the reader
+picks the newest committed one.
 
 Reading validates before it trusts: ``COMMIT``'s checksum, every entry's
 structure (one JSON part per rank of its world, names matching the rank),
-and each part's size and SHA-256 as committed; files are opened relative to
-the root's descriptor without following symlinks (the readers of
-``frontier_adapters.checkpoints``). Tensor parts load with
-``torch.load(weights_only=True)`` (the binding's ``TENSOR_PARTS`` codec).
-``COMMIT`` is read, continued, published and pruned by the code that does
-so for a checkpoint root's ``LATEST`` (``frontier_adapters.checkpoints``'s
-``LineageFile``): only its names, bounds and entries are its own
-(``_COMMITTED``). A
-``COMMIT`` of version 1 (step order, no parents) is still read, as the
-chain it lists.
+and each part's size (a longer object is refused before its body is read)
+and SHA-256 as committed; in a directory nothing is followed through a
+symlink and a FIFO or device is refused without blocking (the
+``PosixStore``). Tensor parts load with ``torch.load(weights_only=True)``
+(the binding's ``TENSOR_PARTS`` codec). ``COMMIT`` is parsed, continued and
+serialised by the code that does so for a checkpoint root's ``LATEST``
+(``frontier_adapters.checkpoints``'s ``LineageFile``): only its names,
+bounds and entries are its own (``_COMMITTED``). A ``COMMIT`` of version 1
+(step order, no parents) is still read, as the chain it lists. In a
+directory the paths returned are paths; on an object store, names
+relative to the root (what ``resumed_from`` takes there).
 
-One job writes a root at a time.
+What it assumes of the store: ``frontier_adapters.store``'s docstring
+(read-after-write, list-after-write, atomic conditional writes). One job
+writes a root at a time; a second is refused, not merged.
 """
 
 from __future__ import annotations
@@ -97,24 +113,31 @@ from .._collector import (
 from .._collector import VERSION as COLLECTOR_VERSION
 from .._errors import CheckpointFileError
 from .._state import KEY_FORMAT, KEY_VERSION
-from ..checkpoints._fs import TMP_PREFIX as _TMP_PREFIX
-from ..checkpoints._fs import fsync_fd as _fsync_fd
-from ..checkpoints._fs import open_dir as _open_dir
-from ..checkpoints._fs import root_fd as _root_fd
-from ..checkpoints._fs import write_new as _write_new
+from ..checkpoints import CheckpointConflictError
 from ..checkpoints._lineage import LineageFile as _LineageFile
+from ..checkpoints._lineage import Link as _Link
 from ..checkpoints._lineage import ancestry as _ancestry
-from ..checkpoints._lineage import lineage_dirs as _lineage_dirs
+from ..checkpoints._lineage import lineage_bytes as _lineage_bytes
+from ..checkpoints._lineage import next_lineage as _next_lineage
 from ..checkpoints._lineage import note_resumed as _note_resumed
 from ..checkpoints._lineage import on_lineage as _on_lineage
 from ..checkpoints._lineage import parent_dir as _parent_dir
-from ..checkpoints._lineage import publish_lineage as _publish_lineage
-from ..checkpoints._lineage import publish_next as _publish_next
-from ..checkpoints._lineage import read_lineage as _read_lineage
-from ..checkpoints._lineage import read_previous as _read_previous
-from ..checkpoints._parts import decode_part, read_part
+from ..checkpoints._lineage import parse_lineage as _parse_lineage
+from ..checkpoints._lineage import refuse_unlisted as _refuse_unlisted
+from ..checkpoints._lineage import store_root as _store_root
+from ..checkpoints._objects import MAX_OBJECTS, dirs_of
+from ..checkpoints._parts import decode_part, fetch_part
 from ..checkpoints._sealed import check_fingerprint as _check_fingerprint
 from ..checkpoints._sealed import is_int as _is_int
+from ..store import (
+    Store,
+    StoreConflictError,
+    StoreError,
+    StoreLimitError,
+    StoreObjectError,
+    local_path,
+    open_store,
+)
 from ._files import TENSOR_PARTS
 
 # -- one rank's collector ---------------------------------------------------------------
@@ -417,7 +440,51 @@ class LoadedDistributedCheckpoint:
         return reshard(shards, world, fingerprint=self.fingerprint)
 
 
-def _bad(path: Path, reason: str) -> CheckpointFileError:
+class _Root:
+    """A checkpoint root and the store it is: a directory (a ``PosixStore``;
+    paths are returned and errors name files) or an object store (names
+    relative to the root are returned, errors name URLs)."""
+
+    def __init__(self, root: str | os.PathLike[str]) -> None:
+        self.local = local_path(root)
+        self.store: Store = open_store(root)
+        #: The root as given back: the directory, or the URL.
+        self.root: Path | str = self.local if self.local is not None else self.store.where
+
+    def shown(self, key: str) -> Path | str:
+        return self.local / key if self.local is not None else f"{self.store.where}/{key}"
+
+    def path(self, name: str) -> Path:
+        """What a checkpoint directory is returned as."""
+        return self.local / name if self.local is not None else Path(name)
+
+    def read_commit(self) -> tuple[list[_Link[dict[str, Any]]] | None, str | None]:
+        """(the committed lineage, ``None`` if nothing was ever committed;
+        ``COMMIT``'s version)."""
+        shown = self.shown(COMMIT)
+        try:
+            got = self.store.get_versioned(COMMIT, max_bytes=MAX_COMMIT_BYTES)
+        except StoreLimitError:
+            raise _bad(shown, f"more than the {MAX_COMMIT_BYTES} bytes allowed") from None
+        except StoreObjectError as exc:
+            raise _bad(shown, exc.reason) from None
+        if got is None:
+            _refuse_unlisted(shown, _COMMITTED, None, self.top_names())
+            return None, None
+        return _parse_lineage(shown, got.data, _COMMITTED), got.version
+
+    def top_names(self) -> list[str]:
+        """The names of the root's directories (what holds objects)."""
+        try:
+            keys = self.store.list(limit=MAX_OBJECTS)
+        except StoreLimitError:
+            raise _bad(self.root, f"holds more than {MAX_OBJECTS} objects") from None
+        except StoreObjectError as exc:
+            raise _bad(self.root, exc.reason) from None
+        return dirs_of(keys)
+
+
+def _bad(path: Path | str, reason: str) -> CheckpointFileError:
     return CheckpointFileError(path, reason)
 
 
@@ -476,7 +543,7 @@ _COMMITTED: Final = _LineageFile(
     # No bound: torn checkpoints (parts without a commit, one per life that
     # died before committing, or per failed save) stay until a commit.
     unlisted_when_empty=None,
-    leftovers=(_TMP_PREFIX,),
+    leftovers=(),
     parse_entry=_parse_entry,
     step_of=lambda e: int(e["step"]),
     dir_of=lambda e: str(e["dir"]),
@@ -485,9 +552,13 @@ _COMMITTED: Final = _LineageFile(
 
 
 def committed_checkpoints(root: str | os.PathLike[str]) -> list[Path]:
-    """The committed lineage under ``root``, newest first: the newest
-    checkpoint, then its parent, ... (``[]`` if none)."""
-    return _lineage_dirs(root, _COMMITTED)
+    """The committed lineage under ``root`` (a directory or a URL), newest
+    first: the newest checkpoint, then its parent, ... (``[]`` if none).
+    In a directory these are paths; on an object store, names relative to
+    the root."""
+    where = _Root(root)
+    lineage, _ = where.read_commit()
+    return [where.path(link.entry["dir"]) for link in lineage or []]
 
 
 def read_distributed_checkpoint(
@@ -497,67 +568,81 @@ def read_distributed_checkpoint(
     previous: int = 0,
     tensors: bool = True,
 ) -> LoadedDistributedCheckpoint | None:
-    """Read and verify the newest committed checkpoint under ``root`` (or
-    its ``previous``-th ancestor along the committed lineage: the fallback
-    when the newest is damaged). The checkpoint returned is what this
-    process's run now continues: the next commit in this root (of any
+    """Read and verify the newest committed checkpoint under ``root`` (a
+    directory, or a URL: ``s3://bucket/prefix``, ``file://...``), or its
+    ``previous``-th ancestor along the committed lineage (the fallback when
+    the newest is damaged). The checkpoint returned is what this process's
+    run now continues: the next commit in this root (of any
     ``DistributedCheckpointer`` of this process) continues it. ``None``
     only for a root with no committed checkpoint and no step directory.
     ``tensors=False`` skips loading the tensor parts (their sizes and
     SHA-256s are still checked). Raises ``CheckpointFileError`` (a missing,
     garbled or forged ``COMMIT``, a missing, truncated or corrupted part),
     ``CheckpointFileVersionError`` and ``DatasetChangedError`` (another
-    ``fingerprint``), naming the file."""
-
-    def read(root: Path, root_fd: int, entry: dict[str, Any]) -> LoadedDistributedCheckpoint:
-        path = root / entry["dir"]
-        _check_fingerprint(root / COMMIT, fingerprint, entry["fingerprint"])
-        world = entry["world"]
-        json_parts: dict[int, Any] = {}
-        tensor_parts: dict[int, Any] = {}
-        dir_fd = _open_dir(entry["dir"], dir_fd=root_fd, shown=path)
-        try:
-            for f in entry["parts"]:
-                file = path / f["name"]
-                data = read_part(
-                    f["name"], dir_fd=dir_fd, shown=file, size=f["size"], sha256=f["sha256"]
-                )
-                if file.suffix == ".json":
-                    json_parts[f["rank"]] = decode_part(data, file, TENSOR_PARTS)
-                elif tensors:
-                    tensor_parts[f["rank"]] = decode_part(data, file, TENSOR_PARTS)
-        finally:
-            os.close(dir_fd)
-        return LoadedDistributedCheckpoint(
-            path=path,
-            step=entry["step"],
-            world=world,
-            fingerprint=entry["fingerprint"],
-            parts=tuple(
-                RankPart(rank=r, json_part=json_parts[r], tensor_part=tensor_parts.get(r))
-                for r in range(world)
-            ),
+    ``fingerprint``), naming the file; a store that cannot be reached is a
+    ``frontier_adapters.store.StoreUnavailableError``."""
+    if not _is_int(previous) or previous < 0:
+        raise ValueError(f"previous must be an int >= 0, got {previous!r}")
+    where = _Root(root)
+    lineage, _ = where.read_commit()
+    if not lineage:
+        return None
+    if previous >= len(lineage):
+        raise _bad(
+            where.shown(COMMIT),
+            f"the committed lineage holds {len(lineage)} checkpoint(s); "
+            f"there is no checkpoint {previous} back",
         )
-
-    return _read_previous(root, _COMMITTED, previous, read)
+    entry = lineage[previous].entry
+    _check_fingerprint(where.shown(COMMIT), fingerprint, entry["fingerprint"])
+    world = entry["world"]
+    json_parts: dict[int, Any] = {}
+    tensor_parts: dict[int, Any] = {}
+    for f in entry["parts"]:
+        key = f"{entry['dir']}/{f['name']}"
+        shown = str(where.shown(key))
+        data = fetch_part(where.store, key, shown, size=f["size"], sha256=f["sha256"])
+        if f["name"].endswith(".json"):
+            json_parts[f["rank"]] = decode_part(data, shown, TENSOR_PARTS)
+        elif tensors:
+            tensor_parts[f["rank"]] = decode_part(data, shown, TENSOR_PARTS)
+    loaded = LoadedDistributedCheckpoint(
+        path=where.path(entry["dir"]),
+        step=entry["step"],
+        world=world,
+        fingerprint=entry["fingerprint"],
+        parts=tuple(
+            RankPart(rank=r, json_part=json_parts[r], tensor_part=tensor_parts.get(r))
+            for r in range(world)
+        ),
+    )
+    _note_resumed(_COMMITTED, _store_root(where.store), entry)
+    return loaded
 
 
 class DistributedCheckpointer:
     """Writes all-or-nothing checkpoints of ``world`` ranks under ``root``
-    (see the module's docstring). Build one on every rank, collectively: rank
-    0 draws the session token and broadcasts it through ``comm``, and
-    creates an empty ``COMMIT`` in a fresh root, so that a root with step
-    directories and no ``COMMIT`` is never mistaken for a fresh start.
+    (a directory, or a URL: ``s3://bucket/prefix``, ``file://...``; see the
+    module's docstring). Build one on every rank, collectively: rank 0
+    draws the session token and broadcasts it through ``comm``, reads
+    ``COMMIT``'s version (creating an empty ``COMMIT`` in a fresh root, so
+    that a root with step directories and no ``COMMIT`` is never mistaken
+    for a fresh start): every commit of this checkpointer is a
+    compare-and-swap against the version it last saw, so a checkpointer
+    built before another one committed in this root (two jobs at once, or
+    a life from before a resume) is fenced: its commit raises
+    ``CheckpointConflictError`` and publishes nothing.
 
     ``resumed_from`` (a ``LoadedDistributedCheckpoint`` of this root, or
-    its directory) is the committed checkpoint this life resumed from: the
-    first commit continues it. Without it, a commit continues what this
-    process last read (``read_distributed_checkpoint``) or committed in
-    this root, or else the newest committed checkpoint; a commit's step
-    not above that one's continues the newest of lower step on its
-    ancestry. Only rank 0's ``resumed_from`` is used; when it is not on the
-    committed lineage (``CheckpointFileError``) or not in ``root``
-    (``ValueError``), every rank raises ``CheckpointFileError``.
+    its directory; on an object store its name) is the committed
+    checkpoint this life resumed from: the first commit continues it.
+    Without it, a commit continues what this process last read
+    (``read_distributed_checkpoint``) or committed in this root, or else
+    the newest committed checkpoint; a commit's step not above that one's
+    continues the newest of lower step on its ancestry. Only rank 0's
+    ``resumed_from`` is used; when it is not on the committed lineage
+    (``CheckpointFileError``) or not in ``root`` (``ValueError``), every
+    rank raises ``CheckpointFileError``.
 
     ``save`` is collective too. ``hook(phase)`` is called with ``"part"``
     once this rank's part is durable, and on rank 0 with ``"commit"`` just
@@ -585,13 +670,17 @@ class DistributedCheckpointer:
             raise ValueError(f"keep must be an int in [1, {MAX_KEEP}], got {keep!r}")
         if not isinstance(fingerprint, str):
             raise TypeError("fingerprint must be a str")
-        self.root = Path(root)
+        self._where = _Root(root)
+        #: The root: a directory, or the store's URL.
+        self.root: Path | str = self._where.root
         self.rank = rank
         self.world = world
         self.fingerprint = fingerprint
         self.keep = keep
         self.comm = comm
         self.hook = hook
+        #: ``COMMIT``'s version as this checkpointer last saw it (rank 0).
+        self._version: str | None = None
         error: str | None = None
         token = secrets.token_hex(8)
         if rank == 0:
@@ -600,34 +689,37 @@ class DistributedCheckpointer:
                 self._prepare_root(
                     None
                     if resumed_from is None
-                    else _parent_dir(self.root, resumed_from, "resumed_from")
+                    else _parent_dir(self._where.local, resumed_from, "resumed_from")
                 )
             except Exception as exc:
                 error = f"{type(exc).__name__}: {exc}"
         if comm is not None:
             token, error = comm.broadcast_object((token, error))
         if error is not None:
-            raise _bad(self.root / COMMIT, f"rank 0 could not prepare the root: {error}")
+            raise _bad(self._where.shown(COMMIT), f"rank 0 could not prepare the root: {error}")
         self.session: str = token
 
     def _prepare_root(self, resumed: str | None) -> None:
-        """Create the root and an empty ``COMMIT`` if there is none; note
-        ``resumed`` (a directory of the committed lineage) as what this
-        process's run continues."""
-        self.root.mkdir(parents=True, exist_ok=True)
-        fd = _root_fd(self.root)
-        assert fd is not None
-        try:
-            lineage = _read_lineage(self.root, fd, _COMMITTED)
-            if resumed is not None:
-                old = lineage or []
-                _note_resumed(
-                    _COMMITTED, fd, old[_on_lineage(self.root, _COMMITTED, old, resumed)].entry
-                )
-            if lineage is None:
-                _publish_lineage(self.root, fd, _COMMITTED, [])
-        finally:
-            os.close(fd)
+        """Read ``COMMIT``'s version, creating an empty ``COMMIT`` if there
+        is none; note ``resumed`` (a directory of the committed lineage) as
+        what this process's run continues."""
+        where = self._where
+        lineage, version = where.read_commit()
+        if resumed is not None:
+            old = lineage or []
+            _note_resumed(
+                _COMMITTED,
+                _store_root(where.store),
+                old[_on_lineage(where.root, _COMMITTED, old, resumed)].entry,
+            )
+        if lineage is None:
+            try:
+                version = where.store.swap(COMMIT, _lineage_bytes(_COMMITTED, []), expected=None)
+            except StoreConflictError as exc:
+                raise CheckpointConflictError(
+                    str(where.shown(COMMIT)), f"created by another writer meanwhile ({exc})"
+                ) from None
+        self._version = version
 
     def write_part(
         self,
@@ -638,7 +730,8 @@ class DistributedCheckpointer:
         rank: int | None = None,
     ) -> WrittenPart:
         """Write this rank's part of checkpoint ``step`` durably (``rank``
-        overrides the rank, for a single process writing every part)."""
+        overrides the rank, for a single process writing every part): each
+        file created once (create-if-absent), never replaced."""
         rank = self.rank if rank is None else rank
         if not _is_int(step) or step < 0:
             raise ValueError(f"step must be an int >= 0, got {step!r}")
@@ -651,34 +744,16 @@ class DistributedCheckpointer:
         if tensor_part is not None:
             blobs.append((part_name(rank, self.world, "pt"), TENSOR_PARTS.encode(tensor_part)))
         name = step_dir_name(step, self.session)
-        root_fd = _root_fd(self.root)
-        if root_fd is None:
-            raise _bad(self.root, "missing: the checkpoint root is gone")
-        try:
+        files = []
+        for fname, data in blobs:
+            key = f"{name}/{fname}"
             try:
-                os.mkdir(name, 0o755, dir_fd=root_fd)
-                _fsync_fd(root_fd)
-            except FileExistsError:
-                pass
-            dir_fd = _open_dir(name, dir_fd=root_fd, shown=self.root / name)
-            try:
-                files = []
-                for fname, data in blobs:
-                    try:
-                        os.stat(fname, dir_fd=dir_fd, follow_symlinks=False)
-                    except FileNotFoundError:
-                        pass
-                    else:  # a part, once written, is never replaced
-                        raise _bad(self.root / name / fname, "already written in this session")
-                    tmp = f"{_TMP_PREFIX}{fname}-{secrets.token_hex(4)}"
-                    _write_new(tmp, data, dir_fd=dir_fd)
-                    os.rename(tmp, fname, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
-                    files.append(PartFile(fname, len(data), hashlib.sha256(data).hexdigest()))
-                _fsync_fd(dir_fd)
-            finally:
-                os.close(dir_fd)
-        finally:
-            os.close(root_fd)
+                self._where.store.create(key, data)
+            except StoreConflictError:  # a part, once written, is never replaced
+                raise _bad(self._where.shown(key), "already written in this session") from None
+            except StoreObjectError as exc:
+                raise _bad(self._where.shown(key), exc.reason) from None
+            files.append(PartFile(fname, len(data), hashlib.sha256(data).hexdigest()))
         if self.hook is not None:
             self.hook("part")
         return WrittenPart(rank=rank, world=self.world, step=step, dir=name, files=tuple(files))
@@ -686,9 +761,12 @@ class DistributedCheckpointer:
     def commit(self, step: int, parts: Sequence[WrittenPart]) -> Path:
         """Commit checkpoint ``step`` from every rank's ``WrittenPart``
         (rank 0, after gathering them): check that the world's every rank
-        wrote exactly its part of this step, replace ``COMMIT`` with the new
-        checkpoint and the ancestry it continues (see the class), remove
-        every step directory that is not in the new lineage."""
+        wrote exactly its part of this step, publish ``COMMIT`` listing the
+        new checkpoint and the ancestry it continues (see the class) by one
+        compare-and-swap against the version this checkpointer last saw,
+        then remove every step directory listed before the swap that the
+        new lineage does not keep. Raises ``CheckpointConflictError`` when
+        another writer committed since (nothing published)."""
         name = step_dir_name(step, self.session)
         ranks = sorted(p.rank for p in parts)
         if ranks != list(range(self.world)):
@@ -702,42 +780,69 @@ class DistributedCheckpointer:
                     f"not step {step} of {self.world} in {name}",
                     [p.rank],
                 )
-        root_fd = _root_fd(self.root)
-        if root_fd is None:
-            raise _bad(self.root, "missing: the checkpoint root is gone")
+        where = self._where
+        old, seen = where.read_commit()
+        if seen != self._version:  # the swap below would lose: say so before anything else
+            raise self._conflict(step, "its version moved")
+        for p in parts:  # where rank 0 sees them (each was created once, never replaced)
+            for f in p.files:
+                key = f"{name}/{f.name}"
+                try:
+                    found = where.store.head(key)
+                except StoreObjectError as exc:
+                    raise _bad(where.shown(key), exc.reason) from None
+                if found is None:
+                    raise _bad(where.shown(key), "missing at commit")
+        # Listed before the swap: a writer whose objects are listed built its
+        # checkpointer before this swap, so its own swap fails; one built
+        # after writes only objects this listing never saw.
+        before = where.top_names()
+        ancestry = _ancestry(
+            where.root, _store_root(where.store), _COMMITTED, old or [], step, None
+        )
+        entry = {
+            "dir": name,
+            "step": step,
+            "world": self.world,
+            "fingerprint": self.fingerprint,
+            "parts": [
+                {"rank": p.rank, "name": f.name, "size": f.size, "sha256": f.sha256}
+                for p in sorted(parts, key=lambda p: p.rank)
+                for f in p.files
+            ],
+        }
+        if self.hook is not None:
+            self.hook("commit")
+        lineage = _next_lineage(_COMMITTED, entry, ancestry, self.keep)
         try:
-            for p in parts:  # durable where rank 0 sees them, at their saved size
-                for f in p.files:
-                    try:
-                        st = os.stat(f"{name}/{f.name}", dir_fd=root_fd, follow_symlinks=False)
-                    except FileNotFoundError:
-                        raise _bad(self.root / name / f.name, "missing at commit") from None
-                    if st.st_size != f.size:
-                        raise _bad(self.root / name / f.name, "changed size before the commit")
-            old = _read_lineage(self.root, root_fd, _COMMITTED) or []
-            ancestry = _ancestry(self.root, root_fd, _COMMITTED, old, step, None)
-            entry = {
-                "dir": name,
-                "step": step,
-                "world": self.world,
-                "fingerprint": self.fingerprint,
-                "parts": [
-                    {"rank": p.rank, "name": f.name, "size": f.size, "sha256": f.sha256}
-                    for p in sorted(parts, key=lambda p: p.rank)
-                    for f in p.files
-                ],
-            }
-            if self.hook is not None:
-                self.hook("commit")
-            _publish_next(self.root, root_fd, _COMMITTED, entry, ancestry, self.keep)
-        finally:
-            os.close(root_fd)
-        return self.root / name
+            self._version = where.store.swap(
+                COMMIT, _lineage_bytes(_COMMITTED, lineage), expected=self._version
+            )
+        except StoreConflictError as exc:
+            raise self._conflict(step, str(exc)) from None
+        _note_resumed(_COMMITTED, _store_root(where.store), entry)
+        kept = {link.entry["dir"] for link in lineage}
+        for d in before:
+            if _STEP_DIR.match(d) and d not in kept:
+                try:
+                    where.store.delete_prefix(d, limit=MAX_OBJECTS)
+                except StoreError:
+                    pass  # pruning is best effort: the lineage is published
+        return where.path(name)
+
+    def _conflict(self, step: int, why: str) -> CheckpointConflictError:
+        return CheckpointConflictError(
+            str(self._where.shown(COMMIT)),
+            f"another writer committed since this checkpointer was built or last committed "
+            f"({why}): checkpoint {step} was not committed",
+        )
 
     def save(self, step: int, json_part: Any, tensor_part: Any | None = None) -> Path:
         """Write this rank's part of checkpoint ``step`` and, collectively,
         commit it: returns on every rank once the checkpoint exists, raises
-        ``CheckpointFileError`` on every rank if any rank failed."""
+        on every rank if it was not committed: ``CheckpointConflictError``
+        when another writer committed since this checkpointer was built
+        (see the class), ``CheckpointFileError`` when any rank failed."""
         if self.comm is None:
             if self.world != 1:
                 raise RuntimeError("save needs comm with more than one rank")
@@ -748,20 +853,25 @@ class DistributedCheckpointer:
         except Exception as exc:
             part = f"rank {self.rank}: {type(exc).__name__}: {exc}"
         gathered = self.comm.all_gather_object(part)
-        outcome: str | None = None
+        outcome: tuple[bool, str] | None = None
         if self.rank == 0:
             failures = [p for p in gathered if isinstance(p, str)]
             if failures:
-                outcome = "; ".join(failures)
+                outcome = (False, "; ".join(failures))
             else:
                 try:
                     self.commit(step, gathered)
+                except CheckpointConflictError as exc:
+                    outcome = (True, str(exc))
                 except Exception as exc:
-                    outcome = f"commit: {type(exc).__name__}: {exc}"
+                    outcome = (False, f"commit: {type(exc).__name__}: {exc}")
         outcome = self.comm.broadcast_object(outcome)
         if outcome is not None:
-            raise _bad(self.root, f"checkpoint {step} was not committed: {outcome}")
-        return self.root / step_dir_name(step, self.session)
+            conflict, reason = outcome
+            if conflict:
+                raise CheckpointConflictError(str(self._where.shown(COMMIT)), reason)
+            raise _bad(self.root, f"checkpoint {step} was not committed: {reason}")
+        return self._where.path(step_dir_name(step, self.session))
 
 
 _ORDINAL_KEY: Final = re.compile(r"^(0|[1-9][0-9]{0,18})$")

@@ -29,7 +29,6 @@ reaching a checkpoint is a dead branch the audit leaves out.
 
 from __future__ import annotations
 
-import errno
 import hashlib
 import json
 import operator
@@ -37,7 +36,6 @@ import os
 import re
 import secrets
 import shutil
-import stat
 from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
@@ -57,6 +55,8 @@ from frontier_core import (
 
 from .._errors import CheckpointFileError, CheckpointFileVersionError, StreamMisalignedError
 from .._state import check_state
+from ..checkpoints._fs import read_file
+from ..store._posix import write_synced
 from ._stream import Layout, StreamOrder
 
 #: The column every training row carries: its stream ordinal.
@@ -75,7 +75,6 @@ _CHECKPOINT_DIR: Final = re.compile(r"checkpoint-(0|[1-9][0-9]*)", re.ASCII)
 #: The largest state file read (and written): the ledger record of a TRL
 #: run holds the cut and the few blocks in flight, kilobytes in practice.
 MAX_STATE_BYTES: Final = 64 * 2**20
-_READ_FLAGS: Final = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
 
 
 def _checksum(body: Mapping[str, Any]) -> str:
@@ -342,10 +341,7 @@ def write_state(folder: str | os.PathLike[str], state: Mapping[str, Any]) -> Pat
     tmp = root / f".{STATE_FILE}.{secrets.token_hex(8)}.tmp"
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
     try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view) :]
-        os.fsync(fd)
+        write_synced(fd, data)
     finally:
         os.close(fd)
     final = root / STATE_FILE
@@ -358,44 +354,17 @@ def _read_state_bytes(path: Path) -> bytes:
     """The bytes of the state file ``path``: a regular file of at most
     ``MAX_STATE_BYTES``, checked with ``fstat`` before a byte is read (a
     FIFO, a device such as ``/dev/zero`` or a directory is refused, never
-    read), and never more than one byte past the bound read even if it
-    grows meanwhile. Raises ``CheckpointFileError`` naming ``path``."""
+    read), and never more than one byte past its size read even if it
+    grows meanwhile (the checkpoint readers' ``read_file``). Raises
+    ``CheckpointFileError`` naming ``path``."""
     try:
-        # O_NONBLOCK: opening a FIFO must not wait for a writer.
-        fd = os.open(path, _READ_FLAGS)
+        return read_file(path, dir_fd=None, shown=path, limit=MAX_STATE_BYTES)
     except FileNotFoundError:
         raise CheckpointFileError(
             path,
             "missing: the checkpoint was not written by frontier_adapters.trl, "
             "or the process died while the Trainer was saving it",
         ) from None
-    except OSError as exc:
-        if exc.errno == errno.ELOOP:
-            raise CheckpointFileError(path, "is a symlink; refusing to follow it") from None
-        raise CheckpointFileError(path, f"cannot be opened: {exc.strerror}") from None
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise CheckpointFileError(path, "not a regular file (a directory, FIFO or device)")
-        if st.st_size > MAX_STATE_BYTES:
-            raise CheckpointFileError(
-                path, f"{st.st_size} bytes, more than the {MAX_STATE_BYTES} a state file holds"
-            )
-        chunks: list[bytes] = []
-        got = 0
-        while got <= MAX_STATE_BYTES:
-            chunk = os.read(fd, min(1 << 20, MAX_STATE_BYTES + 1 - got))
-            if not chunk:
-                break
-            chunks.append(chunk)
-            got += len(chunk)
-        if got > MAX_STATE_BYTES:
-            raise CheckpointFileError(path, f"grew past {MAX_STATE_BYTES} bytes while being read")
-        return b"".join(chunks)
-    except OSError as exc:
-        raise CheckpointFileError(path, f"cannot be read: {exc.strerror}") from None
-    finally:
-        os.close(fd)
 
 
 def _is_count(value: object, least: int = 0) -> bool:

@@ -358,6 +358,9 @@ def _configure_elastic_rank(p: argparse.ArgumentParser) -> None:
     p.add_argument("--fail-rate", type=float, default=d.fail_rate)
     p.add_argument("--write-pause", type=float, default=d.write_pause)
     p.add_argument("--step-pause", type=float, default=d.step_pause)
+    p.add_argument(
+        "--checkpoints", default=d.checkpoints, help="a directory or URL (default: workdir)"
+    )
     p.add_argument("--announce", action="store_true")
 
 
@@ -388,6 +391,12 @@ def _configure_elastic_torture(p: argparse.ArgumentParser) -> None:
     p.add_argument("--rows", type=int, default=None, help="default: max(40, 12 * kills)")
     p.add_argument("--epochs", type=int, default=2)
     p.add_argument("--global-batch", type=int, default=8)
+    p.add_argument(
+        "--checkpoints",
+        default="",
+        help="where the checkpoints live: a directory or s3://bucket/prefix (AWS_* variables); "
+        "default: WORKDIR/checkpoints",
+    )
 
 
 def _run_elastic_torture(args: argparse.Namespace) -> int:
@@ -403,6 +412,7 @@ def _run_elastic_torture(args: argparse.Namespace) -> int:
         global_batch=args.global_batch,
         timeout=3600.0,
         verbose=True,
+        checkpoints=args.checkpoints,
     )
     print(json.dumps(attrs.asdict(result)))
     return 0 if result.clean else 1

@@ -91,6 +91,9 @@ class RankArgs:
     write_pause: float = 0.0  # seconds a rank pauses after its part, rank 0 before COMMIT
     step_pause: float = 0.0  # seconds inside each step, between backward and all-reduce
     announce: bool = False
+    #: Where the checkpoints live: a directory or a URL (``s3://...``);
+    #: ``""``: ``workdir/checkpoints``.
+    checkpoints: str = ""
 
 
 class Momentum:
@@ -143,7 +146,7 @@ def run_rank(args: RankArgs) -> int:
 
     say(f"pid {os.getpid()}")
     workdir = Path(args.workdir)
-    ckpt_root = workdir / CKPT_DIR
+    ckpt_root: str | Path = args.checkpoints or workdir / CKPT_DIR
     log_path = workdir / LOG_NAME
     dataset = make_dataset(args.rows)
     fingerprint = dataset_fingerprint(dataset, seed=args.seed, shuffle=True)
@@ -483,6 +486,7 @@ def torture(
     life_timeout: float = 180.0,
     grace: float = 20.0,
     verbose: bool = False,
+    checkpoints: str = "",
 ) -> ElasticTortureResult:
     """Run lives of the job under torchrun, world sizes cycling through
     ``worlds``, SIGKILLing one rank per life ``kills`` times, then one life
@@ -490,7 +494,10 @@ def torture(
     ``life_timeout`` seconds (and no more than is left of ``timeout``):
     past it torchrun and every rank are killed and ``LifeDeadlineError``
     names the life; a torchrun that takes 120 s to tear down after its
-    victim's death is killed whole and the torture goes on."""
+    victim's death is killed whole and the torture goes on. ``checkpoints``
+    is where every life's checkpoints live: ``workdir/checkpoints`` by
+    default, or a URL (``s3://bucket/prefix``, the ``AWS_*`` variables of
+    this process passed on to the ranks)."""
     t0 = time.monotonic()
     workdir = Path(workdir)
     workdir.mkdir(parents=True, exist_ok=True)
@@ -543,6 +550,8 @@ def torture(
             str(write_pause),
             "--step-pause",
             str(step_pause),
+            "--checkpoints",
+            checkpoints,
             "--announce",
         ]
         start = time.monotonic()

@@ -11,6 +11,16 @@ them with the real ``compact``; only the disk is simulated:
   that long for its group; the simulator makes every record wait the whole
   delay), or at the first sync after it (a checkpoint's ``mark`` syncs).
   Records are durable in append order, so a crash keeps a prefix.
+* A node loss (the ``node-*`` modes of ``frontier simulate --waste``):
+  what survives is what left the node. A journal shipped with a lag of
+  ``ship_lag`` keeps the records appended at least ``commit_delay +
+  ship_lag`` before the kill, and every record up to the last
+  checkpoint's mark (the mark waits for the store); a journal on the node
+  only keeps what the last checkpoint's mark covered (the model's
+  assumption: that much went with the checkpoint; a real local-only
+  journal loses it too, so these figures are a lower bound) and loses
+  everything since. At a lag of 0 a node loss costs what a process crash
+  does.
 * Progress every ``progress_every`` tokens. A real writer appends a running
   sample's snapshot each time it has that many new tokens; each snapshot is
   whole and supersedes the previous ones of its attempt, so after a crash
@@ -62,6 +72,9 @@ from ._pipeline import Generation, Sample
 from ._workload import Workload
 
 _EARLY = -math.inf  # the append time of a record already durable
+#: What a kill destroys: the process (the journal's file survives), or the
+#: node with the journal shipped off it, or the node with the journal on it.
+LOSSES: Final = ("process", "node-shipped", "node-local")
 
 
 _PAYLOAD: Final = struct.Struct("<dIq")
@@ -94,8 +107,21 @@ class SimJournal:
     and the generation timeline of each attempt (for the progress records).
     ``progress_every`` is ``None`` for a journal of seals only."""
 
-    def __init__(self, workload: Workload, *, progress: bool, lineage: str) -> None:
+    def __init__(
+        self, workload: Workload, *, progress: bool, lineage: str, loss: str = "process"
+    ) -> None:
+        if loss not in LOSSES:
+            raise ValueError(f"loss must be one of {LOSSES}, got {loss!r}")
         self.policy = CommitPolicy(max_delay=workload.commit_delay)
+        #: How long after its append a record survives the kills of this
+        #: run (``None``: only what a checkpoint's mark synced survives).
+        self.survives_after: float | None = (
+            workload.commit_delay
+            if loss == "process"
+            else workload.commit_delay + workload.ship_lag
+            if loss == "node-shipped"
+            else None
+        )
         self.every: int | None = workload.progress_every if progress else None
         self.rate = workload.tokens_per_time
         self.fingerprint = workload.fingerprint
@@ -158,10 +184,17 @@ class SimJournal:
 
     # -- the disk ---------------------------------------------------------
 
+    def _horizon(self, at: float) -> float:
+        """Records appended by this time survive a kill at ``at``."""
+        if self.survives_after is None:
+            return self.synced_at
+        return max(at - self.survives_after, self.synced_at)
+
     def _durable(self, at: float) -> int:
-        """How many records are durable at ``at``: those synced, and those
-        appended at least ``max_delay`` before it."""
-        waited = bisect.bisect_right(self.appended, at - self.policy.max_delay)
+        """How many records survive a kill at ``at``: those synced, and
+        those appended by the horizon (``commit_delay`` before it for a
+        process crash; see the module's docstring for a node loss)."""
+        waited = bisect.bisect_right(self.appended, self._horizon(at))
         return max(self.synced, waited)
 
     def _settle(self, records: list[Record], pending: int) -> None:
@@ -198,7 +231,7 @@ class SimJournal:
         n = self._durable(at)
         records = self.records[:n]
         if self.every is not None:
-            horizon = max(at - self.policy.max_delay, self.synced_at)
+            horizon = self._horizon(at)
             for o, s, st in replay(records).siblings():
                 timeline = self.timelines.get(st.attempt)
                 if st.sealed or timeline is None:

@@ -238,3 +238,19 @@ def journal_progress(workload: Workload) -> SiblingBackend:
     """Seals and token progress journaled; a resume also continues prefixes."""
     journal = SimJournal(workload, progress=True, lineage=f"sim-{workload.seed}")
     return SiblingBackend(workload, "progress", journal=journal, continue_prefixes=True)
+
+
+def node_local(workload: Workload) -> SiblingBackend:
+    """Journal plus progress on the node, under node losses: what the last
+    checkpoint's mark covered survives, everything since is lost."""
+    journal = SimJournal(workload, progress=True, lineage=f"sim-{workload.seed}", loss="node-local")
+    return SiblingBackend(workload, "node-local", journal=journal, continue_prefixes=True)
+
+
+def node_shipped(workload: Workload) -> SiblingBackend:
+    """Journal plus progress shipped off the node (``Workload.ship_lag``),
+    under node losses: only the unshipped tail is lost."""
+    journal = SimJournal(
+        workload, progress=True, lineage=f"sim-{workload.seed}", loss="node-shipped"
+    )
+    return SiblingBackend(workload, "node-shipped", journal=journal, continue_prefixes=True)

@@ -1,10 +1,10 @@
-"""Measure the waste: five recovery modes on one workload and one kill schedule.
+"""Measure the waste: seven recovery modes on one workload and one kill schedule.
 
 ``frontier simulate --waste`` runs the same workload under the same kills in
-five modes and reports, per kill and in total, the generated tokens each
-kill discarded (held before it, gone after the resume: generated, and to be
-generated again), with each mode's coverage audited per prompt and per
-sample:
+seven modes (five under process kills, two under node losses) and reports,
+per kill and in total, the generated tokens each kill discarded (held
+before it, gone after the resume: generated, and to be generated again),
+with each mode's coverage audited per prompt and per sample:
 
 * ``legacy``: the live-cursor checkpoint; loses prompts (their tokens are
   discarded and never generated again: it redoes less because it skips).
@@ -16,12 +16,22 @@ sample:
   commit, ``Workload.commit_delay``), reused from the durable journal.
 * ``progress``: as ``journal``, plus each running sample's progress every
   ``Workload.progress_every`` tokens, continued after the resume.
+* ``node-local``: as ``progress``, but every kill is a node loss and the
+  journal lives on the node: everything since the last checkpoint's mark
+  is lost (the simulator keeps what the mark covered, so this is a lower
+  bound of a real local-only journal's loss).
+* ``node-shipped``: as ``node-local``, with the journal shipped off the
+  node ``Workload.ship_lag`` behind (``frontier_adapters.journal.Shipper``):
+  only the unshipped tail is lost. At a lag of 0 it redoes what
+  ``progress`` does under process kills.
 
 The goal (issue 13): journal plus progress redoes at most ``GOAL_PCT`` of
 what coverage-only redoes. It is checked on the whole run and on the kills
 both modes lived through (a mode that wastes less finishes sooner and
 meets fewer of the later kills, which flatters its total); the goal is met
-when both are. It is a measurement, not a coverage verdict: only a mode
+when both are. The node goal (issue 23): the same bound for ``node-shipped`` at a
+shipping lag of a few seconds (reported, with the lag, as ``node_goal``).
+It is a measurement, not a coverage verdict: only a mode
 that claims exactness and loses or duplicates a prompt or a sample fails
 the run.
 """
@@ -44,7 +54,13 @@ from ._frontier import FrontierBackend
 from ._legacy import LegacyBackend
 from ._pipeline import Backend, SimulationError
 from ._report import ModeResult, format_workload, kill_schedule, random_workload, run_mode
-from ._siblings import journal_progress, journal_sealed, siblings_at_checkpoint
+from ._siblings import (
+    journal_progress,
+    journal_sealed,
+    node_local,
+    node_shipped,
+    siblings_at_checkpoint,
+)
 from ._workload import Kill, Workload
 
 #: Journal plus progress must redo at most this share of coverage-only's tokens.
@@ -75,6 +91,20 @@ WASTE_MODES: tuple[WasteMode, ...] = (
     ),
     WasteMode("journal", "journal", True, journal_sealed, "journal of sealed siblings"),
     WasteMode("progress", "journal+prog", True, journal_progress, "journal plus token progress"),
+    WasteMode(
+        "node-local",
+        "node:local",
+        True,
+        node_local,
+        "node losses, journal plus progress on the node only",
+    ),
+    WasteMode(
+        "node-shipped",
+        "node:shipped",
+        True,
+        node_shipped,
+        "node losses, journal plus progress shipped off the node (ship_lag behind)",
+    ),
 )
 _BY_NAME = {m.name: m for m in WASTE_MODES}
 
@@ -89,7 +119,7 @@ def pct(part: float, whole: float) -> float:
 
 @attrs.frozen
 class WasteResult:
-    """The five modes' runs of ``workload`` under ``kills``, by mode name."""
+    """The modes' runs of ``workload`` under ``kills``, by mode name."""
 
     workload: Workload
     kills: tuple[Kill, ...]
@@ -119,6 +149,11 @@ class WasteResult:
     @property
     def goal_met(self) -> bool:
         return max(self.vs("progress")) <= GOAL_PCT
+
+    @property
+    def node_goal_met(self) -> bool:
+        """The goal for node losses with the journal shipped (at this lag)."""
+        return max(self.vs("node-shipped")) <= GOAL_PCT
 
     def violations(self) -> list[str]:
         """The modes that claim exactness and lost or duplicated a prompt or
@@ -176,15 +211,27 @@ class WasteResult:
     def summary(self) -> dict[str, Any]:
         """The object of ``frontier simulate --waste --json``."""
         total, matched = self.vs("progress")
+        node_total, node_matched = self.vs("node-shipped")
         w = self.workload
         return {
-            "journal": {"commit_delay": w.commit_delay, "progress_every": w.progress_every},
+            "journal": {
+                "commit_delay": w.commit_delay,
+                "progress_every": w.progress_every,
+                "ship_lag": w.ship_lag,
+            },
             "modes": {m.name: self.mode_summary(m.name) for m in WASTE_MODES},
             "goal": {
                 "max_pct": GOAL_PCT,
                 "progress_vs_coverage_pct": _json_pct(total),
                 "progress_vs_coverage_shared_kills_pct": _json_pct(matched),
                 "met": self.goal_met,
+            },
+            "node_goal": {
+                "max_pct": GOAL_PCT,
+                "ship_lag": w.ship_lag,
+                "shipped_vs_coverage_pct": _json_pct(node_total),
+                "shipped_vs_coverage_shared_kills_pct": _json_pct(node_matched),
+                "met": self.node_goal_met,
             },
             "violations": self.violations(),
         }
@@ -194,8 +241,14 @@ def _json_pct(value: float) -> float | None:
     return None if math.isinf(value) else round(value, 3)
 
 
-def run_waste(workload: Workload, log_base: str | os.PathLike[str] | None = None) -> WasteResult:
-    """The five modes on ``workload``, under one kill schedule (drawn as
+def run_waste(
+    workload: Workload,
+    log_base: str | os.PathLike[str] | None = None,
+    *,
+    modes: tuple[WasteMode, ...] | None = None,
+) -> WasteResult:
+    """The seven modes (or ``modes``: a result that holds only those, for
+    what compares them) on ``workload``, under one kill schedule (drawn as
     ``run_ab`` draws it). Logs go to ``log_base`` + ``.<mode>`` and
     ``.<mode>.samples`` (a temporary directory when ``None``). Raises
     ``SimulationError`` or a ``FrontierError`` if a run breaks."""
@@ -211,7 +264,7 @@ def run_waste(workload: Workload, log_base: str | os.PathLike[str] | None = None
                 factory=m.factory,
                 sample_log_path=f"{base}.{m.name}.samples",
             )
-            for m in WASTE_MODES
+            for m in (WASTE_MODES if modes is None else modes)
         }
     return WasteResult(workload, kills, results)
 
@@ -233,7 +286,8 @@ def format_waste(result: WasteResult) -> str:
     lines = [
         format_workload(w),
         f"journal: group commit within {w.commit_delay:g} step(s), progress every "
-        f"{w.progress_every} tokens",
+        f"{w.progress_every} tokens, shipped {w.ship_lag:g} step(s) behind (node:shipped)",
+        "kills: process kills, except node losses in the node: modes",
         f"kills: {kinds}",
         "",
         f"{'tokens redone, by kill':32}" + "".join(f"{m.label:>{width}}" for m in modes),
@@ -280,6 +334,12 @@ def format_waste(result: WasteResult) -> str:
         f"goal: journal+progress redoes {_show_pct(total)} of coverage-only's tokens, "
         f"{_show_pct(matched)} on the kills both saw (at most {GOAL_PCT:g}%): "
         + ("met" if result.goal_met else "MISSED")
+    )
+    node_total, node_matched = result.vs("node-shipped")
+    lines.append(
+        f"node goal: shipped {w.ship_lag:g} step(s) behind, a node loss redoes "
+        f"{_show_pct(node_total)} of coverage-only's tokens, {_show_pct(node_matched)} on the "
+        f"kills both saw (at most {GOAL_PCT:g}%): " + ("met" if result.node_goal_met else "MISSED")
     )
     lines.append(
         "(a kill's tokens redone: held before it, gone after the resume; the legacy cursor's "
@@ -343,7 +403,7 @@ def plot_waste(result: WasteResult, path: str | os.PathLike[str]) -> None:
 
 @attrs.frozen
 class WasteSweep:
-    """``runs`` randomized five-mode comparisons from seed ``first_seed``:
+    """``runs`` randomized comparisons of every mode from seed ``first_seed``:
     the seeds whose exact modes lost or duplicated something, or whose run
     raised (``errors`` says how), the tokens each mode redid in all, and
     the runs where journal plus progress missed the goal."""
@@ -375,7 +435,7 @@ def sweep_waste(
     base: Workload, runs: int, *, on_run: Callable[[], None] | None = None
 ) -> WasteSweep:
     """``runs`` randomized comparisons (``random_workload`` of ``base``, with
-    the journal's knobs drawn too) of all five modes."""
+    the journal's knobs drawn too) of every mode."""
     if runs < 1:
         raise ValueError(f"runs must be >= 1, got {runs}")
     failures: list[int] = []
@@ -413,20 +473,22 @@ def sweep_waste(
 
 def random_journal(workload: Workload) -> Workload:
     """``workload`` with the journal's knobs drawn from its seed: commit
-    delays from none to half a step, progress from every token to rarely."""
+    delays from none to half a step, progress from every token to rarely,
+    shipping lags from none to two steps."""
     rng = random.Random(f"sweep-journal:{workload.seed}")
     return attrs.evolve(
         workload,
         commit_delay=rng.choice([0.0, 0.001, 0.05, 0.5]),
         progress_every=rng.choice([1, 16, 256, 4096]),
+        ship_lag=rng.choice([0.0, 0.05, 0.4, 2.0]),
     )
 
 
 def format_waste_sweep(result: WasteSweep) -> str:
     last = result.first_seed + result.runs - 1
     lines = [
-        f"{result.runs} randomized five-mode runs (seeds {result.first_seed}..{last}) "
-        f"in {result.seconds:.1f}s",
+        f"{result.runs} randomized {len(WASTE_MODES)}-mode runs "
+        f"(seeds {result.first_seed}..{last}) in {result.seconds:.1f}s",
         f"runs where an exact mode lost or duplicated, or raised: {len(result.failures)} "
         f"{list(result.failures[:20])}",
         f"runs where journal+progress missed the {GOAL_PCT:g}% goal: {len(result.goal_missed)} "

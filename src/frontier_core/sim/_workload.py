@@ -115,6 +115,12 @@ class Workload:
     #: Journal plus progress: a running sample's progress is journaled every
     #: this many new tokens (``RolloutJournal``'s default ``progress_every``).
     progress_every: int = attrs.field(default=256, validator=_check_positive)
+    #: The journal shipped off the node (``frontier_adapters.journal.Shipper``):
+    #: a record is off the node at most this long after it is durable on it
+    #: (the segment roll, ``segment_seconds``, and the upload), in training
+    #: steps; a checkpoint's mark is shipped before the checkpoint returns.
+    #: The default is 0.4: 2 s against a step of 5 s.
+    ship_lag: float = attrs.field(default=0.4, validator=_check_delay)
 
     @property
     def in_flight_targets(self) -> int:

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from frontier_adapters.checkpoints import PartCodec
+from frontier_adapters.store import Store
 
 FP = "len=3;sha256=abc"
 
@@ -43,3 +44,10 @@ def reseal(root: Path) -> None:
     entry["manifest_sha256"] = manifest["sha256"]
     latest["sha256"] = digest(latest)
     (root / "LATEST").write_text(json.dumps(latest))
+
+
+def garble(store: Store, key: str) -> None:
+    """Replace the object ``key`` (a lineage file) by bytes that are not JSON."""
+    version = store.head(key)
+    assert version is not None
+    store.swap(key, b'{"garbled', expected=version)

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import secrets
-import threading
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +27,8 @@ from frontier_adapters.store import open_store
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from .forge import BLOBS, FP
+from ..._threads import RankComm, on_threads
+from .forge import BLOBS, FP, garble
 
 
 def save(root: str, step: int, **kwargs: Any) -> Path:
@@ -101,9 +101,7 @@ def test_damage_is_a_typed_error(s3_url: str) -> None:
     store.create(f"{one}/state.json", b'{"s": 1, "longer": 1}')
     with pytest.raises(CheckpointFileError, match="too long"):
         read_checkpoint(s3_url, fingerprint=FP)
-    version = store.head("LATEST")
-    assert version is not None
-    store.swap("LATEST", b'{"garbled', expected=version)
+    garble(store, "LATEST")
     with pytest.raises(CheckpointFileError, match="garbled"):
         read_checkpoint(s3_url, fingerprint=FP)
     with pytest.raises(CheckpointFileError, match="garbled"):
@@ -115,24 +113,15 @@ def test_damage_is_a_typed_error(s3_url: str) -> None:
 
 def test_two_publishers_at_once_one_wins(s3_url: str) -> None:
     save(s3_url, 1)
-    barrier = threading.Barrier(2)
-    out: list[Any] = [None, None]
 
-    def writer(i: int) -> None:
+    def writer(i: int, comm: RankComm) -> Path:
         def hook(name: str) -> None:
             if name == "LATEST":
-                barrier.wait(timeout=60)  # both have read LATEST and written their parts
+                comm.wait()  # both have read LATEST and written their parts
 
-        try:
-            out[i] = save(s3_url, 2, between_parts=hook)
-        except Exception as exc:
-            out[i] = exc
+        return save(s3_url, 2, between_parts=hook)
 
-    threads = [threading.Thread(target=writer, args=(i,)) for i in range(2)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout=120)
+    out = on_threads(2, writer)
     won = [r for r in out if isinstance(r, Path)]
     lost = [r for r in out if isinstance(r, CheckpointConflictError)]
     assert len(won) == 1 and len(lost) == 1, out

@@ -167,6 +167,35 @@ def test_delete_is_idempotent(store: Store) -> None:
     assert store.get("a/b", max_bytes=1) == b"2"
 
 
+def test_delete_prefix_removes_what_is_under_it_and_only_that(store: Store) -> None:
+    for key in ("d/a", "d/b/c", "dx/a", "e", "d2/a"):
+        store.create(key, b"1")
+    with pytest.raises(StoreLimitError):
+        store.delete_prefix("d", limit=1)  # refused before anything is removed
+    assert store.list() == ["d/a", "d/b/c", "d2/a", "dx/a", "e"]
+    store.delete_prefix("d")
+    store.delete_prefix("d")  # idempotent
+    store.delete_prefix("never")
+    store.delete_prefix("e")  # an object at the prefix itself is not under it
+    assert store.list() == ["d2/a", "dx/a", "e"]
+    store.create("d/a", b"2")  # created again under a removed prefix
+    assert store.get("d/a", max_bytes=1) == b"2"
+    with pytest.raises(StoreKeyError):
+        store.delete_prefix("")
+
+
+def test_posix_delete_prefix_unlinks_a_planted_symlink_not_its_target(tmp_path: Path) -> None:
+    store = PosixStore(tmp_path / "s")
+    store.create("keep/a", b"1")
+    (tmp_path / "s" / "d").symlink_to(tmp_path / "s" / "keep")
+    store.create("t/a", b"1")
+    (tmp_path / "s" / "t" / ".tmp-left-by-a-kill").write_bytes(b"x")
+    store.delete_prefix("d")
+    store.delete_prefix("t")  # a killed write's temporary file goes with it
+    assert not (tmp_path / "s" / "d").is_symlink() and not (tmp_path / "s" / "t").exists()
+    assert store.list() == ["keep/a"]
+
+
 @pytest.mark.parametrize("key", HOSTILE)
 def test_hostile_keys_are_refused(store: Store, key: str) -> None:
     for call in (

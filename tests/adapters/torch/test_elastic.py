@@ -9,7 +9,6 @@ import json
 import os
 import random
 import re
-import threading
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +31,7 @@ from frontier_adapters.torch import (
     owned_groups,
     read_distributed_checkpoint,
 )
+from frontier_adapters.torch._distributed import WrittenPart
 
 from frontier_core import (
     CheckpointCorruptError,
@@ -44,6 +44,7 @@ from frontier_core import (
 )
 
 from ..._docs import ROOT, filename, python_blocks
+from ..._threads import on_threads as _on_threads
 
 FP = "rows-v1"
 
@@ -150,69 +151,24 @@ def test_a_rank_collector_speaks_global_ordinals() -> None:
 # -- multi-rank checkpoints -------------------------------------------------------------------
 
 
-class Hub:
-    """Collectives for ranks that are threads of one process."""
-
-    def __init__(self, world: int) -> None:
-        self.world = world
-        self.barrier = threading.Barrier(world, timeout=30)
-        self.slots: list[Any] = [None] * world
-
-    def rank(self, rank: int) -> RankComm:
-        return RankComm(self, rank)
-
-
-class RankComm:
-    def __init__(self, hub: Hub, rank: int) -> None:
-        self.hub, self.r = hub, rank
-
-    def all_gather_object(self, obj: Any) -> list[Any]:
-        self.hub.slots[self.r] = obj
-        self.hub.barrier.wait()
-        out = list(self.hub.slots)
-        self.hub.barrier.wait()
-        return out
-
-    def broadcast_object(self, obj: Any) -> Any:
-        if self.r == 0:
-            self.hub.slots[0] = obj
-        self.hub.barrier.wait()
-        out = self.hub.slots[0]
-        self.hub.barrier.wait()
-        return out
-
-
-def _on_threads(world: int, fn: Any) -> list[Any]:
-    hub = Hub(world)
-    results: list[Any] = [None] * world
-
-    def body(rank: int) -> None:
-        try:
-            results[rank] = fn(rank, hub.rank(rank))
-        except BaseException as exc:  # re-raised by the caller
-            results[rank] = exc
-
-    threads = [threading.Thread(target=body, args=(r,)) for r in range(world)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(60)
-    return results
-
-
-def _write(root: Path, step: int, world: int, **kw: Any) -> Any:
-    """One process writing every rank's part, then the commit."""
-    ck = DistributedCheckpointer(root, rank=0, world=world, fingerprint=FP, comm=None, **kw)
-    parts = [
+def write_parts(ck: DistributedCheckpointer, step: int) -> list[WrittenPart]:
+    """Every rank's part of ``step``, written by one process (rank 0 with a
+    tensor part)."""
+    return [
         ck.write_part(
             step,
             {"rank": r, "step": step},
             {"w": torch.full((2,), float(step))} if r == 0 else None,
             rank=r,
         )
-        for r in range(world)
+        for r in range(ck.world)
     ]
-    return ck, parts
+
+
+def _write(root: str | Path, step: int, world: int, **kw: Any) -> Any:
+    """One process writing every rank's part (the commit is the caller's)."""
+    ck = DistributedCheckpointer(root, rank=0, world=world, fingerprint=FP, comm=None, **kw)
+    return ck, write_parts(ck, step)
 
 
 def test_a_committed_checkpoint_reads_back_with_every_part(tmp_path: Path) -> None:

@@ -18,7 +18,12 @@ import pytest
 pytest.importorskip("torch")
 pytest.importorskip("torchdata")
 
+from frontier_adapters.store import open_store
 from frontier_adapters.verify.elastic_job import is_loopback, per_rank_batch, torture
+
+from ..._seaweed import s3_url as s3_url
+from ..._seaweed import seaweed as seaweed
+from ..._seaweed import seaweed_bucket as seaweed_bucket
 
 
 def test_a_torchrun_job_resumes_exactly_once_on_any_world_size(tmp_path: Path) -> None:
@@ -41,6 +46,25 @@ def test_a_torchrun_job_resumes_exactly_once_on_any_world_size(tmp_path: Path) -
     assert result.skipped == () and result.duplicated == ()
     assert result.trained_once + result.dropped == 80
     assert result.clean
+
+
+def test_a_torchrun_job_with_its_checkpoints_on_s3_resumes_exactly_once(
+    tmp_path: Path, s3_url: str
+) -> None:
+    """The same job with every life's checkpoints on the S3 server: torchrun
+    ranks write their parts and rank 0 commits with a conditional write;
+    a life killed on 2 ranks, the next one finishes on 1 from the bucket."""
+    result = torture(
+        tmp_path, kills=1, worlds=(2, 1), seed=2, rows=24, epochs=1, timeout=300, checkpoints=s3_url
+    )
+    assert result.kills == 1 and result.worlds == (2, 1)
+    assert result.lives[0].killed_rank is not None and result.lives[1].exit_code == 0
+    assert result.audit_exit == 0 and result.audit["clean"] is True
+    assert result.skipped == () and result.duplicated == ()
+    assert result.trained_once + result.dropped == 24 and result.clean
+    keys = open_store(s3_url).list()
+    assert "COMMIT" in keys and any(k.endswith("rank-00000-of-00001.json") for k in keys)
+    assert not (tmp_path / "checkpoints").exists()  # nothing on the node
 
 
 def test_loopback_addresses_are_told_apart() -> None:
