@@ -285,9 +285,7 @@ def serve_policy(
     )
 
 
-def conversation(
-    decoding: Decoding, turns: Sequence[TurnState]
-) -> list[dict[str, Any]]:
+def conversation(decoding: Decoding, turns: Sequence[TurnState]) -> list[dict[str, Any]]:
     """The chat messages of the answered ``turns`` of an episode (an
     assistant message with its tool call, then the tool's answer), up to the
     first unanswered one: the prefix a continued episode starts from. The

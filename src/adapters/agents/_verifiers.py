@@ -109,7 +109,10 @@ async def run_task(
     # its key), not reused as an answered turn nor generated again.
     retried = int(before is not None and before.pending is not None)
     out = EpisodeOutcome(
-        lease, None, generated=traffic.generated - generated, reused=durable - retried,
+        lease,
+        None,
+        generated=traffic.generated - generated,
+        reused=durable - retried,
         retried=retried,
     )
     if final is None:  # fenced: a newer attempt owns the sibling
@@ -125,7 +128,5 @@ def _flat(message: dict[str, Any]) -> dict[str, Any]:
     call is flat: ``id, type, name, arguments``)."""
     if "tool_calls" not in message:
         return message
-    calls = [
-        {"id": c["id"], "type": "function", **c["function"]} for c in message["tool_calls"]
-    ]
+    calls = [{"id": c["id"], "type": "function", **c["function"]} for c in message["tool_calls"]]
     return {**message, "tool_calls": calls}

@@ -16,8 +16,9 @@ from pathlib import Path
 from typing import Any
 
 import verifiers.v1 as vf
-
 from frontier_adapters.verify.tool_server import call
+from pydantic import Field
+
 from frontier_core.journal import SiblingState
 
 #: How long the stalled call waits for its kill (bounded; the test kills first).
@@ -34,7 +35,7 @@ async def _stall(key: str) -> None:
 
 
 class KvState(vf.State):
-    keys: list[str] = []  # the keys this episode's answered calls carried
+    keys: list[str] = Field(default_factory=list)  # the keys this episode's answered calls carried
 
 
 class KvToolset(vf.Toolset[vf.ToolsetConfig, KvState]):

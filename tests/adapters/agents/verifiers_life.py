@@ -13,11 +13,11 @@ import sys
 from pathlib import Path
 
 import verifiers.v1 as vf
-from verifiers.v1.harnesses.null.harness import NullHarnessConfig
-
 from frontier_adapters import Run, SequenceSource
 from frontier_adapters.agents import TinyDecoding, run_task, serve_policy
 from frontier_adapters.examples.cpu_engine import CpuEngine, CpuSamplingParams, TinyCausalLM
+from verifiers.v1.harnesses.null.harness import NullHarnessConfig
+
 from frontier_core import LedgerConfig
 
 from .verifiers_env import KvTask, restore
@@ -51,7 +51,12 @@ async def life(root: Path, report: Path) -> None:
                         before = run.episode(lease)
                         task = KvTask(vf.TaskData(id=f"kv-{lease.ordinal}", prompt="Add to cells."))
                         out = await run_task(
-                            run, policy, lease, PROMPTS[lease.ordinal], task, config,
+                            run,
+                            policy,
+                            lease,
+                            PROMPTS[lease.ordinal],
+                            task,
+                            config,
                             restore=restore,
                         )
                         assert out.effect is not None and out.episode is not None
