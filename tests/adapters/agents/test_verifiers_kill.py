@@ -5,7 +5,8 @@ execution the tool server recorded; then resumed: the tool server's own
 record shows every key executed once, and the resumed life generated only
 the turns after the last durable one (the pending turn answered from the
 journal, its call re-issued under its key and answered from the tool's
-record). Runs in .venv-agents (scripts/setup-agents.sh)."""
+record). The lives run the example of docs/agents.md as written. Runs in
+.venv-agents (scripts/setup-agents.sh)."""
 
 from __future__ import annotations
 
@@ -108,8 +109,9 @@ def test_a_killed_verifiers_episode_resumes_at_its_last_durable_turn(tmp_path: P
             if second.poll() is None:
                 _kill_tree(second)
         (line,) = [json.loads(x) for x in report.read_text().splitlines()]
-        assert line["durable"] == 1 and line["pending"] == key  # turn 0, its call pending
-        assert line["retried"] == 1 and line["reused"] == 0
+        # Turn 0 was durable with its call pending: re-issued, not reused.
+        assert line["durable"] == 1 and line["retried"] == 1 and line["reused"] == 0
+        assert line["sealed"]
         assert line["replayed"] == 1  # the pending turn came from the journal
         assert line["generated"] == line["turns"] - line["durable"] >= 1
         assert line["keys"][0] == key
