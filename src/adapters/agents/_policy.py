@@ -38,7 +38,7 @@ from typing import Any, Protocol
 import attrs
 
 from frontier_core import Lease
-from frontier_core.journal import JsonPayload, TokenPayload, ToolCall, TurnState
+from frontier_core.journal import JournalError, JsonPayload, TokenPayload, ToolCall, TurnState
 
 from ..rollout import AsyncEngine
 from ..run import Run
@@ -203,8 +203,17 @@ class PolicyServer:
             except _Refused as exc:
                 await _send_json(writer, exc.status, {"error": {"message": str(exc)}})
                 return
+            except JournalError as exc:  # not this episode's next turn or answer
+                await _send_json(writer, 409, {"error": {"message": str(exc)[:200]}})
+                return
             except (ValueError, TimeoutError) as exc:
                 await _send_json(writer, 400, {"error": {"message": str(exc)[:200]}})
+                return
+            except Exception as exc:
+                # The engine or the run failed: the harness gets an answer
+                # (its client retries or fails the rollout, whose trace
+                # carries this message), not a hang.
+                await _send_json(writer, 500, {"error": {"message": repr(exc)[:200]}})
                 return
             if request.get("stream"):
                 await _send_stream(writer, request, message, finish)

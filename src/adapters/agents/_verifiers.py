@@ -11,6 +11,8 @@ works without the ``agents`` extra. Tested against verifiers 0.4.0 only
 
 from __future__ import annotations
 
+import asyncio
+import inspect
 from collections.abc import Callable
 from typing import Any
 
@@ -22,6 +24,9 @@ from frontier_core.journal import SiblingState
 from ..run import Run
 from ._episode import EpisodeOutcome, _sample
 from ._policy import Decoding, PolicyServer, conversation
+
+#: Seconds one rollout may take (a rollout is ~25-40 s on 2 shared cores).
+ROLLOUT_TIMEOUT = 600.0
 
 
 class VerifiersEpisodeError(RuntimeError):
@@ -61,9 +66,12 @@ def continue_task(
     clone = task.with_data(prompt=messages)
     if restore is not None:
         own = task.setup
+        # verifiers passes a hook the arguments it names (``invoke``).
+        names = inspect.signature(own).parameters
 
         async def setup(trace: Any, runtime: Any) -> None:
-            await own(trace=trace, runtime=runtime)
+            given = {"trace": trace, "runtime": runtime}
+            await own(**{k: v for k, v in given.items() if k in names})
             restore(trace, episode)
 
         clone.setup = setup
@@ -79,6 +87,7 @@ async def run_task(
     config: Any,
     *,
     restore: Callable[[Any, SiblingState], None] | None = None,
+    timeout: float = ROLLOUT_TIMEOUT,
 ) -> EpisodeOutcome:
     """Run ``lease``'s episode of the verifiers ``task`` to its seal: its
     model is ``policy`` (``prompt``: the prompt's token ids for the
@@ -88,7 +97,7 @@ async def run_task(
     An episode an earlier life began continues at its last durable turn
     (``continue_task``). The sealed sample is every turn's tokens with
     the trace's reward. Raises ``VerifiersEpisodeError`` if the rollout
-    fails (nothing sealed)."""
+    fails or takes over ``timeout`` seconds (nothing sealed)."""
     import verifiers.v1 as vf
 
     before = run.episode(lease)
@@ -99,8 +108,11 @@ async def run_task(
     client = config.client.model_copy(update={"base_url": base_url})
     config = config.model_copy(update={"client": client})
     continued = continue_task(task, before, policy.decoding, restore=restore)
-    async with vf.Agent(config) as agent:
-        trace = await agent.run(continued)
+    try:
+        async with vf.Agent(config) as agent:
+            trace = await asyncio.wait_for(agent.run(continued), timeout)
+    except TimeoutError:
+        raise VerifiersEpisodeError(f"the rollout of {lease} took over {timeout} s") from None
     if not trace.ok:
         errors = "; ".join(str(getattr(e, "message", e))[:200] for e in trace.errors)
         raise VerifiersEpisodeError(f"the rollout of {lease} failed: {errors}")

@@ -120,3 +120,38 @@ def test_a_killed_verifiers_episode_resumes_at_its_last_durable_turn(tmp_path: P
         assert set(executed) == set(line["keys"])  # and every call of the episode once
     finally:
         tool.kill()
+
+
+def test_a_continued_task_starts_after_its_answered_turns_and_restores_its_state() -> None:
+    import asyncio
+
+    import verifiers.v1 as vf
+    from frontier_adapters.agents import TinyDecoding, continue_task
+
+    from frontier_core.journal import JsonPayload, SiblingState, TokenPayload, ToolCall, TurnState
+
+    from .verifiers_env import KvState, KvTask, restore
+
+    def turn(key: str, answer: str | None) -> TurnState:
+        call = ToolCall("add", JsonPayload.of({"k": "cell1", "v": 2, "call_key": key}), key)
+        payload = None if answer is None else JsonPayload.of(answer)
+        return TurnState(TokenPayload.of([5, 6], [-0.5, -0.25], 0), call, payload)
+
+    task = KvTask(vf.TaskData(id="kv-0", prompt="Add to cells."))
+    answered, pending = turn("ns/0.0.0.0", "2"), turn("ns/0.0.0.1", None)
+    episode = SiblingState(0, TokenPayload.of([], [], 0), False, (answered, pending))
+    continued = continue_task(task, episode, TinyDecoding(), restore=restore)
+    messages = [m.model_dump(exclude_none=True) for m in continued.data.prompt]
+    assert [m["role"] for m in messages] == ["user", "assistant", "tool"]  # not the pending turn
+    (call,) = messages[1]["tool_calls"]
+    assert call["id"] == "ns/0.0.0.0" and call["name"] == "add"
+    assert messages[2]["tool_call_id"] == "ns/0.0.0.0" and messages[2]["content"] == "2"
+    assert task.data.prompt == "Add to cells."  # the user's task is left as it was
+
+    class Trace:
+        state = KvState()
+
+    trace = Trace()
+    asyncio.run(continued.setup(trace=trace, runtime=None))
+    assert trace.state.keys == ["ns/0.0.0.0"]  # the answered call, restored
+    assert continue_task(task, None, TinyDecoding()) is task
