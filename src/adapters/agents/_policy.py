@@ -250,9 +250,10 @@ class PolicyServer:
             conversation += t.tokens.tokens()
             if t.answer is not None:
                 conversation += self.decoding.observe(_value(t.answer))
-        ids, logprobs = await _generate(
-            self.engine, conversation, self.params, f"{lease}-{turn}-{time.monotonic_ns()}"
-        )
+        # The request id drive uses: a turn is generated at most once per
+        # attempt (the lock; a journaled turn is replayed), so it is unique,
+        # and a seeded engine samples the same turn for the same episode.
+        ids, logprobs = await _generate(self.engine, conversation, self.params, f"{lease}-{turn}")
         action = self.decoding.act(turn, ids, tools) if turn < self.max_turns - 1 else None
         call = None
         if action is not None:
