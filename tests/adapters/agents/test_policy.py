@@ -78,6 +78,7 @@ async def _scenario(run: Run) -> None:
         params=CpuSamplingParams(max_tokens=3),
         decoding=TinyDecoding(),
         max_turns=2,
+        version=7,
     ) as policy:
         url = policy.episode(lease, [2, 3])
         body = {"model": "tiny", "stream": True, "messages": [USER], "tools": TOOLS}
@@ -86,6 +87,9 @@ async def _scenario(run: Run) -> None:
         first = _message(raw)
         episode = run.episode(lease)
         assert episode is not None and len(episode.turns) == 1  # journaled before the reply
+        tokens = episode.turns[0].tokens
+        assert len(tokens) > 0 and tokens.version_runs == ((0, 7),)  # the policy version
+        assert all(lp < 0 for lp in tokens.logprobs())  # the engine's own log-probs
         (call,) = first["tool_calls"]
         key = run.call_key(lease, 0)
         assert call["id"] == key == episode.turns[0].call.key  # type: ignore[union-attr]
