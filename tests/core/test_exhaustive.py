@@ -9,9 +9,9 @@ import os
 import attrs
 import pytest
 
-import frontier_core._ledger as ledger_module
+import frontier_core._groups as groups_module
 from frontier_core import Checkpoint, FailurePolicy
-from frontier_core._ledger import GroupTable
+from frontier_core._groups import GroupTable
 from frontier_core.testing import Bounds, InvariantViolation, explore
 
 # The bounds proofs/INVARIANTS.md quotes; FRONTIER_EXPLORE_LEN raises them
@@ -47,7 +47,7 @@ def _mutants() -> dict[str, object]:
 
     def cut_one_too_high(self: GroupTable, *, save_buffer: bool = True) -> Checkpoint:
         c = original_checkpoint(self, save_buffer=save_buffer)
-        if not self.count(ledger_module.Status.OUTSTANDING):
+        if not self.count(groups_module.Status.OUTSTANDING):
             return c
         return attrs.evolve(
             c, cut=c.cut + 1, trained_above_cut=(), dropped_above_cut=(), retained=(), attempts=()

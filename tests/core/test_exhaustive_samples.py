@@ -9,7 +9,7 @@ import os
 
 import pytest
 
-import frontier_core._samples as samples_module
+import frontier_core._ledger as ledger_module
 from frontier_core import Fail, FailurePolicy, Granularity, Ledger
 from frontier_core.testing import InvariantViolation, SampleBounds, explore_samples
 
@@ -171,7 +171,7 @@ def test_the_checker_catches_a_seeded_bug(name: str, monkeypatch: pytest.MonkeyP
     if where.startswith("Ledger."):
         monkeypatch.setattr(Ledger, where.split(".")[1], replacement)
     else:
-        monkeypatch.setattr(samples_module, where, replacement)
+        monkeypatch.setattr(ledger_module, where, replacement)
     with pytest.raises(InvariantViolation) as info:
         explore_samples(SampleBounds(stream_len=1, batch=1, samples=2, on_failure=RETRY))
     assert info.value.invariant in invariants, info.value

@@ -1,5 +1,5 @@
 """The sample-level ledger (``Ledger``), against the semantics of
-issue 13 item 1 as ``_samples.py``'s docstring states them: a group of n
+issue 13 item 1 as ``_ledger.py``'s docstring states them: a group of n
 siblings, each unstarted, running under one attempt, or sealed by exactly
 one; fencing of every result that is not from its sibling's current attempt;
 ``sibling`` and ``group`` granularity under both failure policies; reuse of
@@ -43,7 +43,7 @@ from frontier_core import (
     Status,
     Train,
 )
-from frontier_core._ledger import GroupTable
+from frontier_core._groups import GroupTable
 
 pytestmark = pytest.mark.mutation
 
@@ -1019,7 +1019,7 @@ def test_with_one_sample_and_prompt_events_it_is_the_prompt_level_ledger(
             assert list(sampled.ordinals(status)) == list(plain.ordinals(status))
         top = plain.next_ordinal + 3
         assert [sampled.status(o) for o in range(top)] == [plain.status(o) for o in range(top)]
-        assert [sampled.attempts(o) for o in range(top)] == [plain.attempts(o) for o in range(top)]
+        assert [sampled.attempts(o) for o in range(top)] == [plain.failures(o) for o in range(top)]
         # The only detail: one running attempt per outstanding group.
         assert sampled.sibling_count() == plain.count(Status.OUTSTANDING)
         assert list(sampled.held()) == []
@@ -1035,7 +1035,7 @@ def test_the_group_queries_are_the_prompt_level_ledgers() -> None:
     inner = ledger._groups
     assert ledger.config is cfg
     assert (ledger.cut, ledger.next_ordinal) == (inner.cut, inner.next_ordinal) == (0, 3)
-    assert ledger.attempts(1) == inner.attempts(1) == 1 and ledger.attempts(0) == 0
+    assert ledger.attempts(1) == inner.failures(1) == 1 and ledger.attempts(0) == 0
     assert [ledger.status(o) for o in range(4)] == [inner.status(o) for o in range(4)]
     assert ledger.exhausted and not ledger.drained
     assert not Ledger.start(cfg).exhausted

@@ -36,7 +36,7 @@ import attrs
 from .._checkpoint import Checkpoint
 from .._errors import IllegalTransitionError
 from .._events import FailurePolicy, Status
-from .._ledger import _FAIL_SHIFT, GroupTable, LedgerConfig
+from .._groups import _FAIL_SHIFT, GroupTable, LedgerConfig
 from .._transitions import TRANSITIONS, Move
 
 _LIVE = (Status.PENDING, Status.OUTSTANDING, Status.BUFFERED)
@@ -442,7 +442,7 @@ def _check_illegal(ledger: GroupTable, bounds: Bounds, trace: _Trace) -> int:
     for o in range(bounds.stream_len + 1):
         key: object = ledger.status(o) if o >= ledger.cut else "resolved"
         if o >= ledger.next_ordinal and key == Status.UNSTAMPED:
-            key = ("not yet stamped", ledger.attempts(o) > 0)
+            key = ("not yet stamped", ledger.failures(o) > 0)
         classes.setdefault(key, o)
     checked = 0
     for event, sources in _SOURCES.items():

@@ -51,8 +51,8 @@ import attrs
 from .._checkpoint import Checkpoint
 from .._errors import IllegalTransitionError
 from .._events import FailurePolicy, Granularity, Lease, Sibling, Status
-from .._ledger import LedgerConfig
-from .._samples import Ledger, Resumed
+from .._groups import LedgerConfig
+from .._ledger import Ledger, Resumed
 from .._transitions import failure_outcome, setback_outcome
 from ._explore import (
     Bounds,
