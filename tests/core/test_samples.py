@@ -1298,13 +1298,19 @@ def test_with_attempt_limit_raises_the_counter_and_the_limit_only_as_asked() -> 
     assert kept.next_attempt == 2 and list(kept.running()) == list(ledger.running())
     assert kept != ledger and kept.with_attempt_limit(2) == ledger  # the limit is state
     assert ledger.with_attempt_limit(None).dispatch([1]).effect.leases[-1].attempt == 3
-    with pytest.raises(IllegalTransitionError, match="below the counter"):
+    # By default the counter stays where it is, even at 0.
+    assert Ledger.start(cfg).with_attempt_limit(5).next_attempt == 0
+    # Every refusal names the event, ``reserve``.
+    with pytest.raises(IllegalTransitionError, match="below the counter") as info:
         ledger.with_attempt_limit(1)
-    with pytest.raises(IllegalTransitionError, match="below the counter"):
+    assert info.value.event == "reserve"
+    with pytest.raises(IllegalTransitionError, match="below the counter") as info:
         ledger.with_attempt_limit(6, floor=7)
+    assert info.value.event == "reserve"
     for bad in (-1, True, 2**32 + 1, 1.0):
-        with pytest.raises(IllegalTransitionError, match="attempt_limit"):
+        with pytest.raises(IllegalTransitionError, match="attempt_limit") as info:
             ledger.with_attempt_limit(bad)  # type: ignore[arg-type]
+        assert info.value.event == "reserve"
         with pytest.raises(IllegalTransitionError, match="attempt_limit"):
             Ledger.start(cfg, attempt_limit=bad)  # type: ignore[arg-type]
     with pytest.raises(IllegalTransitionError, match="attempt_floor"):
@@ -1339,3 +1345,14 @@ def test_resume_refuses_a_limit_below_its_counter_and_keeps_a_good_one() -> None
         ).ledger.attempt_limit
         == 2
     )
+
+
+def test_node_count_counts_the_groups_and_the_siblings_detail() -> None:
+    """The trie nodes held: the group table's, plus those of the siblings'
+    detail, which n > 1 keeps apart and n = 1 keeps in the groups' entries."""
+    single = Ledger.start(config(1)).stamp(3).ledger.dispatch([0, 1]).ledger
+    assert single.node_count() == single._groups.node_count() > 0
+    ledger = Ledger.start(config(2)).stamp(3).ledger
+    dispatched = ledger.dispatch([0, 1]).ledger
+    assert dispatched._groups.node_count() > 0
+    assert dispatched.node_count() > dispatched._groups.node_count()
