@@ -543,7 +543,7 @@ class GroupTable:
     def setback(self, ordinals: Iterable[int]) -> GroupApplied:
         """One sample of each of these outstanding groups failed and only it
         is generated again; ``effect.dropped`` names the groups the failure
-        policy dropped instead. For the sample-level ledger."""
+        policy dropped instead (``Ledger.fail_sample``'s move)."""
         return self.apply(Setback(ordinals))
 
     def evict(self, ordinals: Iterable[int]) -> GroupApplied:

@@ -1356,3 +1356,24 @@ def test_node_count_counts_the_groups_and_the_siblings_detail() -> None:
     dispatched = ledger.dispatch([0, 1]).ledger
     assert dispatched._groups.node_count() > 0
     assert dispatched.node_count() > dispatched._groups.node_count()
+
+
+def test_single_sample_seals_name_their_event_and_land_every_current_lease() -> None:
+    """At n = 1 a seal of one lease and a seal of several take different
+    paths; both land every current lease, fence the others and name the
+    event ``seal`` (in the effect and in a refusal)."""
+    ledger = Ledger.start(config(1)).stamp(4).ledger.dispatch([0, 1, 2]).ledger
+    leases = sorted(ledger.running())
+    one = ledger.seal([leases[0]])
+    assert one.effect.event == "seal" and one.effect.landed == (0,)
+    again = one.ledger.seal([leases[0]])
+    assert again.effect.event == "seal" and again.effect.fenced == (leases[0],)
+    both = ledger.seal(leases[1:])
+    assert both.effect.event == "seal"
+    assert both.effect.sealed == tuple(leases[1:]) and both.effect.landed == (1, 2)
+    assert both.ledger.status(1) is both.ledger.status(2) is Status.BUFFERED
+    mixed = one.ledger.seal([leases[0], leases[2]])
+    assert mixed.effect.fenced == (leases[0],) and mixed.effect.landed == (2,)
+    with pytest.raises(IllegalTransitionError) as info:
+        ledger.seal([leases[1], Lease(2, 0, ledger.next_attempt)])
+    assert info.value.event == "seal" and info.value.ordinals == (2,)
