@@ -1377,3 +1377,18 @@ def test_single_sample_seals_name_their_event_and_land_every_current_lease() -> 
     with pytest.raises(IllegalTransitionError) as info:
         ledger.seal([leases[1], Lease(2, 0, ledger.next_attempt)])
     assert info.value.event == "seal" and info.value.ordinals == (2,)
+
+
+def test_single_sample_seals_of_several_fence_a_superseded_attempt() -> None:
+    """At n = 1 a seal of several leases checks each against its group's
+    current attempt: a failed attempt's late answer is fenced while the
+    restart's attempt runs, and the other group's current one lands."""
+    cfg = config(1, policy=FailurePolicy.RETRY)
+    ledger = Ledger.start(cfg).stamp(2).ledger.dispatch([0, 1]).ledger
+    old, other = sorted(ledger.running())
+    ledger = ledger.fail_sample([old]).ledger.restart([(0, 0)]).ledger
+    step = ledger.seal([old, other])
+    assert step.effect.fenced == (old,) and step.effect.landed == (1,)
+    assert step.ledger.status(0) is Status.OUTSTANDING
+    (new,) = [x for x in step.ledger.running() if x.ordinal == 0]
+    assert new.attempt == 2 and ledger.seal([new, other]).effect.landed == (0, 1)
