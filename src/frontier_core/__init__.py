@@ -39,12 +39,11 @@ from ._events import Sibling as Sibling
 from ._events import Stamp as Stamp
 from ._events import Status as Status
 from ._events import Train as Train
-from ._ledger import TRANSITIONS as TRANSITIONS
-from ._ledger import LedgerConfig as LedgerConfig
-from ._samples import MAX_ATTEMPT as MAX_ATTEMPT
-from ._samples import Applied as Applied
-from ._samples import Ledger as Ledger
-from ._samples import Resumed as Resumed
+from ._groups import LedgerConfig as LedgerConfig
+from ._ledger import MAX_ATTEMPT as MAX_ATTEMPT
+from ._ledger import Applied as Applied
+from ._ledger import Ledger as Ledger
+from ._ledger import Resumed as Resumed
 from ._shards import ShardCheckpoint as ShardCheckpoint
 from ._shards import ShardMismatchError as ShardMismatchError
 from ._shards import Share as Share
@@ -56,6 +55,7 @@ from ._trainlog import TrainLogError as TrainLogError
 from ._trainlog import TrainLogWriter as TrainLogWriter
 from ._trainlog import fold_lineage as fold_lineage
 from ._trainlog import read_train_log as read_train_log
+from ._transitions import TRANSITIONS as TRANSITIONS
 
 __version__ = "0.1.0"
 

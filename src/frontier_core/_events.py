@@ -51,7 +51,7 @@ class FailurePolicy(enum.Enum):
 
 
 class Granularity(enum.Enum):
-    """What a failed sample fails, under the sample-level ledger.
+    """What a failed sample fails (``Ledger.fail_sample``).
 
     ``SIBLING``: only that sample; it is generated again (under ``retry``)
     while its group's other samples go on and keep what they sealed.
@@ -64,7 +64,7 @@ class Granularity(enum.Enum):
 
 
 class Sibling(enum.IntEnum):
-    """Where one sample of an outstanding group stands (sample-level ledger).
+    """Where one sample of an outstanding group stands (``Ledger.sibling``).
 
     ``UNSTARTED -> RUNNING -> SEALED``: a sibling runs under one attempt at
     a time and is sealed by exactly one attempt; a sibling failure under
@@ -163,10 +163,10 @@ class Fail(_OrdinalEvent):
 class Setback(_OrdinalEvent):
     """One sample of each of these outstanding groups failed, and only that
     sample is generated again (``sibling`` granularity): the failure counts
-    as one failed attempt of the group, which stays outstanding, or the
-    failure policy drops the group. The sample-level ledger
-    (``frontier_core.samples``) sends it; a prompt-level caller has no use
-    for it."""
+    as one failure of the group, which stays outstanding, or the failure
+    policy drops the group. ``Ledger.fail_sample`` applies it with the
+    sibling's own move (and reports the sibling to restart); ``setback``
+    alone moves the group only."""
 
     name: ClassVar[str] = "setback"
 
@@ -298,7 +298,7 @@ class Effect:
     source stamps them again.
     ``dropped``: ordinals the failure policy resolved as dropped.
 
-    The sample-level ledger (``Ledger``) says more: ``leases``, the
+    The ledger's sibling events say more: ``leases``, the
     attempts it started (each one sibling to generate); ``reused``, siblings
     a dispatch found sealed already (by a journaled or checkpointed attempt:
     their samples come from there, not from generation); ``sealed`` and

@@ -51,9 +51,9 @@ from ._events import (
     Status,
     Train,
 )
-from ._ledger import LedgerConfig
+from ._groups import LedgerConfig
+from ._ledger import MAX_ATTEMPT, Ledger
 from ._ranges import LIMIT, count
-from ._samples import MAX_ATTEMPT, Ledger
 from ._trainlog import Lineage
 
 #: The most ordinals one ``stamp`` op may stamp, and the most attempts one

@@ -70,7 +70,7 @@ from ._errors import (
     shown,
     shown_keys,
 )
-from ._ledger import LedgerConfig
+from ._groups import LedgerConfig
 from ._ranges import LIMIT, Range
 
 FORMAT: Final = "frontier_core.shard_checkpoint"

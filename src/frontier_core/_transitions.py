@@ -2,9 +2,9 @@
 
 As in h11's state module, the table says which event may move an ordinal in
 which status, and to where; the few rules that need more than the status
-(the failure policy and the attempts, whether the source stamped the
+(the failure policy and the failure count, whether the source stamped the
 ordinal in this life of the run, what a checkpoint says of it) are the pure
-functions beside it. The ledger's group table (``_ledger.GroupTable``)
+functions beside it. The ledger's group table (``_groups.GroupTable``)
 applies them: its hot loops precompute integer tables from these and hold no
 rule of their own.
 
@@ -31,7 +31,7 @@ What the table deliberately leaves out:
 * ``resume``: it builds a ledger from a record rather than moving entries
   (``resume_outcome``). Pending and outstanding ordinals of the crashed life
   are in no record: their generation died with the process, and the source
-  re-yields them. Evictions on restore are not failures and count no attempt.
+  re-yields them. Evictions on restore are not failures and count no failure.
 * The cut's advance: the resolved prefix is forgotten (its entries deleted),
   which changes no status an event can observe: below the cut every ordinal
   is resolved.
@@ -94,7 +94,7 @@ TRANSITIONS: Final[dict[tuple[type[Move], Status], Status | _Outcome]] = {
     (Train, Status.BUFFERED): Status.TRAINED,
 }
 
-#: Resolved: terminal, and the cut passes them; they keep no attempts.
+#: Resolved: terminal, and the cut passes them; they keep no failure count.
 RESOLVED: Final = frozenset({Status.TRAINED, Status.DROPPED})
 #: Live: in flight in this life of the run; the caller holds their rows.
 LIVE: Final = frozenset({Status.PENDING, Status.OUTSTANDING, Status.BUFFERED})
@@ -104,39 +104,39 @@ COVERED: Final = RESOLVED | {Status.BUFFERED}
 
 
 def failure_outcome(
-    policy: FailurePolicy, max_attempts: int, attempts: int, *, stamped: bool
+    policy: FailurePolicy, max_attempts: int, failures: int, *, stamped: bool
 ) -> tuple[Status, int]:
     """Where a failed generation (``fail``) or a stale eviction (``evict``)
-    sends an ordinal that had failed ``attempts`` times, and its attempts
-    after: ``(status, attempts)``.
+    sends an ordinal that had failed ``failures`` times, and its failure
+    count after: ``(status, failures)``.
 
-    Each failure is one more attempt. Under ``drop``, or under ``retry``
-    once the attempts reach ``max_attempts``, the ordinal is ``DROPPED``:
-    resolved, so it keeps no attempts. Otherwise ``retry`` sends it back to
+    Each failure counts one. Under ``drop``, or under ``retry`` once the
+    failures reach ``max_attempts``, the ordinal is ``DROPPED``: resolved,
+    so it keeps no count. Otherwise ``retry`` sends it back to
     be generated again: to ``PENDING`` if the source ``stamped`` it in this
     life of the run (the caller holds its row), or to ``UNSTAMPED`` if not
     (restored from a checkpoint as buffered and not re-stamped yet, so only
     the source has its row; the stamp makes it pending).
     """
-    attempts += 1
-    if policy is FailurePolicy.RETRY and attempts < max_attempts:
-        return (Status.PENDING if stamped else Status.UNSTAMPED), attempts
+    failures += 1
+    if policy is FailurePolicy.RETRY and failures < max_attempts:
+        return (Status.PENDING if stamped else Status.UNSTAMPED), failures
     return Status.DROPPED, 0
 
 
-def setback_outcome(policy: FailurePolicy, max_attempts: int, attempts: int) -> tuple[Status, int]:
+def setback_outcome(policy: FailurePolicy, max_attempts: int, failures: int) -> tuple[Status, int]:
     """Where a failed sample (``setback``) sends an outstanding group that
-    had failed ``attempts`` times, and its attempts after.
+    had failed ``failures`` times, and its failure count after.
 
     The same count and limit as ``failure_outcome``: a failed sample is one
-    failed attempt of its group. Under ``retry`` below ``max_attempts`` the
+    failure of its group. Under ``retry`` below ``max_attempts`` the
     group stays ``OUTSTANDING`` (its other samples go on; only the failed one
     is generated again); otherwise it is ``DROPPED``, since it can no longer
     land with all its samples.
     """
-    attempts += 1
-    if policy is FailurePolicy.RETRY and attempts < max_attempts:
-        return Status.OUTSTANDING, attempts
+    failures += 1
+    if policy is FailurePolicy.RETRY and failures < max_attempts:
+        return Status.OUTSTANDING, failures
     return Status.DROPPED, 0
 
 
@@ -149,8 +149,8 @@ def stamp_outcome(status: Status | None) -> Status | None:
     """What a stamp does to an ordinal the source yields, by its status
     (``None``: below the cut, resolved and forgotten).
 
-    An ``UNSTAMPED`` ordinal (new, or carrying attempts from before a resume
-    or from a retry) becomes ``PENDING`` with its attempts: it is kept. A
+    An ``UNSTAMPED`` ordinal (new, or carrying failures from before a resume
+    or from a retry) becomes ``PENDING`` with its failures: it is kept. A
     covered one (trained, dropped, or retained in the restored buffer) and
     one below the cut are filtered: ``None``, and nothing changes. Raises
     ``ValueError`` for a pending or outstanding ordinal, which the source
@@ -161,19 +161,19 @@ def stamp_outcome(status: Status | None) -> Status | None:
     return Status.PENDING if status is Status.UNSTAMPED else None
 
 
-def resume_outcome(saved: Status | None, *, restored: bool, attempts: int) -> Status | None:
+def resume_outcome(saved: Status | None, *, restored: bool, failures: int) -> Status | None:
     """The status a resume gives an ordinal at or above the checkpoint's cut
     (``None``: no entry, the source stamps it as new).
 
     ``saved`` is what the checkpoint says of it: ``TRAINED``, ``DROPPED``,
     ``BUFFERED`` (retained: its group was saved with the buffer) or ``None``
-    (nothing but its failed ``attempts``, which may be 0). ``restored`` says
+    (nothing but its ``failures``, which may be 0). ``restored`` says
     whether the restored buffer holds it: the buffer was loaded and did not
     evict it on restore. Trained and dropped ordinals stay so. A retained
-    ordinal the buffer restored is ``BUFFERED``, with its attempts. Anything
+    ordinal the buffer restored is ``BUFFERED``, with its failures. Anything
     else (retained but not restored, or in flight when the checkpoint was
     taken) is generated again: it waits for the source as ``UNSTAMPED`` if
-    it carries attempts, and has no entry if not. Raises ``ValueError`` for a
+    it carries failures, and has no entry if not. Raises ``ValueError`` for a
     status that no checkpoint records.
     """
     if saved in RESOLVED:
@@ -183,19 +183,19 @@ def resume_outcome(saved: Status | None, *, restored: bool, attempts: int) -> St
             return Status.BUFFERED
     elif saved is not None:
         raise ValueError(f"a checkpoint records no {saved.name.lower()} ordinals")
-    return Status.UNSTAMPED if attempts else None
+    return Status.UNSTAMPED if failures else None
 
 
-def recorded(status: Status, attempts: int) -> bool:
+def recorded(status: Status, failures: int) -> bool:
     """Whether a checkpoint that saves the buffer records an ordinal: what a
-    stamp after the resume would filter (covered), and failed attempts."""
-    return status in COVERED or attempts > 0
+    stamp after the resume would filter (covered), and one with failures."""
+    return status in COVERED or failures > 0
 
 
 #: The events after which a checkpoint records the ordinals they name: those
 #: with a move to a status a checkpoint records from one it does not (whatever
-#: the attempts). A failure always counts: ``failure_outcome`` and
-#: ``setback_outcome`` drop the ordinal or add an attempt, and a checkpoint
+#: the failure count). A failure always counts: ``failure_outcome`` and
+#: ``setback_outcome`` drop the ordinal or count a failure, and a checkpoint
 #: records both. (A comprehension
 #: rather than a function: module-level code runs once, at import.)
 NOTING: Final = frozenset(

@@ -26,7 +26,7 @@ from frontier_core import (
     LedgerConfig,
     Status,
 )
-from frontier_core._ledger import GroupTable
+from frontier_core._groups import GroupTable
 
 RESOLVED = (Status.TRAINED, Status.DROPPED)
 LIVE = (Status.PENDING, Status.OUTSTANDING, Status.BUFFERED)
@@ -173,6 +173,12 @@ def deep(model: Model) -> Model:
 # Each takes the ledger and the model after a step and raises AssertionError.
 
 
+def _failures(ledger: Ledger | GroupTable, ordinal: int) -> int:
+    """A group's failures, from the ledger or (sample-level checks) its
+    group table."""
+    return ledger.failures(ordinal) if isinstance(ledger, GroupTable) else ledger.attempts(ordinal)
+
+
 def check_model_agree(ledger: Ledger, model: Model) -> None:
     top = max([model.position, *model.status, ledger.next_ordinal]) + 2
     for o in range(top):
@@ -186,7 +192,7 @@ def check_model_agree(ledger: Ledger, model: Model) -> None:
         else:
             assert got == expected, (o, got, expected)
         if expected not in RESOLVED:
-            assert ledger.attempts(o) == model.attempts[o], (o, ledger.attempts(o))
+            assert _failures(ledger, o) == model.attempts[o], (o, _failures(ledger, o))
     assert ledger.next_ordinal == model.position
 
 
@@ -246,7 +252,7 @@ def check_noted_index(ledger: Ledger | GroupTable, model: Model) -> None:
         o
         for status in Status
         for o in ledger.ordinals(status)
-        if status in recorded or ledger.attempts(o) > 0
+        if status in recorded or _failures(ledger, o) > 0
     }
     groups = ledger._groups if isinstance(ledger, Ledger) else ledger
     assert set(groups._noted) == expected

@@ -1,5 +1,5 @@
 """The ledger: the seed's regression cases, the edges of each rule, and the
-exact refusals, effects and counts that pin the mutants of ``_ledger.py``
+exact refusals, effects and counts that pin the mutants of ``_groups.py``
 (scripts/mutation.sh; the equivalent ones are in proofs/MUTANTS.md)."""
 
 from __future__ import annotations

@@ -16,7 +16,7 @@ import pytest
 from hypothesis import given, note, settings
 from hypothesis import strategies as st
 
-import frontier_core._samples as samples_module
+import frontier_core._ledger as ledger_module
 from frontier_core import Ledger, Sibling, Status
 from frontier_core._replay import MAX_SAMPLES, Replayer, TraceError
 
@@ -319,7 +319,7 @@ def test_a_ledger_that_accepts_a_stale_attempt_is_reported(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setattr(
-        samples_module, "current_attempt", lambda status, attempt, result: status is Sibling.RUNNING
+        ledger_module, "current_attempt", lambda status, attempt, result: status is Sibling.RUNNING
     )
     out = run(
         [
@@ -341,7 +341,7 @@ def test_a_stale_sample_a_ledger_accepted_stays_fenced_across_a_kill(
     # Life 1 accepts a stale seal and dies before training; life 2 holds the
     # sample (from the journal, or saved with the checkpoint) and trains it.
     monkeypatch.setattr(
-        samples_module, "current_attempt", lambda status, attempt, result: status is Sibling.RUNNING
+        ledger_module, "current_attempt", lambda status, attempt, result: status is Sibling.RUNNING
     )
     stale = [
         *group_of(2, on_failure="retry"),
@@ -415,13 +415,13 @@ def test_a_checkpoint_holding_a_sample_no_seal_accepted_is_refused_at_the_resume
 
 
 def test_a_ledger_that_lands_a_group_early_is_reported(monkeypatch: pytest.MonkeyPatch) -> None:
-    masks = samples_module._masks
+    masks = ledger_module._masks
 
     def first_sibling_only(n: int) -> tuple[int, int, int]:
         _, _, absent = masks(n)
         return 0b11, int(Sibling.SEALED), absent
 
-    monkeypatch.setattr(samples_module, "_masks", first_sibling_only)
+    monkeypatch.setattr(ledger_module, "_masks", first_sibling_only)
     out = run(
         [
             *group_of(2),

@@ -1,5 +1,5 @@
 """The sample-level ledger (``Ledger``), against the semantics of
-issue 13 item 1 as ``_samples.py``'s docstring states them: a group of n
+issue 13 item 1 as ``_ledger.py``'s docstring states them: a group of n
 siblings, each unstarted, running under one attempt, or sealed by exactly
 one; fencing of every result that is not from its sibling's current attempt;
 ``sibling`` and ``group`` granularity under both failure policies; reuse of
@@ -43,7 +43,7 @@ from frontier_core import (
     Status,
     Train,
 )
-from frontier_core._ledger import GroupTable
+from frontier_core._groups import GroupTable
 
 pytestmark = pytest.mark.mutation
 
@@ -1019,7 +1019,7 @@ def test_with_one_sample_and_prompt_events_it_is_the_prompt_level_ledger(
             assert list(sampled.ordinals(status)) == list(plain.ordinals(status))
         top = plain.next_ordinal + 3
         assert [sampled.status(o) for o in range(top)] == [plain.status(o) for o in range(top)]
-        assert [sampled.attempts(o) for o in range(top)] == [plain.attempts(o) for o in range(top)]
+        assert [sampled.attempts(o) for o in range(top)] == [plain.failures(o) for o in range(top)]
         # The only detail: one running attempt per outstanding group.
         assert sampled.sibling_count() == plain.count(Status.OUTSTANDING)
         assert list(sampled.held()) == []
@@ -1035,7 +1035,7 @@ def test_the_group_queries_are_the_prompt_level_ledgers() -> None:
     inner = ledger._groups
     assert ledger.config is cfg
     assert (ledger.cut, ledger.next_ordinal) == (inner.cut, inner.next_ordinal) == (0, 3)
-    assert ledger.attempts(1) == inner.attempts(1) == 1 and ledger.attempts(0) == 0
+    assert ledger.attempts(1) == inner.failures(1) == 1 and ledger.attempts(0) == 0
     assert [ledger.status(o) for o in range(4)] == [inner.status(o) for o in range(4)]
     assert ledger.exhausted and not ledger.drained
     assert not Ledger.start(cfg).exhausted
@@ -1298,13 +1298,19 @@ def test_with_attempt_limit_raises_the_counter_and_the_limit_only_as_asked() -> 
     assert kept.next_attempt == 2 and list(kept.running()) == list(ledger.running())
     assert kept != ledger and kept.with_attempt_limit(2) == ledger  # the limit is state
     assert ledger.with_attempt_limit(None).dispatch([1]).effect.leases[-1].attempt == 3
-    with pytest.raises(IllegalTransitionError, match="below the counter"):
+    # By default the counter stays where it is, even at 0.
+    assert Ledger.start(cfg).with_attempt_limit(5).next_attempt == 0
+    # Every refusal names the event, ``reserve``.
+    with pytest.raises(IllegalTransitionError, match="below the counter") as info:
         ledger.with_attempt_limit(1)
-    with pytest.raises(IllegalTransitionError, match="below the counter"):
+    assert info.value.event == "reserve"
+    with pytest.raises(IllegalTransitionError, match="below the counter") as info:
         ledger.with_attempt_limit(6, floor=7)
+    assert info.value.event == "reserve"
     for bad in (-1, True, 2**32 + 1, 1.0):
-        with pytest.raises(IllegalTransitionError, match="attempt_limit"):
+        with pytest.raises(IllegalTransitionError, match="attempt_limit") as info:
             ledger.with_attempt_limit(bad)  # type: ignore[arg-type]
+        assert info.value.event == "reserve"
         with pytest.raises(IllegalTransitionError, match="attempt_limit"):
             Ledger.start(cfg, attempt_limit=bad)  # type: ignore[arg-type]
     with pytest.raises(IllegalTransitionError, match="attempt_floor"):
@@ -1339,3 +1345,50 @@ def test_resume_refuses_a_limit_below_its_counter_and_keeps_a_good_one() -> None
         ).ledger.attempt_limit
         == 2
     )
+
+
+def test_node_count_counts_the_groups_and_the_siblings_detail() -> None:
+    """The trie nodes held: the group table's, plus those of the siblings'
+    detail, which n > 1 keeps apart and n = 1 keeps in the groups' entries."""
+    single = Ledger.start(config(1)).stamp(3).ledger.dispatch([0, 1]).ledger
+    assert single.node_count() == single._groups.node_count() > 0
+    ledger = Ledger.start(config(2)).stamp(3).ledger
+    dispatched = ledger.dispatch([0, 1]).ledger
+    assert dispatched._groups.node_count() > 0
+    assert dispatched.node_count() > dispatched._groups.node_count()
+
+
+def test_single_sample_seals_name_their_event_and_land_every_current_lease() -> None:
+    """At n = 1 a seal of one lease and a seal of several take different
+    paths; both land every current lease, fence the others and name the
+    event ``seal`` (in the effect and in a refusal)."""
+    ledger = Ledger.start(config(1)).stamp(4).ledger.dispatch([0, 1, 2]).ledger
+    leases = sorted(ledger.running())
+    one = ledger.seal([leases[0]])
+    assert one.effect.event == "seal" and one.effect.landed == (0,)
+    again = one.ledger.seal([leases[0]])
+    assert again.effect.event == "seal" and again.effect.fenced == (leases[0],)
+    both = ledger.seal(leases[1:])
+    assert both.effect.event == "seal"
+    assert both.effect.sealed == tuple(leases[1:]) and both.effect.landed == (1, 2)
+    assert both.ledger.status(1) is both.ledger.status(2) is Status.BUFFERED
+    mixed = one.ledger.seal([leases[0], leases[2]])
+    assert mixed.effect.fenced == (leases[0],) and mixed.effect.landed == (2,)
+    with pytest.raises(IllegalTransitionError) as info:
+        ledger.seal([leases[1], Lease(2, 0, ledger.next_attempt)])
+    assert info.value.event == "seal" and info.value.ordinals == (2,)
+
+
+def test_single_sample_seals_of_several_fence_a_superseded_attempt() -> None:
+    """At n = 1 a seal of several leases checks each against its group's
+    current attempt: a failed attempt's late answer is fenced while the
+    restart's attempt runs, and the other group's current one lands."""
+    cfg = config(1, policy=FailurePolicy.RETRY)
+    ledger = Ledger.start(cfg).stamp(2).ledger.dispatch([0, 1]).ledger
+    old, other = sorted(ledger.running())
+    ledger = ledger.fail_sample([old]).ledger.restart([(0, 0)]).ledger
+    step = ledger.seal([old, other])
+    assert step.effect.fenced == (old,) and step.effect.landed == (1,)
+    assert step.ledger.status(0) is Status.OUTSTANDING
+    (new,) = [x for x in step.ledger.running() if x.ordinal == 0]
+    assert new.attempt == 2 and ledger.seal([new, other]).effect.landed == (0, 1)

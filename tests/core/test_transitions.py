@@ -221,12 +221,12 @@ def test_the_stamp_outcome_keeps_the_unstamped_and_filters_the_covered() -> None
 def test_the_resume_outcome_of_every_recorded_ordinal() -> None:
     for (saved, restored, carries), want in RESUMES.items():
         for attempts in (1, 2, 5) if carries else (0,):
-            got = resume_outcome(saved, restored=restored, attempts=attempts)
+            got = resume_outcome(saved, restored=restored, failures=attempts)
             assert got == want, (saved, restored, attempts)
     for status in (U, P, OUT):
         for restored in (True, False):
             with pytest.raises(ValueError, match=f"records no {status.name.lower()} ordinals"):
-                resume_outcome(status, restored=restored, attempts=1)
+                resume_outcome(status, restored=restored, failures=1)
 
 
 def test_a_checkpoint_records_the_covered_and_the_attempts() -> None:

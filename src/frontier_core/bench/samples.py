@@ -19,7 +19,7 @@ import time
 from typing import Any
 
 from frontier_core import Ledger, LedgerConfig
-from frontier_core._ledger import GroupTable
+from frontier_core._groups import GroupTable
 
 from ._harness import Row, ratios_of, row
 

@@ -32,8 +32,8 @@ from collections.abc import Callable
 from typing import Any
 
 from .._events import FailurePolicy
-from .._ledger import LedgerConfig
-from .._samples import Ledger
+from .._groups import LedgerConfig
+from .._ledger import Ledger
 from .._shards import ShardCheckpoint, Share, merge_shards, reshard, split_checkpoint
 from ._harness import Row, ratios_of, row
 

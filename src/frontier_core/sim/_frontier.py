@@ -13,8 +13,8 @@ from collections.abc import Sequence
 
 from .._checkpoint import Checkpoint
 from .._events import Status
-from .._ledger import LedgerConfig
-from .._samples import Ledger
+from .._groups import LedgerConfig
+from .._ledger import Ledger
 from ._workload import Workload
 
 

@@ -29,8 +29,8 @@ from collections.abc import Sequence
 
 from .._checkpoint import Checkpoint
 from .._events import Lease, Status
-from .._ledger import LedgerConfig
-from .._samples import Ledger
+from .._groups import LedgerConfig
+from .._ledger import Ledger
 from ._frontier import requeued_pending
 from ._journal import SimJournal
 from ._pipeline import Dispatched, Generation, Restored, Sample, Saved, SimulationError

@@ -1,7 +1,7 @@
 """Verification tools for frontier_core and for frameworks that embed it.
 
-``explore`` checks the real ledger exhaustively within small bounds, and
-``explore_samples`` the real sample-level ledger; ``explore_journal``
+``explore`` checks the real ledger exhaustively within small bounds
+(groups of n samples, n = 1 by default); ``explore_journal``
 checks the rollout journal's core (encoder, decoder, replay, compaction),
 torn tails included. ``run_integration_test``
 drives a framework's wiring of the ledger (an ``Integration``) through
@@ -17,9 +17,6 @@ from ._explore import explore as explore
 from ._explore_journal import JournalBounds as JournalBounds
 from ._explore_journal import JournalReport as JournalReport
 from ._explore_journal import explore_journal as explore_journal
-from ._explore_samples import SampleBounds as SampleBounds
-from ._explore_samples import SampleReport as SampleReport
-from ._explore_samples import explore_samples as explore_samples
 from ._harness import DEFAULT_SETTINGS as DEFAULT_SETTINGS
 from ._harness import CoverageViolation as CoverageViolation
 from ._harness import Integration as Integration
@@ -41,13 +38,10 @@ __all__ = [
     "JournalBounds",
     "JournalReport",
     "Report",
-    "SampleBounds",
     "SampleIntegration",
     "SampleIntegrationMachine",
-    "SampleReport",
     "explore",
     "explore_journal",
-    "explore_samples",
     "integration_machine",
     "run_integration_test",
     "run_sample_integration_test",

@@ -1,6 +1,6 @@
 """Exhaustive small-scope checking of the real rollout journal, torn tails included.
 
-The companion of ``_explore`` and ``_explore_samples`` for the journal's
+The companion of ``_explore`` (the ledger's) for the journal's
 core (``frontier_core.journal``): not a model of the journal, but its real
 encoder, decoder, replay and compaction, driven through EVERY sequence of
 appends up to a length over a small alphabet, breadth first (the search the
