@@ -270,15 +270,49 @@ def test_a_new_attempt_continues_the_episode_and_fences_the_old_one() -> None:
     assert got.pending is None
 
 
-def test_a_restart_keeps_nothing_and_a_seal_ends_the_episode() -> None:
+def test_a_restart_keeps_nothing_and_a_seal_keeps_the_transcript() -> None:
     recs: list[Record] = [
         Turn(0, 0, 1, 0, tp([1]), call("k0")),
         Turn(0, 0, 2, 0, tp([9]), call("k0'")),
     ]
     got = replay(recs).get(0, 0)
     assert got is not None and got.turns == (TurnState(tp([9]), call("k0'")),)
-    sealed = replay([*recs, Answer(0, 0, 2, 0, "k0'", BytesPayload(b"")), Sealed(0, 0, 2, tp([9]))])
-    assert sealed.get(0, 0) == SiblingState(2, tp([9]), True)
+    done = [
+        *recs,
+        Answer(0, 0, 2, 0, "k0'", JsonPayload.of("a"), JsonPayload.of({"s": 1})),
+        Turn(0, 0, 2, 1, tp([4])),
+        Sealed(0, 0, 2, tp([9, 4])),
+    ]
+    sealed = replay(done)
+    # The seal holds the sample and the episode's transcript: each turn's
+    # tokens, call, answer and state (what a trainer masks), across a crash.
+    transcript = (
+        TurnState(tp([9]), call("k0'"), JsonPayload.of("a"), JsonPayload.of({"s": 1})),
+        TurnState(tp([4])),
+    )
+    assert sealed.get(0, 0) == SiblingState(2, tp([9, 4]), True, transcript)
+    assert replay(compact(done, range(1))) == sealed
+    assert reusable(sealed, Reuse.within(0), fork=0, step=0) == sealed
+    # A newer attempt's seal (a group generated again) is a sample of its own.
+    again = replay([*done, Sealed(0, 0, 3, tp([5]))])
+    assert again.get(0, 0) == SiblingState(3, tp([5]), True)
+
+
+def test_nothing_follows_a_turn_without_a_call() -> None:
+    """A turn without a call is the episode's last: neither its attempt nor
+    a continuation may append a turn after it (a crash between it and the
+    seal leaves an episode to seal, not to continue)."""
+    done: list[Record] = [
+        Turn(0, 0, 1, 0, tp([1]), call("k")),
+        Answer(0, 0, 1, 0, "k", JsonPayload.of(0)),
+        Turn(0, 0, 1, 1, tp([2])),
+    ]
+    for after in (Turn(0, 0, 1, 2, tp([3]), call("k2")), Turn(0, 0, 2, 2, tp([3]))):
+        with pytest.raises(JournalEpisodeError, match="without a call"):
+            replay([*done, after])
+    # A continuation may still replace the last turn, or restart.
+    assert len(replay([*done, Turn(0, 0, 2, 1, tp([7]))]).get(0, 0).turns) == 2  # type: ignore[union-attr]
+    assert len(replay([*done, Turn(0, 0, 2, 0, tp([7]))]).get(0, 0).turns) == 1  # type: ignore[union-attr]
 
 
 @pytest.mark.parametrize(
@@ -325,7 +359,8 @@ def test_fenced_turns_and_answers_are_ignored_not_refused() -> None:
         Answer(0, 0, 3, 0, "k", BytesPayload(b"")),
     ]
     state = replay(recs)
-    assert state.fenced == 4 and state.get(0, 0) == SiblingState(3, tp([1]), True)
+    episode = (TurnState(tp([1]), call("k"), BytesPayload(b"")),)
+    assert state.fenced == 4 and state.get(0, 0) == SiblingState(3, tp([1]), True, episode)
 
 
 def test_progress_of_the_current_attempt_keeps_the_turns_and_compaction_keeps_it() -> None:
