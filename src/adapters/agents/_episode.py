@@ -140,6 +140,10 @@ async def drive(
             got = run.episode(lease)
             assert got is not None
             turns = got.turns
+    if turns and turns[-1].call is None:
+        # The episode's last turn is durable (a crash came before its
+        # seal): nothing follows it, it is sealed as it stands.
+        return await _seal(run, lease, env, out)
     conversation = list(prompt)
     for t in turns:
         conversation += t.tokens.tokens()
@@ -157,12 +161,20 @@ async def drive(
             return out
         if call is None:
             break
-        answer, state = await env.call(call.name, action[1] if action else None, call.key)
+        # The tool and the conversation get the values as journaled (the
+        # JSON round-trip), the same a continuation reads back.
+        answer, state = await env.call(call.name, call.args.value(), call.key)
         out = attrs.evolve(out, calls=out.calls + 1)
-        if not run.answer(lease, index, call.key, *_payloads(answer, state)):
+        answered, after = _payloads(answer, state)
+        if not run.answer(lease, index, call.key, answered, after):
             return out
         conversation += ids
-        conversation += env.observe(answer)
+        conversation += env.observe(answered.value())
+    return await _seal(run, lease, env, out)
+
+
+async def _seal(run: Run, lease: Lease, env: Environment, out: EpisodeOutcome) -> EpisodeOutcome:
+    """Seal ``lease``'s finished episode (its durable turns) with its reward."""
     final = run.episode(lease)
     assert final is not None
     sample = _sample(final, env.reward(final))

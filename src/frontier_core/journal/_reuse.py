@@ -172,9 +172,9 @@ def reusable(state: JournalState, policy: Reuse, *, fork: int, step: int) -> Jou
 
 def _young_whole(st: SiblingState, max_age: int, fork: int, step: int) -> bool:
     payload = st.payload
-    return isinstance(payload, TokenPayload) and _young_prefix(
-        payload, max_age, fork, step
-    ) == len(payload)
+    return isinstance(payload, TokenPayload) and _young_prefix(payload, max_age, fork, step) == len(
+        payload
+    )
 
 
 def _young_episode(st: SiblingState, max_age: int, fork: int, step: int) -> SiblingState | None:
