@@ -142,7 +142,12 @@ async def drive(
             turns = got.turns
     if turns and turns[-1].call is None:
         # The episode's last turn is durable (a crash came before its
-        # seal): nothing follows it, it is sealed as it stands.
+        # seal): nothing follows it, it is sealed as it stands. Journaled
+        # again under this attempt first (the same tokens), so the seal is
+        # of the attempt that holds the turns and keeps them as its
+        # transcript (a seal of a newer attempt would drop them).
+        if not run.turn(lease, len(turns) - 1, turns[-1].tokens):
+            return out
         return await _seal(run, lease, env, out)
     conversation = list(prompt)
     for t in turns:

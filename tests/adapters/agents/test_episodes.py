@@ -232,8 +232,14 @@ def test_a_crash_after_the_last_turn_seals_it_without_generating(tmp_path: Path)
             drive(run, engine, group.leases[0], [2, 3], tool, params=params, max_turns=4)
         )
         assert out.effect is not None and out.effect.landed == (0,)
+        run.journal.writer.sync()  # sealed, not trained: a crash
     assert (out.generated, out.calls, tool.calls) == (0, 0, [])
     assert out.episode is not None and [t.call is None for t in out.episode.turns] == [False, True]
+    with Run.open(tmp_path, SequenceSource(["a"]), cfg) as run:
+        (group,) = run.take(1)
+        (reused,) = group.reused
+        sealed = run.episode(reused)  # the seal kept the transcript
+        assert sealed is not None and sealed.turns == out.episode.turns
 
 
 def test_a_sealed_episode_gives_back_its_transcript_after_a_crash(tmp_path: Path) -> None:

@@ -418,6 +418,8 @@ class EpisodeMachine(RuleBasedStateMachine):
         self.life: dict[tuple[int, int], SiblingState | None] = {}
         self.attempts: dict[tuple[int, int], int] = {}
         self.executed: dict[str, int] = {}  # key -> executions
+        self.requests: dict[str, int] = {}  # key -> calls sent to the tool
+        self.retries: dict[str, int] = {}  # key -> lives that found it pending
         self.answers: dict[str, JsonPayload] = {}
         self.stale: list[Answer] = []
         self.trained: list[tuple[TurnState, ...]] = []
@@ -430,6 +432,8 @@ class EpisodeMachine(RuleBasedStateMachine):
             got = state.get(*key)
             if got is not None and got.sealed:
                 continue
+            if got is not None and got.pending is not None:
+                self.retries[got.pending.key] = self.retries.get(got.pending.key, 0) + 1
             self.attempt += 1
             self.attempts[key] = self.attempt
             self.life[key] = got
@@ -442,6 +446,14 @@ class EpisodeMachine(RuleBasedStateMachine):
         return new
 
     def _tool(self, key: str) -> JsonPayload:
+        """The tool: every request counted, a key executed once (its
+        contract). A request is sent only for a call whose intent is durable
+        and pending (write-ahead; a retry only after a crash found it so)."""
+        durable = replay(self.durable)
+        assert any(
+            sib.pending is not None and sib.pending.key == key for _o, _s, sib in durable.siblings()
+        ), f"call {key} sent before its intent was durable"
+        self.requests[key] = self.requests.get(key, 0) + 1
         if key not in self.answers:
             self.executed[key] = self.executed.get(key, 0) + 1
             self.answers[key] = JsonPayload.of([key, len(self.answers)])
@@ -461,6 +473,16 @@ class EpisodeMachine(RuleBasedStateMachine):
             self._write(key, Answer(*key, a, len(turns) - 1, pending.key, self._tool(pending.key)))
             return
         t = len(turns)
+        if cur is not None and turns and turns[-1].call is None:
+            # The last turn is durable, its seal was lost: sealed as it
+            # stands, that turn journaled again under this attempt (as the
+            # driver does) so the seal keeps the transcript.
+            done = self._write(key, Turn(*key, a, t - 1, turns[-1].tokens))
+            assert done.turns == turns
+            self.trained.append(turns)
+            self._write(key, Sealed(*key, a, tp([x.tokens.tokens()[0] for x in turns])))
+            del self.life[key]
+            return
         if t >= 3 or data.draw(st.integers(0, 4)) == 0:
             done = self._write(key, Turn(*key, a, t, tp([t])))
             self.trained.append(done.turns)
@@ -525,6 +547,20 @@ class EpisodeMachine(RuleBasedStateMachine):
     @invariant()
     def side_effects_at_most_once_per_key(self) -> None:
         assert all(n == 1 for n in self.executed.values())
+        # Per logical call: sent once, and again once per life that found
+        # it pending (the retry policy), never more.
+        for key, n in self.requests.items():
+            assert n <= 1 + self.retries.get(key, 0), f"call {key} sent {n} times"
+
+    @invariant()
+    def no_execution_is_orphaned(self) -> None:
+        """Every executed call is in a trained episode or in the durable
+        journal (answered, or pending: to be retried under its key): none
+        was made under an intent a crash lost."""
+        keys = {t.call.key for turns in self.trained for t in turns if t.call is not None}
+        for _o, _s, sib in replay(self.durable).siblings():
+            keys.update(t.call.key for t in sib.turns if t.call is not None)
+        assert set(self.executed) <= keys, sorted(set(self.executed) - keys)
 
     @invariant()
     def no_stale_answer_is_trained(self) -> None:
