@@ -12,7 +12,10 @@ TURN-CONTINUATION-EXACT, TOOL-AT-MOST-ONCE, FENCED-ANSWER-NEVER-TRAINED):
 3. the tool is called with the call's key;
 4. ``Run.answer`` journals its answer (durable at the next group commit:
    a crash before finds the call pending again, and the tool replays);
-5. no call: the episode ends, sealed with every turn's tokens.
+5. no call: the episode ends (nothing may follow that turn), sealed with
+   every turn's tokens; the seal keeps the turns (the transcript a
+   trainer masks). A continuation that finds that last turn durable seals
+   at once.
 
 A fenced lease (``Run.turn`` or ``Run.answer`` returns ``False``: the
 attempt is stale, a newer one owns the sibling) stops at once: nothing of

@@ -420,6 +420,7 @@ class EpisodeMachine(RuleBasedStateMachine):
         self.executed: dict[str, int] = {}  # key -> executions
         self.requests: dict[str, int] = {}  # key -> calls sent to the tool
         self.retries: dict[str, int] = {}  # key -> lives that found it pending
+        self.abandoned: set[str] = set()  # keys of episodes a failed group dropped
         self.answers: dict[str, JsonPayload] = {}
         self.stale: list[Answer] = []
         self.trained: list[tuple[TurnState, ...]] = []
@@ -499,6 +500,21 @@ class EpisodeMachine(RuleBasedStateMachine):
             return
         self._write(key, Answer(*key, a, t, k, answer))
 
+    @precondition(lambda self: bool(self.life))
+    @rule(data=st.data())
+    def group_fails(self, data: st.DataObject) -> None:
+        """A sibling's group fails whole and is dealt again: its new attempt
+        starts the episode afresh (turn 0), whatever the journal holds (the
+        run hands a re-dealt lease no episode). Its calls made so far keep
+        their effects, in no trained episode."""
+        key = data.draw(st.sampled_from(sorted(self.life)))
+        cur = self.life[key]
+        if cur is not None:
+            self.abandoned.update(t.call.key for t in cur.turns if t.call is not None)
+        self.attempt += 1
+        self.attempts[key] = self.attempt
+        self.life[key] = None
+
     @rule()
     def sync(self) -> None:
         self.durable += self.unsynced
@@ -558,6 +574,7 @@ class EpisodeMachine(RuleBasedStateMachine):
         journal (answered, or pending: to be retried under its key): none
         was made under an intent a crash lost."""
         keys = {t.call.key for turns in self.trained for t in turns if t.call is not None}
+        keys |= self.abandoned
         for _o, _s, sib in replay(self.durable).siblings():
             keys.update(t.call.key for t in sib.turns if t.call is not None)
         assert set(self.executed) <= keys, sorted(set(self.executed) - keys)
