@@ -19,7 +19,7 @@ from frontier_adapters import Run, SequenceSource
 from frontier_adapters.agents import Pending, drive
 from frontier_adapters.examples.cpu_engine import CpuEngine, CpuSamplingParams, TinyCausalLM
 
-from frontier_core import FailurePolicy, Lease, LedgerConfig
+from frontier_core import FailurePolicy, Granularity, Lease, LedgerConfig
 from frontier_core.journal import (
     BytesPayload,
     JournalEpisodeError,
@@ -210,6 +210,34 @@ def test_a_group_dealt_again_starts_its_episodes_afresh_and_the_journal_reopens(
         (group,) = run.take(1)
         got = run.episode(group.leases[0])
         assert got is not None and got.turns == mine.turns  # type: ignore[union-attr]
+
+
+def test_a_sibling_failing_its_group_drops_the_other_siblings_recovered_episodes(
+    tmp_path: Path,
+) -> None:
+    """Under ``Granularity.GROUP`` one sibling's failure fails its group:
+    the other sibling's episode recovered from an earlier life is not handed
+    to its re-dealt lease."""
+    cfg = LedgerConfig(
+        stream_len=1,
+        samples=2,
+        fingerprint="agents-group",
+        on_failure=FailurePolicy.RETRY,
+        granularity=Granularity.GROUP,
+    )
+    run = Run.open(tmp_path, SequenceSource(["a"]), cfg)
+    (group,) = run.take(1)
+    first = group.leases[0]
+    assert run.turn(first, 0, TOKENS, _call(run, first, 0))
+    run.close()  # a crash with sibling 0's call pending
+    with Run.open(tmp_path, SequenceSource(["a"]), cfg) as run:
+        (group,) = run.take(1)
+        zero, one = group.leases
+        assert run.episode(zero) is not None
+        effect = run.fail(one)
+        assert effect.requeued == (group.ordinal,)
+        (again,) = run.take(1)
+        assert [run.episode(lease) for lease in again.leases] == [None, None]
 
 
 def test_a_crash_after_the_last_turn_seals_it_without_generating(tmp_path: Path) -> None:
