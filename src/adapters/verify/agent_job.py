@@ -336,7 +336,9 @@ def torture(
         for i, kill in enumerate([*kills, None, None]):
             stop = threading.Event()
             bouncer = None
-            if i < server_kills:
+            # Until ``server_kills`` restarts happened: a life that ends
+            # before its bounce is due leaves it to the next one.
+            if restarts < server_kills:
 
                 def bounce(stop: threading.Event = stop) -> None:
                     nonlocal restarts
