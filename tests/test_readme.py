@@ -103,8 +103,11 @@ def test_the_headline_table_is_what_the_command_prints() -> None:
         assert int(lost) == mode["prompts_skipped"], name
 
 
-def test_the_agents_page_example_runs_and_its_assertions_hold() -> None:
-    """docs/agents.md's episode loop, as written: public names only."""
-    example = python_blocks("agents.md")[0]
-    assert "._" not in example and "assert" in example
-    exec(compile(example, filename("agents.md"), "exec"), {"__name__": "agents_page"})
+def test_the_agents_page_examples_run_and_their_assertions_hold() -> None:
+    """docs/agents.md's episode loop and its trainer's transcript, as
+    written: public names only."""
+    examples = python_blocks("agents.md")
+    assert len(examples) == 2
+    for example in examples:
+        assert "._" not in example and "assert" in example
+        exec(compile(example, filename("agents.md"), "exec"), {"__name__": "agents_page"})

@@ -31,16 +31,33 @@ def test_the_tool_server_executes_a_key_once_and_replays_it_across_a_kill(
         assert call(server.url, "k3", "get", {"k": "a"}) == 5
         with pytest.raises(ToolServerError, match="refused"):
             call(server.url, "k4", "rm -rf", {"k": "a"})
+        # A known key with other args: two calls under one key, refused.
+        with pytest.raises(ToolServerError, match="refused"):
+            call(server.url, "k1", "add", {"k": "a", "v": 9})
+        assert call(server.url, "k3", "get", {"k": "a"}) == 5  # nothing executed
     finally:
         server.kill()
     keys = [e["key"] for e in server.executions()]
     assert keys == ["k1", "k2", "k3"]
+    # Every request is on record: executed, replayed or refused.
+    seen = [(e["key"], e["executed"], e.get("refused", False)) for e in server.requests()]
+    assert seen == [
+        ("k1", True, False),
+        ("k1", False, False),
+        ("k2", True, False),
+        ("k2", False, False),
+        ("k3", True, False),
+        ("k1", False, True),
+        ("k3", False, False),
+    ]
 
 
 def test_a_torn_record_line_is_an_execution_that_did_not_happen(tmp_path: Path) -> None:
     record = tmp_path / "record"
     record.write_text(
-        json.dumps({"key": "k1", "name": "add", "args": {"k": "a", "v": 1}, "answer": 1})
+        json.dumps(
+            {"key": "k1", "name": "add", "args": {"k": "a", "v": 1}, "answer": 1, "executed": True}
+        )
         + '\n{"key": "k2", "na'
     )
     server = ToolServer(record).start()
@@ -62,8 +79,10 @@ def test_sigkilled_lives_and_a_restarted_tool_lose_nothing_and_repeat_no_effect(
         kills=("turn:2", "answered:2", "episode:3", "resumed:1", "generating:4", "answered:3"),
         server_kills=1,
     )
-    # The audit raised if anything was lost, trained twice, executed twice
-    # or trained with an answer the tool never gave; what it reports:
+    # The audit raised if anything was lost, trained twice, executed twice,
+    # executed under a key in no trained episode (an orphan: its intent was
+    # not durable before the call), sent twice with other args, or trained
+    # with an answer the tool never gave; what it reports:
     assert report["lives"] >= 5 and report["tool_server_restarts"] == 1
     assert report["calls_pending_at_resume"] >= 2  # the turn and answered kills
     # Retried under their keys (counted in the episodes that finished).

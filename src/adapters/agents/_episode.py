@@ -12,7 +12,10 @@ TURN-CONTINUATION-EXACT, TOOL-AT-MOST-ONCE, FENCED-ANSWER-NEVER-TRAINED):
 3. the tool is called with the call's key;
 4. ``Run.answer`` journals its answer (durable at the next group commit:
    a crash before finds the call pending again, and the tool replays);
-5. no call: the episode ends, sealed with every turn's tokens.
+5. no call: the episode ends (nothing may follow that turn), sealed with
+   every turn's tokens; the seal keeps the turns (the transcript a
+   trainer masks). A continuation that finds that last turn durable seals
+   at once.
 
 A fenced lease (``Run.turn`` or ``Run.answer`` returns ``False``: the
 attempt is stale, a newer one owns the sibling) stops at once: nothing of
@@ -140,6 +143,15 @@ async def drive(
             got = run.episode(lease)
             assert got is not None
             turns = got.turns
+    if turns and turns[-1].call is None:
+        # The episode's last turn is durable (a crash came before its
+        # seal): nothing follows it, it is sealed as it stands. Journaled
+        # again under this attempt first (the same tokens), so the seal is
+        # of the attempt that holds the turns and keeps them as its
+        # transcript (a seal of a newer attempt would drop them).
+        if not run.turn(lease, len(turns) - 1, turns[-1].tokens):
+            return out
+        return await _seal(run, lease, env, out)
     conversation = list(prompt)
     for t in turns:
         conversation += t.tokens.tokens()
@@ -157,12 +169,20 @@ async def drive(
             return out
         if call is None:
             break
-        answer, state = await env.call(call.name, action[1] if action else None, call.key)
+        # The tool and the conversation get the values as journaled (the
+        # JSON round-trip), the same a continuation reads back.
+        answer, state = await env.call(call.name, call.args.value(), call.key)
         out = attrs.evolve(out, calls=out.calls + 1)
-        if not run.answer(lease, index, call.key, *_payloads(answer, state)):
+        answered, after = _payloads(answer, state)
+        if not run.answer(lease, index, call.key, answered, after):
             return out
         conversation += ids
-        conversation += env.observe(answer)
+        conversation += env.observe(answered.value())
+    return await _seal(run, lease, env, out)
+
+
+async def _seal(run: Run, lease: Lease, env: Environment, out: EpisodeOutcome) -> EpisodeOutcome:
+    """Seal ``lease``'s finished episode (its durable turns) with its reward."""
     final = run.episode(lease)
     assert final is not None
     sample = _sample(final, env.reward(final))

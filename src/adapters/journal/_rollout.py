@@ -115,6 +115,15 @@ class Recovered:
             raise KeyError(f"the journal holds no seal of {lease}")
         return st.payload
 
+    def episode(self, lease: Lease) -> SiblingState | None:
+        """The sealed episode of a sibling the ledger reused (one of
+        ``sealed``): its transcript (``turns``) with its sample
+        (``payload``); ``None`` for a reused sample that is no episode.
+        ``KeyError`` for any other lease."""
+        self.sample(lease)
+        st = self.state.get(lease.ordinal, lease.sibling)
+        return st if st is not None and st.turns else None
+
     def prefix(self, ordinal: int, sibling: int) -> SiblingState | None:
         """The durable progress a new attempt of this sibling continues from
         (``None``: it starts from nothing)."""
@@ -203,7 +212,7 @@ class RolloutJournal:
             Turn(lease.ordinal, lease.sibling, lease.attempt, turn, tokens, call)
         )
         if call is not None:
-            self._durable()
+            self.durable()
         return position
 
     def answer(
@@ -224,7 +233,7 @@ class RolloutJournal:
         previous incarnation, even one never journaled, is fenced. Returns
         its position. ``cover`` reserves in blocks for a ledger."""
         position = self.writer.append(Reserve(below))
-        self._durable()
+        self.durable()
         self.reserved = max(self.reserved, below)
         return position
 
@@ -265,10 +274,10 @@ class RolloutJournal:
         returns the journal position the checkpoint records. Call it just
         before writing the checkpoint."""
         position = self.writer.append(Mark(checkpoint))
-        self._durable()
+        self.durable()
         return position
 
-    def _durable(self) -> None:
+    def durable(self) -> None:
         """Sync, and when the journal is shipped, wait until it is up: a
         checkpoint's mark and an attempt reservation must survive the node
         (``JournalShipError`` after ``ship_timeout``)."""

@@ -70,6 +70,7 @@ from frontier_core.journal import (
     TokenPayload,
     ToolCall,
     Turn,
+    TurnState,
     advance,
     call_key,
 )
@@ -213,8 +214,12 @@ class Run:
         self._latest: dict[Lease, Payload] = {}
         #: Recovered episodes offered to this life's first lease of a
         #: sibling, and each running lease's episode as journaled.
+        # One state per sibling in flight: the journal's replay state of its
+        # episode (recovered at ``take``, then advanced by every turn and
+        # answer appended), so what ``episode`` hands out is what a reopen
+        # replays. Dropped when the sibling settles or its group is dealt
+        # again (failed, evicted, requeued): a re-dealt group starts afresh.
         self._episodes: dict[tuple[int, int], SiblingState] = {}
-        self._turns: dict[Lease, SiblingState] = {}
         #: When the termination notice ends (``time.monotonic``), once one
         #: came (``notice``, or a signal ``watch`` installed).
         self._deadline: float | None = None
@@ -466,11 +471,16 @@ class Run:
         call, answer and environment state) and the call left ``pending``
         by a crash, if any; ``None`` for an episode not begun. A lease that
         continues an earlier life's episode gets that episode here until
-        it journals its first turn or answer."""
-        if not self.collector.current(lease):
+        it journals its first turn or answer. A sibling ``take`` reused
+        (``Taken.reused``) gets its sealed episode: the transcript (each
+        turn's tokens, call, answer and state) of the sample ``sample``
+        gives (``None`` if that sample is no episode)."""
+        if self.collector.current(lease):
+            return self._episodes.get((lease.ordinal, lease.sibling))
+        try:
+            return self.recovered.episode(lease)
+        except KeyError:
             return None
-        got = self._turns.get(lease)
-        return got if got is not None else self._episodes.get((lease.ordinal, lease.sibling))
 
     @_locked
     def turn(
@@ -482,18 +492,41 @@ class Run:
         the tool after, with ``call.key``. Returns whether ``lease`` is
         current (``False``: fenced, nothing journaled). Raises
         ``JournalEpisodeError`` for a turn out of order (nothing
-        journaled): the journal's own replay rule (``advance``) decides."""
+        journaled): the journal's own replay rule (``advance``) decides.
+        If making it durable failed (``JournalError``: a sync or a ship),
+        the turn is journaled but not known durable: call this again with
+        the same turn and call, which journals nothing more and waits for
+        durability again (do not call the tool before it returns)."""
         self._open_check()
         if not self.collector.current(lease):
             self._counters.fenced += 1
             return False
+        key = (lease.ordinal, lease.sibling)
+        current = self._episodes.get(key)
+        if (
+            current is not None
+            and current.attempt == lease.attempt
+            and len(current.turns) == turn + 1
+            and current.turns[turn] == TurnState(tokens, call)
+        ):
+            # The same turn again (a retry after a failed sync or ship): it
+            # is journaled already; only its durability is owed.
+            if call is not None:
+                self.journal.durable()
+            return True
         record = Turn(lease.ordinal, lease.sibling, lease.attempt, turn, tokens, call)
-        state = advance(self.episode(lease), record)
+        state = advance(current, record)
         assert state is not None  # a current lease's records are never fenced
-        self.journal.turn(lease, turn, tokens, call)
-        self._turns[lease] = state
-        self._counters.turns += 1
-        self._counters.calls += call is not None
+        before = self.journal.writer.position
+        try:
+            self.journal.turn(lease, turn, tokens, call)
+        finally:
+            # Appended (even if its durability then failed): the state is
+            # the journal's, so a retry is recognised, not journaled twice.
+            if self.journal.writer.position != before:
+                self._episodes[key] = state
+                self._counters.turns += 1
+                self._counters.calls += call is not None
         return True
 
     @_locked
@@ -504,16 +537,35 @@ class Run:
         ``key``) and the environment's ``state`` after it. Returns whether
         ``lease`` is current: an answer of a fenced attempt is ignored and
         counted, never journaled, so it is never trained. Raises
-        ``JournalEpisodeError`` for an answer for an unknown key or turn."""
+        ``JournalEpisodeError`` for an answer for an unknown key or turn.
+        The same answer again (after an error) journals nothing more."""
         self._open_check()
         if not self.collector.current(lease):
             self._counters.fenced += 1
             return False
+        at = (lease.ordinal, lease.sibling)
+        current = self._episodes.get(at)
+        if (
+            current is not None
+            and current.attempt == lease.attempt
+            and 0 <= turn < len(current.turns)
+        ):
+            done = current.turns[turn]
+            if done.call is not None and (done.call.key, done.answer, done.state) == (
+                key,
+                answer,
+                state,
+            ):
+                return True
         record = Answer(lease.ordinal, lease.sibling, lease.attempt, turn, key, answer, state)
-        after = advance(self.episode(lease), record)
+        after = advance(current, record)
         assert after is not None
-        self.journal.answer(lease, turn, key, answer, state)
-        self._turns[lease] = after
+        before = self.journal.writer.position
+        try:
+            self.journal.answer(lease, turn, key, answer, state)
+        finally:
+            if self.journal.writer.position != before:
+                self._episodes[at] = after
         return True
 
     # -- what happened -----------------------------------------------------------
@@ -578,6 +630,7 @@ class Run:
         self._open_check()
         effect = self.collector.failed_samples([lease])
         self._settled(lease, effect)
+        self._forget((*effect.requeued, *effect.dropped))
         leases: tuple[Lease, ...] = ()
         if effect.restart:
             leases = self.collector.restart(effect.restart)
@@ -594,14 +647,29 @@ class Run:
         """Your buffer dropped these groups unused (too stale): they are
         generated again."""
         self._open_check()
-        return self.collector.evicted(ordinals)
+        ordinals = list(ordinals)
+        effect = self.collector.evicted(ordinals)
+        self._forget((*ordinals, *effect.requeued, *effect.dropped))
+        return effect
 
     @_locked
     def failed(self, ordinals: Iterable[int]) -> Effect:
         """These whole groups failed (the ledger's policy retries or drops
         them)."""
         self._open_check()
-        return self.collector.failed(ordinals)
+        ordinals = list(ordinals)
+        effect = self.collector.failed(ordinals)
+        self._forget((*ordinals, *effect.requeued, *effect.dropped))
+        return effect
+
+    def _forget(self, ordinals: Iterable[int]) -> None:
+        """Drop the episodes of these groups' siblings: a group dealt again
+        (or dropped) starts its episodes afresh under its new attempts (a
+        turn 0 of a newer attempt restarts an episode in the journal too)."""
+        gone = set(ordinals)
+        if gone and self._episodes:
+            for key in [k for k in self._episodes if k[0] in gone]:
+                del self._episodes[key]
 
     def _settled(self, lease: Lease, effect: Effect) -> None:
         self._counters.fenced += len(effect.fenced)
@@ -610,7 +678,6 @@ class Run:
             self._recorded.pop(lease, None)
             self._extending.discard(lease)
             self._prefixes.pop((lease.ordinal, lease.sibling), None)
-            self._turns.pop(lease, None)
             self._episodes.pop((lease.ordinal, lease.sibling), None)
 
     # -- checkpoints -------------------------------------------------------------

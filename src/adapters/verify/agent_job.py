@@ -17,9 +17,14 @@ answer journaled: mid-episode), ``resumed`` (right after a resume).
 ``torture`` runs lives until the run is drained, with a kill per entry of
 ``kills``, and with the tool server SIGKILLed and restarted during a life
 (``server_kills``), then audits: every prompt trained once with its n
-episodes; every side-effecting call executed at most once per key (the
-server's record); every answer of a trained episode the server's recorded
-answer for its key (no answer of a fenced attempt, none made up); and it
+episodes, as the run gave them back (``drive``'s sealed episode, or
+``Run.episode`` of a sibling reused from the journal); every request the
+tool server received (its own record: executed, replayed or refused)
+made with one name and args per key and executed at most once per key;
+every answer of a trained episode the server's recorded answer for its key
+(no answer of a fenced attempt, none made up); under ``retry``, the keys
+executed exactly the keys of the trained episodes, each in one (no
+execution orphaned by an intent that was not durable); and it
 reports the turns and tokens generated against those trained, with the
 turns a coverage-only recovery would have generated again. The long
 version is ``python -m frontier_adapters.verify.agent_job --torture DIR
@@ -158,11 +163,14 @@ async def _life(args: argparse.Namespace) -> None:
         while not run.drained:
             groups = run.take(2)
             landed: set[int] = set()
-            attempts: dict[int, dict[int, int]] = {}
+            attempts: dict[int, dict[int, list[Any]]] = {}
             for group in groups:
                 sib = attempts.setdefault(group.ordinal, {})
                 for lease in group.reused:
-                    sib[lease.sibling] = lease.attempt
+                    # A seal of an earlier life: its episode as the run gives it back.
+                    reused = run.episode(lease)
+                    assert reused is not None and run.sample(lease) == reused.payload
+                    sib[lease.sibling] = [lease.attempt, _transcript(reused)]
                 if group.complete:
                     landed.add(group.ordinal)
                 for lease in group.leases:
@@ -186,12 +194,11 @@ async def _life(args: argparse.Namespace) -> None:
                         "retried": out.retried,
                         "sealed": out.effect is not None and lease in out.effect.sealed,
                     }
-                    if out.episode is not None:
-                        entry["transcript"] = _transcript(out.episode)
                     _append(log, entry)
                     if out.effect is not None:
                         if lease in out.effect.sealed:
-                            sib[lease.sibling] = lease.attempt
+                            assert out.episode is not None
+                            sib[lease.sibling] = [lease.attempt, _transcript(out.episode)]
                         landed.update(out.effect.landed)
             if not landed and not groups:
                 break
@@ -199,38 +206,51 @@ async def _life(args: argparse.Namespace) -> None:
             run.trained(sorted(landed))
             run.checkpoint(step)
             for ordinal in sorted(landed):
+                # The episodes trained: each sibling's [attempt, transcript].
                 _append(
                     log,
-                    {"event": "trained", "ordinal": ordinal, "attempts": attempts.get(ordinal, {})},
+                    {"event": "trained", "ordinal": ordinal, "episodes": attempts.get(ordinal, {})},
                 )
     _append(log, {"event": "done"})
 
 
-def audit(root: Path, server: ToolServer, *, prompts: int, samples: int) -> dict[str, Any]:
+def audit(
+    root: Path, server: ToolServer, *, prompts: int, samples: int, pending: str = "retry"
+) -> dict[str, Any]:
     """The audit (the module doc); raises ``AssertionError`` naming a breach."""
     entries = [json.loads(x) for x in (root / "episodes.jsonl").read_text().splitlines()]
-    record = server.executions()
+    requests = server.requests()
+    refused = [e["key"] for e in requests if e.get("refused")]
+    assert not refused, f"keys sent with another name or args: {refused[:5]}"
     executed: dict[str, Any] = {}
-    for e in record:
-        assert e["key"] not in executed, f"key {e['key']} executed twice by the tool"
-        executed[e["key"]] = e["answer"]
+    for e in requests:
+        if e["executed"]:
+            assert e["key"] not in executed, f"key {e['key']} executed twice by the tool"
+            executed[e["key"]] = e["answer"]
     trained = [e for e in entries if e["event"] == "trained"]
     ordinals = sorted(e["ordinal"] for e in trained)
     assert ordinals == list(range(prompts)), f"trained ordinals {ordinals}"
-    sealed = {tuple(e["lease"]): e for e in entries if e["event"] == "episode" and e["sealed"]}
     turns_trained = 0
+    in_trained: dict[str, int] = {}
     for e in trained:
-        assert len(e["attempts"]) == samples, f"ordinal {e['ordinal']} trained {e['attempts']}"
-        for sibling, attempt in e["attempts"].items():
-            ep = sealed.get((e["ordinal"], int(sibling), attempt))
-            assert ep is not None, f"no sealed episode logged for {e['ordinal']}.{sibling}"
-            for key, answer in ep["transcript"]:
+        assert len(e["episodes"]) == samples, f"ordinal {e['ordinal']} trained {e['episodes']}"
+        for sibling, (_attempt, transcript) in e["episodes"].items():
+            for key, answer in transcript:
                 if key is not None:
+                    in_trained[key] = in_trained.get(key, 0) + 1
                     assert executed.get(key) == answer, (
                         f"episode {e['ordinal']}.{sibling} trained answer {answer!r} for key "
                         f"{key}, the tool's record says {executed.get(key)!r}"
                     )
-            turns_trained += len(ep["transcript"])
+            turns_trained += len(transcript)
+    twice = sorted(k for k, n in in_trained.items() if n > 1)
+    assert not twice, f"keys in more than one trained episode: {twice[:5]}"
+    if pending == Pending.RETRY.value:
+        # Every pending call is retried under its key, so every execution
+        # is a call of a trained episode: one that is not was made under an
+        # intent that a crash lost (not durable before the call).
+        orphans = sorted(set(executed) - set(in_trained))
+        assert not orphans, f"executions under keys in no trained episode: {orphans[:5]}"
     episodes = [e for e in entries if e["event"] == "episode"]
     lives = [e for e in entries if e["event"] == "life"]
     turns = [e for e in entries if e["event"] == "generated"]
@@ -238,7 +258,8 @@ def audit(root: Path, server: ToolServer, *, prompts: int, samples: int) -> dict
     return {
         "prompts": prompts,
         "lives": len(lives),
-        "tool_executions": len(record),
+        "tool_executions": len(executed),
+        "tool_requests": len(requests),
         "turns_trained": turns_trained,
         "turns_generated": len(turns),
         "tokens_generated": sum(e["tokens"] for e in turns),
@@ -315,7 +336,9 @@ def torture(
         for i, kill in enumerate([*kills, None, None]):
             stop = threading.Event()
             bouncer = None
-            if i < server_kills:
+            # Until ``server_kills`` restarts happened: a life that ends
+            # before its bounce is due leaves it to the next one.
+            if restarts < server_kills:
 
                 def bounce(stop: threading.Event = stop) -> None:
                     nonlocal restarts
@@ -342,10 +365,13 @@ def torture(
                 bouncer.join(START_JOIN)
             if kill is None and code != 0:
                 raise RuntimeError(f"a life without a kill exited with {code}")
+            if code not in (0, -signal.SIGKILL):
+                # A kill life ends killed, or drained before its kill point.
+                raise RuntimeError(f"a life with kill {kill} exited with {code}")
             log = (root / "run" / "episodes.jsonl").read_text()
             if kill is None and log.rstrip().endswith('"done"}'):
                 break
-        report = audit(root / "run", server, prompts=prompts, samples=samples)
+        report = audit(root / "run", server, prompts=prompts, samples=samples, pending=pending)
         report["tool_server_restarts"] = restarts
         return report
     finally:

@@ -1,21 +1,27 @@
 """A small stateful tool service for the agent tortures: a key-value sandbox
 over HTTP on 127.0.0.1 that executes each call at most once per idempotency
-key and keeps its own fsynced record of every execution, so that the
-at-most-once claim is measured from the tool's side, not the trainer's.
+key and keeps its own fsynced record of every request it receives, so that
+the at-most-once claim is measured from the tool's side, not the
+trainer's.
 
 ``POST /call`` with ``{"key": ..., "name": ..., "args": ...}``:
 
 * a key not seen before is executed (``put``: set ``args["k"]`` to
   ``args["v"]``; ``add``: add ``args["v"]`` to ``args["k"]``, a side effect
   that is wrong if done twice; ``get``: read ``args["k"]``), its execution
-  appended to the record and fsynced, *then* answered;
-* a key seen before is answered from the record (``"replayed": true``),
-  nothing executed.
+  appended to the record (``"executed": true``) and fsynced, *then*
+  answered;
+* a key seen before with the same name and args is answered from the
+  record, nothing executed; the replay is recorded (``"executed": false``);
+* a key seen before with another name or args is refused (HTTP 409: two
+  calls under one key, which the idempotency contract forbids), and the
+  refusal recorded (``"refused": true``).
 
-The record (JSON lines: key, name, args, answer) is the service's state: a
-restart (or a SIGKILL, then a restart) replays it, so an execution whose
-record was not durable did not happen, and one that was is never done
-again. ``GET /record`` returns the record; ``GET /health`` answers ``ok``.
+The record (JSON lines: key, name, args, answer, executed or refused) is
+the service's state: a restart (or a SIGKILL, then a restart) replays its
+executions, so an execution whose record was not durable did not happen,
+and one that was is never done again. ``GET /record`` returns the record;
+``GET /health`` answers ``ok``.
 
 Run it as ``python -m frontier_adapters.verify.tool_server --record PATH
 --port-file PATH``: it writes its port to the port file once it listens.
@@ -56,6 +62,7 @@ class _Service:
         self.lock = threading.Lock()
         self.kv: dict[str, int] = {}
         self.answers: dict[str, Any] = {}
+        self.calls: dict[str, tuple[str, Any]] = {}
         self.record = record
         if record.exists():
             data = record.read_bytes()
@@ -66,8 +73,10 @@ class _Service:
                 os.truncate(record, len(good))
             for line in good.decode().splitlines():
                 entry = json.loads(line)
-                self._apply(entry["name"], entry["args"])
-                self.answers[entry["key"]] = entry["answer"]
+                if entry["executed"]:
+                    self._apply(entry["name"], entry["args"])
+                    self.answers[entry["key"]] = entry["answer"]
+                    self.calls[entry["key"]] = (entry["name"], entry["args"])
         self.fd = os.open(record, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
 
     def _apply(self, name: str, args: Any) -> Any:
@@ -81,15 +90,31 @@ class _Service:
         return self.kv.get(k, 0)
 
     def call(self, key: str, name: str, args: Any) -> dict[str, Any]:
+        """Execute, replay or refuse one request; every one is recorded.
+        Raises ``KeyConflict`` for a known key with another name or args."""
         with self.lock:
-            if key in self.answers:
-                return {"answer": self.answers[key], "replayed": True}
+            entry: dict[str, Any] = {"key": key, "name": name, "args": args}
+            known = self.calls.get(key)
+            if known is not None and known != (name, args):
+                self._write({**entry, "executed": False, "refused": True})
+                raise KeyConflict(f"key {key!r:.80} was called with {known!r:.120}")
+            if known is not None:
+                answer = self.answers[key]
+                self._write({**entry, "answer": answer, "executed": False})
+                return {"answer": answer, "replayed": True}
             answer = self._apply(name, args)
-            line = json.dumps({"key": key, "name": name, "args": args, "answer": answer})
-            os.write(self.fd, (line + "\n").encode())
-            os.fsync(self.fd)
+            self._write({**entry, "answer": answer, "executed": True})
             self.answers[key] = answer
+            self.calls[key] = (name, args)
             return {"answer": answer, "replayed": False}
+
+    def _write(self, entry: dict[str, Any]) -> None:
+        os.write(self.fd, (json.dumps(entry) + "\n").encode())
+        os.fsync(self.fd)
+
+
+class KeyConflict(ValueError):
+    """A known key sent with another name or args."""
 
 
 def serve(record: Path, port_file: Path) -> None:
@@ -126,6 +151,8 @@ def serve(record: Path, port_file: Path) -> None:
                 if not key or not isinstance(args, dict):
                     raise ValueError("a call needs a key and dict args")
                 self._reply(200, service.call(key, name, args))
+            except KeyConflict as exc:
+                self._reply(409, str(exc)[:200])
             except (ValueError, KeyError, TypeError) as exc:
                 self._reply(400, str(exc)[:200])
 
@@ -192,7 +219,12 @@ class ToolServer:
                 ) from None
 
     def executions(self) -> list[dict[str, Any]]:
-        """The server's own record, read from its file (durable executions)."""
+        """The executions of the server's own record (durable ones)."""
+        return [e for e in self.requests() if e["executed"]]
+
+    def requests(self) -> list[dict[str, Any]]:
+        """Every request of the server's own record, read from its file:
+        executed, replayed (``executed`` false) or ``refused``."""
         if not self.record.exists():
             return []
         out = []
@@ -221,7 +253,7 @@ def call(url: str, key: str, name: str, args: Any, *, deadline: float = CALL_DEA
             with urllib.request.urlopen(request, timeout=CALL_TIMEOUT) as response:
                 return json.loads(response.read())["answer"]
         except (OSError, urllib.error.URLError, ValueError) as exc:
-            if isinstance(exc, urllib.error.HTTPError) and exc.code == 400:
+            if isinstance(exc, urllib.error.HTTPError) and exc.code in (400, 409):
                 raise ToolServerError(f"the tool refused {name}: {exc.read()[:200]!r}") from None
             if time.monotonic() > end:
                 raise ToolServerError(

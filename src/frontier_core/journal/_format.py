@@ -52,9 +52,14 @@ take the middle of the journal for a torn tail. Bodies::
 
 Versions: 3 added the turn and answer kinds, and is what this library
 writes. A version-2 journal (written before them) is read as it was; a
-version-2 journal that this library continues may then hold turn and answer
-frames (its next compaction rewrites its header at version 3). A reader of
-version 2 refuses a version-3 journal by its header.
+version-2 journal that this library continues keeps its header (the header
+is not rewritten in place) and may then hold turn and answer frames until
+its next compaction rewrites the header at version 3. A reader of version 2
+refuses a version-3 journal by its header (``JournalVersionError``); it
+refuses such a continued version-2 journal only at its first turn or answer
+frame, as a malformed body (an unknown kind: ``JournalCorruptError`` naming
+its offset), never by skipping it: a downgrade fails loudly either way, but
+by header only after a compaction.
 
 The key is ``JournalHeader.key``: the CRC-32 of the fingerprint's UTF-8, a
 zero byte, the lineage id's UTF-8, a zero byte and the 16 bytes of the

@@ -32,11 +32,13 @@ fencing rules above deciding which attempt a record belongs to (``a < c``,
 or ``a == c`` after a seal: fenced, ignored):
 
 * a ``Turn`` of the current attempt is appended when the episode holds
-  exactly ``turn`` turns and none is pending;
+  exactly ``turn`` turns, none is pending and the last one made a call (a
+  turn without a call is the episode's last: nothing follows it);
 * a ``Turn`` of a newer attempt (or of a sibling with no state) continues
   the episode: it keeps the first ``turn`` turns, which must be answered
-  (``turn`` at most the answered turns: 0 restarts the episode), and
-  becomes the sibling's state under the new attempt;
+  turns that made a call (``turn`` at most the answered turns, and not
+  past a turn without a call: 0 restarts the episode), and becomes the
+  sibling's state under the new attempt;
 * an ``Answer`` of the current or a newer attempt answers the pending call
   of its turn, with its key: the episode's turns (all of them) continue
   under the answer's attempt (a newer attempt retried the call under the
@@ -45,11 +47,14 @@ or ``a == c`` after a seal: fenced, ignored):
   an unknown key or turn) raises ``JournalEpisodeError``: the single
   writer checks with this same rule (``advance``) before it journals.
 
-A ``Sealed`` or a ``Progress`` of a newer attempt, and a ``Sealed`` of the
-current one, end the episode (its turns are dropped: a seal holds the
-finished sample, a newer progress restarts the sibling); a ``Progress`` or
-``Extend`` of the current attempt changes only the payload (the tokens of a
-turn being generated), not the turns.
+A ``Sealed`` of the current attempt ends the episode and keeps its turns:
+the sealed state holds the finished sample (the policy's tokens, joined,
+with the reward) *and* the transcript a trainer masks (each turn's tokens,
+call, answer and state), so a seal that was not trained before a crash
+gives both back. A ``Sealed`` or a ``Progress`` of a newer attempt drops the
+turns (a newer progress restarts the sibling); a ``Progress`` or ``Extend``
+of the current attempt changes only the payload (the tokens of a turn being
+generated), not the turns.
 
 Fenced records (and ignored extends) are ignored rather than refused: they are the expected trace
 of a race the single writer lost (the journal is a log of what was said, not
@@ -115,8 +120,8 @@ class TurnState:
 class SiblingState:
     """One sibling after replay: its current ``attempt`` and ``payload``,
     which is that attempt's sealed sample if ``sealed``, else its latest
-    progress; and, for an episode, its durable ``turns`` (empty once
-    sealed)."""
+    progress; and, for an episode, its durable ``turns`` (kept by the
+    attempt's seal: the sealed episode's transcript)."""
 
     attempt: int
     payload: Payload
@@ -147,8 +152,8 @@ class SiblingState:
         """The records whose replay from nothing is this state: ``record``
         for a sibling without turns; else each turn and its answer under
         the current attempt (the keys stay those the calls were made
-        with), then the payload's progress if it holds tokens of the next
-        turn."""
+        with), then the seal, or the payload's progress if it holds tokens
+        of the next turn."""
         if not self.turns:
             return (self.record(ordinal, sibling),)
         out: list[Record] = []
@@ -157,7 +162,9 @@ class SiblingState:
             out.append(Turn(ordinal, sibling, a, i, t.tokens, t.call))
             if t.call is not None and t.answer is not None:
                 out.append(Answer(ordinal, sibling, a, i, t.call.key, t.answer, t.state))
-        if self.payload != NO_TOKENS:
+        if self.sealed:
+            out.append(Sealed(ordinal, sibling, a, self.payload))
+        elif self.payload != NO_TOKENS:
             out.append(Progress(ordinal, sibling, a, self.payload))
         return tuple(out)
 
@@ -256,21 +263,24 @@ def _episode(current: SiblingState | None, record: Turn | Answer) -> SiblingStat
     t = record.turn
     if isinstance(record, Turn):
         if same:
-            if t != len(turns) or (turns and turns[-1].pending):
+            last = turns[-1] if turns else None
+            if t != len(turns) or (last is not None and (last.pending or last.call is None)):
                 raise JournalEpisodeError(
                     record.ordinal,
                     record.sibling,
                     f"turn {t} of attempt {a}, but the episode holds {len(turns)} turns"
-                    + (" and a call pending" if turns and turns[-1].pending else ""),
+                    + (" and a call pending" if last is not None and last.pending else "")
+                    + (", the last without a call" if last is not None and not last.call else ""),
                 )
         else:
             held = 0 if current is None else current.answered
-            if t > held:
+            if t > held or (t and turns[t - 1].call is None):
                 raise JournalEpisodeError(
                     record.ordinal,
                     record.sibling,
                     f"attempt {a} continues the episode at turn {t}, but it holds only "
-                    f"{held} answered turns",
+                    f"{held} answered turns"
+                    + (f", turn {t - 1} without a call" if t and t <= held else ""),
                 )
         return SiblingState(
             a, NO_TOKENS, False, (*turns[:t], TurnState(record.payload, record.call))
@@ -311,11 +321,10 @@ def advance(current: SiblingState | None, record: SiblingRecord) -> SiblingState
             False,
             current.turns,
         )
-    # A progress of the current attempt keeps the episode's turns; a seal,
-    # or any record of a newer attempt, ends them.
-    keep = (
-        isinstance(record, Progress) and current is not None and record.attempt == current.attempt
-    )
+    # A record of the current attempt keeps the episode's turns (a seal: as
+    # the sealed episode's transcript); any record of a newer attempt ends
+    # them.
+    keep = current is not None and record.attempt == current.attempt
     return SiblingState(
         record.attempt,
         record.payload,

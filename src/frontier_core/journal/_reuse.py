@@ -150,7 +150,9 @@ def reusable(state: JournalState, policy: Reuse, *, fork: int, step: int) -> Jou
     for ordinal, group in state.groups.items():
         kept: dict[int, SiblingState] = {}
         for sibling, st in group.items():
-            if st.turns:
+            if st.turns and not (st.sealed and _young_whole(st, policy.max_age, fork, step)):
+                # A sealed episode young throughout is kept sealed, like a
+                # sample; else its young leading turns are continued.
                 episode = _young_episode(st, policy.max_age, fork, step)
                 if episode is not None:
                     kept[sibling] = episode
@@ -168,6 +170,13 @@ def reusable(state: JournalState, policy: Reuse, *, fork: int, step: int) -> Jou
     return JournalState(MappingProxyType(groups), state.fenced, state.reserved)
 
 
+def _young_whole(st: SiblingState, max_age: int, fork: int, step: int) -> bool:
+    payload = st.payload
+    return isinstance(payload, TokenPayload) and _young_prefix(payload, max_age, fork, step) == len(
+        payload
+    )
+
+
 def _young_episode(st: SiblingState, max_age: int, fork: int, step: int) -> SiblingState | None:
     """An episode's leading turns whose every token is within ``max_age``
     (and its partial turn's young prefix, if all of them are), or ``None``
@@ -183,7 +192,9 @@ def _young_episode(st: SiblingState, max_age: int, fork: int, step: int) -> Sibl
     if young < len(st.turns):
         return SiblingState(st.attempt, NO_TOKENS, False, st.turns[:young])
     payload = st.payload
-    if isinstance(payload, TokenPayload):
+    if st.sealed:
+        payload = NO_TOKENS  # the seal is not young whole: its turns are continued
+    elif isinstance(payload, TokenPayload):
         payload = truncated(payload, _young_prefix(payload, max_age, fork, step))
     else:
         payload = NO_TOKENS  # no versions to age

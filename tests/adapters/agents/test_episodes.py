@@ -19,10 +19,11 @@ from frontier_adapters import Run, SequenceSource
 from frontier_adapters.agents import Pending, drive
 from frontier_adapters.examples.cpu_engine import CpuEngine, CpuSamplingParams, TinyCausalLM
 
-from frontier_core import Lease, LedgerConfig
+from frontier_core import FailurePolicy, Granularity, Lease, LedgerConfig
 from frontier_core.journal import (
     BytesPayload,
     JournalEpisodeError,
+    JournalError,
     JsonPayload,
     SiblingState,
     TokenPayload,
@@ -165,3 +166,189 @@ def test_bad_turns_and_answers_are_typed_errors_and_journal_nothing(tmp_path: Pa
         assert not run.answer(stale, 0, key, BytesPayload(b""))  # fenced, not journaled
         assert run.journal.writer.position == before + 1
         assert run.call_key(lease, 0) == key and run.namespace in key
+
+
+RETRY_CONFIG = LedgerConfig(
+    stream_len=1, samples=1, fingerprint="agents-fail", on_failure=FailurePolicy.RETRY
+)
+TOKENS = TokenPayload.of([5], [-1.0], 0)
+
+
+def _call(run: Run, lease: Lease, turn: int) -> ToolCall:
+    return ToolCall("add", JsonPayload.of({"t": turn}), run.call_key(lease, turn))
+
+
+def test_a_group_dealt_again_starts_its_episodes_afresh_and_the_journal_reopens(
+    tmp_path: Path,
+) -> None:
+    """A life continues an earlier life's episode (its call pending), then
+    its whole group fails: the group's new lease gets no stale episode (the
+    journal's is the failed attempt's), starts at turn 0, and the journal
+    replays."""
+    src = lambda: SequenceSource(["a"])  # noqa: E731
+    run = Run.open(tmp_path, src(), RETRY_CONFIG)
+    (group,) = run.take(1)
+    first = group.leases[0]
+    assert run.turn(first, 0, TOKENS, _call(run, first, 0))
+    run.close()  # a crash with the call pending
+    with Run.open(tmp_path, src(), RETRY_CONFIG) as run:
+        (group,) = run.take(1)
+        second = group.leases[0]
+        recovered = run.episode(second)
+        assert recovered is not None and recovered.pending == _call(run, first, 0)
+        assert run.turn(second, 0, TOKENS, _call(run, second, 0))  # a restart
+        assert run.failed([group.ordinal]).requeued == (group.ordinal,)
+        (again,) = run.take(1)
+        third = again.leases[0]
+        assert third.attempt > second.attempt and run.episode(third) is None
+        with pytest.raises(JournalEpisodeError):
+            run.answer(third, 0, _call(run, first, 0).key, JsonPayload.of(1))
+        assert run.turn(third, 0, TOKENS, _call(run, third, 0))
+        assert run.answer(third, 0, _call(run, third, 0).key, JsonPayload.of(1))
+        mine = run.episode(third)
+    with Run.open(tmp_path, src(), RETRY_CONFIG) as run:
+        (group,) = run.take(1)
+        got = run.episode(group.leases[0])
+        assert got is not None and got.turns == mine.turns  # type: ignore[union-attr]
+
+
+def test_a_sibling_failing_its_group_drops_the_other_siblings_recovered_episodes(
+    tmp_path: Path,
+) -> None:
+    """Under ``Granularity.GROUP`` one sibling's failure fails its group:
+    the other sibling's episode recovered from an earlier life is not handed
+    to its re-dealt lease."""
+    cfg = LedgerConfig(
+        stream_len=1,
+        samples=2,
+        fingerprint="agents-group",
+        on_failure=FailurePolicy.RETRY,
+        granularity=Granularity.GROUP,
+    )
+    run = Run.open(tmp_path, SequenceSource(["a"]), cfg)
+    (group,) = run.take(1)
+    first = group.leases[0]
+    assert run.turn(first, 0, TOKENS, _call(run, first, 0))
+    run.close()  # a crash with sibling 0's call pending
+    with Run.open(tmp_path, SequenceSource(["a"]), cfg) as run:
+        (group,) = run.take(1)
+        zero, one = group.leases
+        assert run.episode(zero) is not None
+        effect = run.fail(one)
+        assert effect.requeued == (group.ordinal,)
+        (again,) = run.take(1)
+        assert [run.episode(lease) for lease in again.leases] == [None, None]
+
+
+def test_a_crash_after_the_last_turn_seals_it_without_generating(tmp_path: Path) -> None:
+    """The last turn (no call) is durable, the seal is not: the continued
+    episode is sealed as it stands; nothing is generated or called."""
+    cfg = LedgerConfig(stream_len=1, samples=1, fingerprint="agents-final")
+    run = Run.open(tmp_path, SequenceSource(["a"]), cfg)
+    (group,) = run.take(1)
+    lease = group.leases[0]
+    assert run.turn(lease, 0, TOKENS, _call(run, lease, 0))
+    assert run.answer(lease, 0, _call(run, lease, 0).key, JsonPayload.of(0))
+    assert run.turn(lease, 1, TokenPayload.of([6], [-1.0], 0))
+    run.journal.writer.sync()
+    run.close()
+    tool = Tool()
+    engine, params = _engine()
+    with Run.open(tmp_path, SequenceSource(["a"]), cfg) as run:
+        (group,) = run.take(1)
+        out = asyncio.run(
+            drive(run, engine, group.leases[0], [2, 3], tool, params=params, max_turns=4)
+        )
+        assert out.effect is not None and out.effect.landed == (0,)
+        run.journal.writer.sync()  # sealed, not trained: a crash
+    assert (out.generated, out.calls, tool.calls) == (0, 0, [])
+    assert out.episode is not None and [t.call is None for t in out.episode.turns] == [False, True]
+    with Run.open(tmp_path, SequenceSource(["a"]), cfg) as run:
+        (group,) = run.take(1)
+        (reused,) = group.reused
+        sealed = run.episode(reused)  # the seal kept the transcript
+        assert sealed is not None and sealed.turns == out.episode.turns
+
+
+def test_a_sealed_episode_gives_back_its_transcript_after_a_crash(tmp_path: Path) -> None:
+    """Sealed, not trained, then a crash: the reused sibling's sample and its
+    episode (each turn's tokens, call, answer and state) come back."""
+    tool = Tool()
+    engine, params = _engine()
+    with Run.open(tmp_path, SequenceSource(PROMPTS), CONFIG) as run:
+        (group,) = run.take(1)
+        outs = [
+            asyncio.run(drive(run, engine, lease, PROMPTS[0], tool, params=params, max_turns=3))
+            for lease in group.leases
+        ]
+        run.journal.writer.sync()  # the seals are durable, nothing trained
+    with Run.open(tmp_path, SequenceSource(PROMPTS), CONFIG) as run:
+        (group, *_) = run.take(1)
+        assert group.complete and len(group.reused) == 2
+        for lease, out in zip(group.reused, outs, strict=True):
+            episode = run.episode(lease)
+            assert episode is not None and out.episode is not None
+            assert episode.turns == out.episode.turns and len(episode.turns) >= 2
+            assert run.sample(lease) == episode.payload and episode.sealed
+
+
+def test_a_turn_retried_after_its_sync_failed_is_journaled_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with Run.open(tmp_path, SequenceSource(PROMPTS), CONFIG) as run:
+        (group, *_) = run.take(1)
+        lease = group.leases[0]
+        sync = run.journal.writer.sync
+        failures = [JournalError("the sync failed")]
+
+        def flaky() -> None:
+            if failures:
+                raise failures.pop()
+            sync()
+
+        monkeypatch.setattr(run.journal.writer, "sync", flaky)
+        call = _call(run, lease, 0)
+        with pytest.raises(JournalError, match="the sync failed"):
+            run.turn(lease, 0, TOKENS, call)
+        before = run.journal.writer.position
+        assert run.turn(lease, 0, TOKENS, call)  # waits for durability, journals nothing
+        assert run.journal.writer.position == before and run.journal.writer.pending == 0
+        assert run.answer(lease, 0, call.key, JsonPayload.of(1))
+        assert run.answer(lease, 0, call.key, JsonPayload.of(1))  # the same again: a no-op
+        assert run.journal.writer.position == before + 1
+        assert run.metrics()["turns"] == 1
+    with Run.open(tmp_path, SequenceSource(PROMPTS), CONFIG) as run:  # replays
+        (group, *_) = run.take(1)
+        got = run.episode(group.leases[0])
+        assert got is not None and len(got.turns) == 1 and got.pending is None
+
+
+class JsonTool(Tool):
+    """Acts with a tuple and answers with one: JSON has only lists."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.args: list[Any] = []
+        self.observed: list[Any] = []
+
+    def act(self, turn: int, tokens: Sequence[int]) -> tuple[str, Any] | None:
+        return ("add", {"v": (turn, 1)})
+
+    async def call(self, name: str, args: Any, key: str) -> tuple[Any, Any]:
+        self.args.append(args)
+        return (len(self.args),), None
+
+    def observe(self, answer: Any) -> Sequence[int]:
+        self.observed.append(answer)
+        return [2 + answer[0] % 14]
+
+
+def test_the_tool_and_observe_get_the_journaled_json_values(tmp_path: Path) -> None:
+    """A fresh call sees what a continuation reads back: the JSON values."""
+    tool = JsonTool()
+    engine, params = _engine()
+    with Run.open(tmp_path, SequenceSource(PROMPTS), CONFIG) as run:
+        (group, *_) = run.take(1)
+        asyncio.run(drive(run, engine, group.leases[0], [2], tool, params=params, max_turns=3))
+    assert tool.args == [{"v": [0, 1]}, {"v": [1, 1]}]
+    assert tool.observed == [[1], [2]]

@@ -270,15 +270,49 @@ def test_a_new_attempt_continues_the_episode_and_fences_the_old_one() -> None:
     assert got.pending is None
 
 
-def test_a_restart_keeps_nothing_and_a_seal_ends_the_episode() -> None:
+def test_a_restart_keeps_nothing_and_a_seal_keeps_the_transcript() -> None:
     recs: list[Record] = [
         Turn(0, 0, 1, 0, tp([1]), call("k0")),
         Turn(0, 0, 2, 0, tp([9]), call("k0'")),
     ]
     got = replay(recs).get(0, 0)
     assert got is not None and got.turns == (TurnState(tp([9]), call("k0'")),)
-    sealed = replay([*recs, Answer(0, 0, 2, 0, "k0'", BytesPayload(b"")), Sealed(0, 0, 2, tp([9]))])
-    assert sealed.get(0, 0) == SiblingState(2, tp([9]), True)
+    done = [
+        *recs,
+        Answer(0, 0, 2, 0, "k0'", JsonPayload.of("a"), JsonPayload.of({"s": 1})),
+        Turn(0, 0, 2, 1, tp([4])),
+        Sealed(0, 0, 2, tp([9, 4])),
+    ]
+    sealed = replay(done)
+    # The seal holds the sample and the episode's transcript: each turn's
+    # tokens, call, answer and state (what a trainer masks), across a crash.
+    transcript = (
+        TurnState(tp([9]), call("k0'"), JsonPayload.of("a"), JsonPayload.of({"s": 1})),
+        TurnState(tp([4])),
+    )
+    assert sealed.get(0, 0) == SiblingState(2, tp([9, 4]), True, transcript)
+    assert replay(compact(done, range(1))) == sealed
+    assert reusable(sealed, Reuse.within(0), fork=0, step=0) == sealed
+    # A newer attempt's seal (a group generated again) is a sample of its own.
+    again = replay([*done, Sealed(0, 0, 3, tp([5]))])
+    assert again.get(0, 0) == SiblingState(3, tp([5]), True)
+
+
+def test_nothing_follows_a_turn_without_a_call() -> None:
+    """A turn without a call is the episode's last: neither its attempt nor
+    a continuation may append a turn after it (a crash between it and the
+    seal leaves an episode to seal, not to continue)."""
+    done: list[Record] = [
+        Turn(0, 0, 1, 0, tp([1]), call("k")),
+        Answer(0, 0, 1, 0, "k", JsonPayload.of(0)),
+        Turn(0, 0, 1, 1, tp([2])),
+    ]
+    for after in (Turn(0, 0, 1, 2, tp([3]), call("k2")), Turn(0, 0, 2, 2, tp([3]))):
+        with pytest.raises(JournalEpisodeError, match="without a call"):
+            replay([*done, after])
+    # A continuation may still replace the last turn, or restart.
+    assert len(replay([*done, Turn(0, 0, 2, 1, tp([7]))]).get(0, 0).turns) == 2  # type: ignore[union-attr]
+    assert len(replay([*done, Turn(0, 0, 2, 0, tp([7]))]).get(0, 0).turns) == 1  # type: ignore[union-attr]
 
 
 @pytest.mark.parametrize(
@@ -325,7 +359,8 @@ def test_fenced_turns_and_answers_are_ignored_not_refused() -> None:
         Answer(0, 0, 3, 0, "k", BytesPayload(b"")),
     ]
     state = replay(recs)
-    assert state.fenced == 4 and state.get(0, 0) == SiblingState(3, tp([1]), True)
+    episode = (TurnState(tp([1]), call("k"), BytesPayload(b"")),)
+    assert state.fenced == 4 and state.get(0, 0) == SiblingState(3, tp([1]), True, episode)
 
 
 def test_progress_of_the_current_attempt_keeps_the_turns_and_compaction_keeps_it() -> None:
@@ -383,6 +418,9 @@ class EpisodeMachine(RuleBasedStateMachine):
         self.life: dict[tuple[int, int], SiblingState | None] = {}
         self.attempts: dict[tuple[int, int], int] = {}
         self.executed: dict[str, int] = {}  # key -> executions
+        self.requests: dict[str, int] = {}  # key -> calls sent to the tool
+        self.retries: dict[str, int] = {}  # key -> lives that found it pending
+        self.abandoned: set[str] = set()  # keys of episodes a failed group dropped
         self.answers: dict[str, JsonPayload] = {}
         self.stale: list[Answer] = []
         self.trained: list[tuple[TurnState, ...]] = []
@@ -395,6 +433,8 @@ class EpisodeMachine(RuleBasedStateMachine):
             got = state.get(*key)
             if got is not None and got.sealed:
                 continue
+            if got is not None and got.pending is not None:
+                self.retries[got.pending.key] = self.retries.get(got.pending.key, 0) + 1
             self.attempt += 1
             self.attempts[key] = self.attempt
             self.life[key] = got
@@ -407,6 +447,14 @@ class EpisodeMachine(RuleBasedStateMachine):
         return new
 
     def _tool(self, key: str) -> JsonPayload:
+        """The tool: every request counted, a key executed once (its
+        contract). A request is sent only for a call whose intent is durable
+        and pending (write-ahead; a retry only after a crash found it so)."""
+        durable = replay(self.durable)
+        assert any(
+            sib.pending is not None and sib.pending.key == key for _o, _s, sib in durable.siblings()
+        ), f"call {key} sent before its intent was durable"
+        self.requests[key] = self.requests.get(key, 0) + 1
         if key not in self.answers:
             self.executed[key] = self.executed.get(key, 0) + 1
             self.answers[key] = JsonPayload.of([key, len(self.answers)])
@@ -426,6 +474,16 @@ class EpisodeMachine(RuleBasedStateMachine):
             self._write(key, Answer(*key, a, len(turns) - 1, pending.key, self._tool(pending.key)))
             return
         t = len(turns)
+        if cur is not None and turns and turns[-1].call is None:
+            # The last turn is durable, its seal was lost: sealed as it
+            # stands, that turn journaled again under this attempt (as the
+            # driver does) so the seal keeps the transcript.
+            done = self._write(key, Turn(*key, a, t - 1, turns[-1].tokens))
+            assert done.turns == turns
+            self.trained.append(turns)
+            self._write(key, Sealed(*key, a, tp([x.tokens.tokens()[0] for x in turns])))
+            del self.life[key]
+            return
         if t >= 3 or data.draw(st.integers(0, 4)) == 0:
             done = self._write(key, Turn(*key, a, t, tp([t])))
             self.trained.append(done.turns)
@@ -441,6 +499,21 @@ class EpisodeMachine(RuleBasedStateMachine):
             self.crash(0)  # between the tool's answer and its record
             return
         self._write(key, Answer(*key, a, t, k, answer))
+
+    @precondition(lambda self: bool(self.life))
+    @rule(data=st.data())
+    def group_fails(self, data: st.DataObject) -> None:
+        """A sibling's group fails whole and is dealt again: its new attempt
+        starts the episode afresh (turn 0), whatever the journal holds (the
+        run hands a re-dealt lease no episode). Its calls made so far keep
+        their effects, in no trained episode."""
+        key = data.draw(st.sampled_from(sorted(self.life)))
+        cur = self.life[key]
+        if cur is not None:
+            self.abandoned.update(t.call.key for t in cur.turns if t.call is not None)
+        self.attempt += 1
+        self.attempts[key] = self.attempt
+        self.life[key] = None
 
     @rule()
     def sync(self) -> None:
@@ -490,6 +563,21 @@ class EpisodeMachine(RuleBasedStateMachine):
     @invariant()
     def side_effects_at_most_once_per_key(self) -> None:
         assert all(n == 1 for n in self.executed.values())
+        # Per logical call: sent once, and again once per life that found
+        # it pending (the retry policy), never more.
+        for key, n in self.requests.items():
+            assert n <= 1 + self.retries.get(key, 0), f"call {key} sent {n} times"
+
+    @invariant()
+    def no_execution_is_orphaned(self) -> None:
+        """Every executed call is in a trained episode or in the durable
+        journal (answered, or pending: to be retried under its key): none
+        was made under an intent a crash lost."""
+        keys = {t.call.key for turns in self.trained for t in turns if t.call is not None}
+        keys |= self.abandoned
+        for _o, _s, sib in replay(self.durable).siblings():
+            keys.update(t.call.key for t in sib.turns if t.call is not None)
+        assert set(self.executed) <= keys, sorted(set(self.executed) - keys)
 
     @invariant()
     def no_stale_answer_is_trained(self) -> None:
