@@ -485,7 +485,28 @@ class Run:
         return Share.tiling(self.world, base=self.base)
 
     def key(self) -> tuple[object, ...]:
-        return (self.base, self.world, self.ledgers, self.resolved)
+        """The state up to the attempt numbering: a resume carries the
+        ranks' highest attempt counter, so every crash raises it and the
+        numbers alone would make the state space infinite; coverage depends
+        on each group's status and failure count, not on which number its
+        attempt got."""
+        return (
+            self.base,
+            self.world,
+            tuple(
+                (
+                    ledger.cut,
+                    ledger.next_ordinal,
+                    ledger.exhausted,
+                    tuple(
+                        (ledger.status(o), ledger.attempts(o))
+                        for o in range(ledger.cut, ledger.next_ordinal)
+                    ),
+                )
+                for ledger in self.ledgers
+            ),
+            self.resolved,
+        )
 
     def _resolve(self, ordinals: list[int], how: str) -> frozenset[int]:
         twice = [g for g in ordinals if g in self.resolved]
