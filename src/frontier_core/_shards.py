@@ -175,10 +175,10 @@ class Share:
 
     def config(self, config: LedgerConfig) -> LedgerConfig:
         """The configuration of this share's local ledger, from the global
-        stream's: the same policy, the local length and fingerprint."""
-        return LedgerConfig(
-            on_failure=config.on_failure,
-            max_attempts=config.max_attempts,
+        stream's: the same policy, group size and window, the local length
+        and fingerprint."""
+        return attrs.evolve(
+            config,
             stream_len=self.local_len(config.stream_len),
             fingerprint=self.fingerprint(config.fingerprint),
         )
@@ -569,10 +569,15 @@ def merge_shards(
     dropped: list[list[Range]] = []
     retained: list[list[Range]] = []
     attempts: list[tuple[int, int]] = []
+    sealed: list[tuple[int, int, int]] = []
+    sizes = {s.checkpoint.samples for s in by_rank}
+    if len(sizes) > 1:
+        raise ShardMismatchError(f"the ranks' groups have different sizes {sorted(sizes)}")
     cut: int | None = None
     for s in by_rank:
         c = s.checkpoint
         share = s.share
+        sealed.extend((share.global_ordinal(o), sib, a) for o, sib, a in c.sealed)
         resolved.append(
             _union(_union([(0, c.cut)] if c.cut else [], c.trained_above_cut), c.dropped_above_cut)
         )
@@ -602,6 +607,7 @@ def merge_shards(
     all_resolved = interleave(resolved, base, world)
     all_dropped = _above(interleave(dropped, base, world), floor)
     attempts.sort()
+    sealed.sort()
     return Checkpoint(
         cut=cut,
         trained_above_cut=_above(_subtract(all_resolved, all_dropped), floor),
@@ -610,6 +616,11 @@ def merge_shards(
         attempts=attempts,
         fingerprint=global_fp,
         stream_len=stream_len,
+        samples=sizes.pop(),
+        # Each rank numbers its own attempts; the highest counter is above
+        # every attempt of every rank, so any rank may resume from it.
+        next_attempt=max(s.checkpoint.next_attempt for s in by_rank),
+        sealed=sealed,
     )
 
 
@@ -640,6 +651,10 @@ def split_checkpoint(
     for o, n in checkpoint.attempts:
         row, r = divmod(o - base, world)
         attempts[r].append((row, n))
+    sealed: list[list[tuple[int, int, int]]] = [[] for _ in range(world)]
+    for o, sib, a in checkpoint.sealed:
+        row, r = divmod(o - base, world)
+        sealed[r].append((row, sib, a))
     out = []
     for share in shares:
         t, d = trained[share.rank], dropped[share.rank]
@@ -661,6 +676,9 @@ def split_checkpoint(
             attempts=attempts[share.rank],
             fingerprint=share.fingerprint(checkpoint.fingerprint),
             stream_len=share.local_len(checkpoint.stream_len),
+            samples=checkpoint.samples,
+            next_attempt=checkpoint.next_attempt,
+            sealed=sealed[share.rank],
         )
         out.append(ShardCheckpoint(share, step, local))
     return tuple(out)

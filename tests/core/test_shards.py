@@ -485,7 +485,28 @@ class Run:
         return Share.tiling(self.world, base=self.base)
 
     def key(self) -> tuple[object, ...]:
-        return (self.base, self.world, self.ledgers, self.resolved)
+        """The state up to the attempt numbering: a resume carries the
+        ranks' highest attempt counter, so every crash raises it and the
+        numbers alone would make the state space infinite; coverage depends
+        on each group's status and failure count, not on which number its
+        attempt got."""
+        return (
+            self.base,
+            self.world,
+            tuple(
+                (
+                    ledger.cut,
+                    ledger.next_ordinal,
+                    ledger.exhausted,
+                    tuple(
+                        (ledger.status(o), ledger.attempts(o))
+                        for o in range(ledger.cut, ledger.next_ordinal)
+                    ),
+                )
+                for ledger in self.ledgers
+            ),
+            self.resolved,
+        )
 
     def _resolve(self, ordinals: list[int], how: str) -> frozenset[int]:
         twice = [g for g in ordinals if g in self.resolved]
@@ -818,3 +839,66 @@ def test_a_resume_refuses_a_record_of_another_share() -> None:
         Ledger.resume(Share(0, 3, 1).config(config), record.checkpoint, load_replay_buffer=False)
     with pytest.raises(IllegalTransitionError):
         run.apply(1, "train", [0])
+
+
+@pytest.mark.parametrize("world", [1, 2, 3])
+def test_groups_of_n_keep_their_size_counter_and_held_siblings_across_a_reshard(
+    world: int,
+) -> None:
+    """A rank's ledger keeps the run's group size, and a reshard carries the
+    group size, an attempt counter above every rank's attempts, and the
+    sealed siblings saved with the records, each to the rank that now owns
+    its group, where a dispatch reuses it instead of generating it again."""
+    config = LedgerConfig(
+        stream_len=12, samples=2, fingerprint=FP, on_failure=FailurePolicy.RETRY
+    )
+    shares = Share.tiling(2)
+    shards = []
+    for share in shares:
+        local = share.config(config)
+        assert (local.samples, local.granularity) == (2, config.granularity)
+        ledger = Ledger.start(local).stamp(3).ledger.dispatch([0, 1]).ledger
+        # Rank 1 dealt more attempts than rank 0 (a restart).
+        first = sorted(ledger.running())[0]
+        ledger = ledger.seal([first]).ledger
+        if share.rank:
+            ledger = ledger.fail_sample([sorted(ledger.running())[-1]]).ledger
+            ledger = ledger.restart([(1, 1)]).ledger
+        shards.append(ShardCheckpoint(share, 7, ledger.checkpoint()))
+    top = max(s.checkpoint.next_attempt for s in shards)
+    held = {
+        (s.share.global_ordinal(o), sib, a) for s in shards for o, sib, a in s.checkpoint.sealed
+    }
+    assert len(held) == 2
+    merged = merge_shards(shards)
+    assert (merged.samples, merged.next_attempt, set(merged.sealed)) == (2, top, held)
+    plan = reshard(shards, world)
+    assert {r.checkpoint.samples for r in plan} == {2}
+    assert {r.checkpoint.next_attempt for r in plan} == {top}
+    back = {(r.share.global_ordinal(o), s, a) for r in plan for o, s, a in r.checkpoint.sealed}
+    assert back == held
+    for r in plan:
+        resumed = Ledger.resume(
+            r.share.config(config),
+            r.checkpoint,
+            load_replay_buffer=True,
+            sealed=r.checkpoint.sealed,
+        )
+        ledger = resumed.ledger.stamp(6).ledger
+        pending = list(ledger.ordinals(Status.PENDING))
+        step = ledger.dispatch(pending)
+        reused = {(r.share.global_ordinal(o), s, a) for o, s, a in step.effect.reused}
+        assert reused == {x for x in held if r.share.owns(x[0])}
+        assert all(x.attempt >= top for x in step.effect.leases)
+
+
+def test_a_merge_refuses_ranks_with_groups_of_different_sizes() -> None:
+    shares = Share.tiling(2)
+    shards = [
+        ShardCheckpoint(
+            share, 0, Checkpoint(cut=0, fingerprint=share.fingerprint(FP), samples=1 + share.rank)
+        )
+        for share in shares
+    ]
+    with pytest.raises(ShardMismatchError, match="sizes"):
+        merge_shards(shards)
