@@ -36,10 +36,19 @@ from frontier_core.journal import TokenPayload
 
 from .._service import Assignment
 from .._sources import SequenceSource
-from ..ray._actors import LedgerActor
+from ..ray._actors import LedgerActor, LedgerTimeoutError, ledger_call
 from ..verify.local_ray import init_ray
 
 WORKERS = 8
+#: The most seconds one run (a fresh ledger actor, every prompt trained)
+#: may take, on the driver and in each rollout actor's pump: a stuck
+#: ledger or actor fails the bench with ``LedgerTimeoutError``.
+RUN_DEADLINE = 600.0
+
+
+def _check_deadline(deadline: float, what: str) -> None:
+    if time.monotonic() > deadline:
+        raise LedgerTimeoutError(f"{what} did not finish within {RUN_DEADLINE} s")
 
 
 def _sample(ordinal: int) -> TokenPayload:
@@ -59,8 +68,10 @@ class PumpRollout:
 
     def pump(self, ledger: Any, per_call: int, max_ahead: int) -> int:
         done = 0
+        deadline = time.monotonic() + RUN_DEADLINE
         while True:
-            got: Assignment = ray.get(ledger.take.remote(per_call, max_ahead=max_ahead))
+            _check_deadline(deadline, "a rollout actor's pump (the stream never exhausted)")
+            got: Assignment = ledger_call(ledger.take.remote(per_call, max_ahead=max_ahead))
             if got.throttled:
                 time.sleep(0.002)
                 continue
@@ -73,7 +84,7 @@ class PumpRollout:
                 sealed.append((task.lease, _sample(task.lease.ordinal)))
                 if len(sealed) >= self.report_every or task is got.tasks[-1]:
                     report = ledger.report.remote(sealed=sealed, incarnation=got.incarnation)
-                    done += ray.get(report).sealed
+                    done += ledger_call(report).sealed
                     sealed = []
 
     def generate_only(self, count: int) -> list[Any]:
@@ -94,23 +105,25 @@ def _with_ledger(
     """Seconds to train ``prompts`` through a fresh ledger actor; steps."""
     source = SequenceSource(list(range(prompts)), batch_size=64)
     ledger = LedgerActor.remote(source, LedgerConfig(stream_len=prompts))
-    ray.get(ledger.ping.remote())
+    ledger_call(ledger.ping.remote())
     start = time.perf_counter()
     # Back pressure as in a real run: at most 4 steps' worth of groups
     # leased or buffered, so each step's checkpoint state stays small.
     pumps = [w.pump.remote(ledger, per_call, 4 * groups_per_step) for w in workers]
     steps = 0
+    deadline = time.monotonic() + RUN_DEADLINE
     while True:
-        batch = ray.get(ledger.batch.remote(groups_per_step))
+        _check_deadline(deadline, f"training {prompts} prompts through the ledger actor")
+        batch = ledger_call(ledger.batch.remote(groups_per_step))
         if batch:
             steps += 1
-            snap = ray.get(ledger.trained.remote([g.ordinal for g in batch], step=steps))
+            snap = ledger_call(ledger.trained.remote([g.ordinal for g in batch], step=steps))
             if snap.drained:
                 break
         else:
             time.sleep(0.001)
     seconds = time.perf_counter() - start
-    assert sum(ray.get(pumps)) == prompts
+    assert sum(ray.get(pumps, timeout=RUN_DEADLINE)) == prompts
     ray.kill(ledger)
     return seconds, steps
 
@@ -118,7 +131,7 @@ def _with_ledger(
 def _without_ledger(workers: Sequence[Any], prompts: int) -> float:
     start = time.perf_counter()
     share = -(-prompts // len(workers))
-    ray.get([w.generate_only.remote(share) for w in workers])
+    ray.get([w.generate_only.remote(share) for w in workers], timeout=RUN_DEADLINE)
     return time.perf_counter() - start
 
 
@@ -155,7 +168,7 @@ def bench_ray(
         pump: Any = ray.remote(num_cpus=0)(PumpRollout)
         free = [pump.remote(0.0, report_every) for _ in range(WORKERS)]
         slow = [pump.remote(latency, report_every) for _ in range(WORKERS)]
-        ray.get([w.ready.remote() for w in free + slow])
+        ray.get([w.ready.remote() for w in free + slow], timeout=RUN_DEADLINE)
         capacity: list[float] = []
         generation: list[float] = []
         through: list[float] = []

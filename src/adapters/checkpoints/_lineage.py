@@ -22,6 +22,12 @@ from ._sealed import check_sealed, is_int, parse_json, sealed_bytes
 #: binding's ``COMMIT``).
 _LINEAGE_KEYS: Final = frozenset({"format", "version", "lineage", "sha256"})
 
+#: The version of both kinds whose entries name their parents.
+_PARENTS_SINCE: Final = 2
+
+#: An owned lineage file's owner: a writer's token.
+_OWNER: Final = re.compile(r"^[0-9a-f]{16}$")
+
 _E = TypeVar("_E")
 _T = TypeVar("_T")
 
@@ -66,6 +72,11 @@ class LineageFile(Generic[_E]):
     step_of: Callable[[_E], int]
     dir_of: Callable[[_E], str]
     to_json: Callable[[_E], dict[str, Any]]
+    #: The file of ``version`` also names its owner (``"owner"``: a
+    #: writer's token), so that a writer claims the root by rewriting it
+    #: with the same lineage: the file's bytes, hence its version on any
+    #: store (an ETag is a digest of them), change (``COMMIT``).
+    owned: bool = False
 
 
 @attrs.frozen
@@ -142,12 +153,17 @@ def parse_lineage(shown: Path | str, data: bytes, kind: LineageFile[_E]) -> list
     doc = parse_json(data, shown, "garbled")
     if not isinstance(doc, dict):
         raise CheckpointFileError(shown, "garbled: not a JSON object")
-    check_sealed(shown, doc, kind.format, kind.version, _LINEAGE_KEYS, kind.also_reads)
+    keys = _LINEAGE_KEYS
+    if kind.owned and doc.get("version") == kind.version:
+        keys = _LINEAGE_KEYS | {"owner"}
+    check_sealed(shown, doc, kind.format, kind.version, keys, kind.also_reads)
+    if "owner" in doc and not (isinstance(doc["owner"], str) and _OWNER.match(doc["owner"])):
+        raise CheckpointFileError(shown, f"bad owner {str(doc['owner'])[:80]!r}")
     lineage = doc["lineage"]
     if not isinstance(lineage, list) or len(lineage) > kind.max_entries:
         raise CheckpointFileError(shown, f"'lineage' must be a list of at most {kind.max_entries}")
     links: list[Link[_E]] = []
-    if doc["version"] == kind.version:
+    if doc["version"] >= _PARENTS_SINCE:
         for raw in lineage:
             if not isinstance(raw, dict) or "parent" not in raw:
                 raise CheckpointFileError(shown, f"bad lineage entry {str(raw)[:200]}")
@@ -352,13 +368,20 @@ def publish_lineage(
     _fs.replace_file(root, root_fd, kind.name, lineage_bytes(kind, lineage))
 
 
-def lineage_bytes(kind: LineageFile[_E], lineage: list[Link[_E]]) -> bytes:
-    """The bytes of a lineage file ``kind`` that lists ``lineage``."""
+def lineage_bytes(
+    kind: LineageFile[_E], lineage: list[Link[_E]], owner: str | None = None
+) -> bytes:
+    """The bytes of a lineage file ``kind`` that lists ``lineage``; an
+    owned kind's names its ``owner`` (required there, refused elsewhere)."""
+    if kind.owned != (owner is not None) or (owner is not None and not _OWNER.match(owner)):
+        raise ValueError(f"{kind.name}: owner {owner!r} does not fit the file")
     doc: dict[str, Any] = {
         "format": kind.format,
         "version": kind.version,
         "lineage": [{**kind.to_json(link.entry), "parent": link.parent} for link in lineage],
     }
+    if owner is not None:
+        doc["owner"] = owner
     return sealed_bytes(doc)
 
 

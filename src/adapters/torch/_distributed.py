@@ -27,8 +27,11 @@ bytes on either. Layout under the root::
 
 Building the checkpointer (collectively) draws a session token on rank 0,
 broadcast to every rank, so a later life never writes into a directory a
-dead one left, and reads ``COMMIT``'s version on rank 0 (creating an empty
-``COMMIT`` in a fresh root, if absent). Writing step ``s``: each rank
+dead one left, and claims the root on rank 0: ``COMMIT`` is rewritten by
+one compare-and-swap against the version read, listing the same lineage
+(none in a fresh root) and naming the new session as its owner (so its
+bytes, hence its version on either store, change), and every
+checkpointer built before is fenced at once. Writing step ``s``: each rank
 creates its files in the step's directory, each once (create-if-absent:
 in a directory a temporary file, fsynced, linked into place, the
 directory fsynced; on an object store one conditional put); the ranks
@@ -38,9 +41,10 @@ exactly its part at this step and only then publishes ``COMMIT`` by one
 compare-and-swap against the version it last saw (in a directory:
 under an ``flock``, a temporary file, fsync, rename, fsync of the root).
 So of two writers publishing at once exactly one wins, and a
-checkpointer built before another one committed (a second job on the
-root, a life from before a resume) is fenced: its commits raise
-``CheckpointConflictError`` and publish nothing. ``COMMIT`` lists the new
+checkpointer built before another one was built or committed (a second
+job on the root, a life from before a resume) is fenced: its commits
+raise ``CheckpointConflictError`` and publish nothing, even when it goes
+on before the newer one has committed anything. ``COMMIT`` lists the new
 checkpoint then its ancestry, up to ``keep``, each entry with every
 part's size and SHA-256 and naming its parent: the checkpoint the run
 continues, chosen as for a checkpoint root's ``LATEST``
@@ -62,7 +66,9 @@ structure (one JSON part per rank of its world, names matching the rank),
 and each part's size (a longer object is refused before its body is read)
 and SHA-256 as committed; in a directory nothing is followed through a
 symlink and a FIFO or device is refused without blocking (the
-``PosixStore``). Tensor parts load with ``torch.load(weights_only=True)``
+``PosixStore``). ``COMMIT`` of version 3 names its owner (the session of
+the checkpointer that last claimed or committed); versions 1 and 2 are
+still read. Tensor parts load with ``torch.load(weights_only=True)``
 (the binding's ``TENSOR_PARTS`` codec). ``COMMIT`` is parsed, continued and
 serialised by the code that does so for a checkpoint root's ``LATEST``
 (``frontier_adapters.checkpoints``'s ``LineageFile``): only its names,
@@ -343,9 +349,10 @@ class TorchCollectives:
 # -- the multi-rank checkpoint ------------------------------------------------------------
 
 ROOT_FORMAT: Final = "frontier_adapters.distributed_checkpoint"
-ROOT_VERSION: Final = 2
-#: Older versions of ``COMMIT`` still read (version 1: step order, no parents).
-ROOT_VERSIONS_READ: Final = (1,)
+ROOT_VERSION: Final = 3
+#: Older versions of ``COMMIT`` still read (version 1: step order, no
+#: parents; version 2: no owner).
+ROOT_VERSIONS_READ: Final = (1, 2)
 COMMIT: Final = "COMMIT"
 MAX_COMMIT_BYTES: Final = 64 << 20
 MAX_KEEP: Final = 64
@@ -548,6 +555,7 @@ _COMMITTED: Final = _LineageFile(
     step_of=lambda e: int(e["step"]),
     dir_of=lambda e: str(e["dir"]),
     to_json=lambda e: e,
+    owned=True,
 )
 
 
@@ -624,14 +632,18 @@ class DistributedCheckpointer:
     """Writes all-or-nothing checkpoints of ``world`` ranks under ``root``
     (a directory, or a URL: ``s3://bucket/prefix``, ``file://...``; see the
     module's docstring). Build one on every rank, collectively: rank 0
-    draws the session token and broadcasts it through ``comm``, reads
-    ``COMMIT``'s version (creating an empty ``COMMIT`` in a fresh root, so
-    that a root with step directories and no ``COMMIT`` is never mistaken
-    for a fresh start): every commit of this checkpointer is a
-    compare-and-swap against the version it last saw, so a checkpointer
-    built before another one committed in this root (two jobs at once, or
-    a life from before a resume) is fenced: its commit raises
-    ``CheckpointConflictError`` and publishes nothing.
+    draws the session token and broadcasts it through ``comm``, and claims
+    the root: it rewrites ``COMMIT`` (creating an empty one in a fresh
+    root, so that a root with step directories and no ``COMMIT`` is never
+    mistaken for a fresh start) with the same lineage and this session as
+    its owner, by a compare-and-swap against the version it read. Every
+    commit of this checkpointer is a compare-and-swap against the version
+    it last saw, so a checkpointer built before another one was built or
+    committed in this root (two jobs at once, or a life from before a
+    resume) is fenced from the moment the newer one is built: its commit
+    raises ``CheckpointConflictError`` and publishes nothing. When the
+    claim itself loses (another job built or committed meanwhile), every
+    rank raises ``CheckpointConflictError``.
 
     ``resumed_from`` (a ``LoadedDistributedCheckpoint`` of this root, or
     its directory; on an object store its name) is the committed
@@ -644,7 +656,10 @@ class DistributedCheckpointer:
     (``CheckpointFileError``) or not in ``root`` (``ValueError``), every
     rank raises ``CheckpointFileError``.
 
-    ``save`` is collective too. ``hook(phase)`` is called with ``"part"``
+    ``save`` is collective too; a save that failed (at its commit, say)
+    may be retried at the same step with the same parts: a part already
+    written with the same bytes counts as written, one with other bytes is
+    refused. ``hook(phase)`` is called with ``"part"``
     once this rank's part is durable, and on rank 0 with ``"commit"`` just
     before ``COMMIT`` is replaced (for crash tests). ``comm=None`` is for a
     single process writing every part itself (``write_part`` per rank, then
@@ -682,27 +697,38 @@ class DistributedCheckpointer:
         #: ``COMMIT``'s version as this checkpointer last saw it (rank 0).
         self._version: str | None = None
         error: str | None = None
+        # A lost claim (another job built or committed meanwhile) is a
+        # conflict on every rank, not a damaged root.
+        conflict = False
         token = secrets.token_hex(8)
         if rank == 0:
             try:
                 # Only rank 0 commits: the other ranks' resumed_from is unused.
                 self._prepare_root(
+                    token,
                     None
                     if resumed_from is None
-                    else _parent_dir(self._where.local, resumed_from, "resumed_from")
+                    else _parent_dir(self._where.local, resumed_from, "resumed_from"),
                 )
+            except CheckpointConflictError as exc:
+                conflict, error = True, str(exc).removeprefix(f"{exc.path}: ")
             except Exception as exc:
                 error = f"{type(exc).__name__}: {exc}"
         if comm is not None:
-            token, error = comm.broadcast_object((token, error))
+            token, error, conflict = comm.broadcast_object((token, error, conflict))
+        if conflict:
+            raise CheckpointConflictError(str(self._where.shown(COMMIT)), str(error))
         if error is not None:
             raise _bad(self._where.shown(COMMIT), f"rank 0 could not prepare the root: {error}")
         self.session: str = token
 
-    def _prepare_root(self, resumed: str | None) -> None:
-        """Read ``COMMIT``'s version, creating an empty ``COMMIT`` if there
-        is none; note ``resumed`` (a directory of the committed lineage) as
-        what this process's run continues."""
+    def _prepare_root(self, session: str, resumed: str | None) -> None:
+        """Claim the root for ``session``: rewrite ``COMMIT`` with the
+        lineage it lists (an empty one in a fresh root) and ``session`` as
+        its owner, by a compare-and-swap against the version read, so that
+        every checkpointer built before is fenced from now on; note
+        ``resumed`` (a directory of the committed lineage) as what this
+        process's run continues."""
         where = self._where
         lineage, version = where.read_commit()
         if resumed is not None:
@@ -712,14 +738,16 @@ class DistributedCheckpointer:
                 _store_root(where.store),
                 old[_on_lineage(where.root, _COMMITTED, old, resumed)].entry,
             )
-        if lineage is None:
-            try:
-                version = where.store.swap(COMMIT, _lineage_bytes(_COMMITTED, []), expected=None)
-            except StoreConflictError as exc:
-                raise CheckpointConflictError(
-                    str(where.shown(COMMIT)), f"created by another writer meanwhile ({exc})"
-                ) from None
-        self._version = version
+        try:
+            self._version = where.store.swap(
+                COMMIT, _lineage_bytes(_COMMITTED, lineage or [], session), expected=version
+            )
+        except StoreConflictError as exc:
+            raise CheckpointConflictError(
+                str(where.shown(COMMIT)),
+                f"another writer created or moved it while this checkpointer claimed the root "
+                f"({exc})",
+            ) from None
 
     def write_part(
         self,
@@ -750,13 +778,26 @@ class DistributedCheckpointer:
             try:
                 self._where.store.create(key, data)
             except StoreConflictError:  # a part, once written, is never replaced
-                raise _bad(self._where.shown(key), "already written in this session") from None
+                if self._existing(key, len(data)) != data:
+                    raise _bad(
+                        self._where.shown(key), "already written in this session, other bytes"
+                    ) from None
+                # The same bytes: written by a save of this step that failed
+                # later (at its commit), so a retry of the save goes on.
             except StoreObjectError as exc:
                 raise _bad(self._where.shown(key), exc.reason) from None
             files.append(PartFile(fname, len(data), hashlib.sha256(data).hexdigest()))
         if self.hook is not None:
             self.hook("part")
         return WrittenPart(rank=rank, world=self.world, step=step, dir=name, files=tuple(files))
+
+    def _existing(self, key: str, size: int) -> bytes | None:
+        """The bytes of part ``key`` already there, ``None`` when they are not
+        ``size`` bytes (or it is gone, or unreadable: not the same part)."""
+        try:
+            return self._where.store.get(key, max_bytes=size)
+        except (StoreLimitError, StoreObjectError):
+            return None
 
     def commit(self, step: int, parts: Sequence[WrittenPart]) -> Path:
         """Commit checkpoint ``step`` from every rank's ``WrittenPart``
@@ -816,7 +857,9 @@ class DistributedCheckpointer:
         lineage = _next_lineage(_COMMITTED, entry, ancestry, self.keep)
         try:
             self._version = where.store.swap(
-                COMMIT, _lineage_bytes(_COMMITTED, lineage), expected=self._version
+                COMMIT,
+                _lineage_bytes(_COMMITTED, lineage, self.session),
+                expected=self._version,
             )
         except StoreConflictError as exc:
             raise self._conflict(step, str(exc)) from None

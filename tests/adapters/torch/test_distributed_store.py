@@ -119,18 +119,20 @@ def test_damage_on_every_store_is_a_typed_error_naming_the_object(root: str) -> 
 
 def test_two_publishers_of_the_same_step_exactly_one_wins(root: str) -> None:
     first = _commit(_checkpointer(root), 1)
+    # Building claims the root: of two writers built in turn, the later one
+    # owns it, whichever commits first.
+    writers = [_checkpointer(root), _checkpointer(root)]
+    parts = [write_parts(ck, 2) for ck in writers]
 
     def publisher(i: int, comm: RankComm) -> Path:
-        def hook(phase: str) -> None:
-            if phase == "commit":  # both built, both wrote every part, neither published
-                comm.wait()
-
-        return _commit(_checkpointer(root, hook=hook), 2)
+        comm.wait()  # both built, both wrote every part, neither published
+        return writers[i].commit(2, parts[i])
 
     out = on_threads(2, publisher)
     won = [r for r in out if isinstance(r, Path)]
     lost = [r for r in out if isinstance(r, CheckpointConflictError)]
     assert len(won) == 1 and len(lost) == 1, out
+    assert out[1] == won[0]
     assert committed_checkpoints(root) == [won[0], first]
     loaded = read_distributed_checkpoint(root, fingerprint=FP)
     assert loaded is not None and loaded.path == won[0]
@@ -171,3 +173,70 @@ def test_a_collective_save_that_lost_raises_the_conflict_on_every_rank(root: str
     assert all(isinstance(e, CheckpointConflictError) for e in out), out
     loaded = read_distributed_checkpoint(root, fingerprint=FP)
     assert loaded is not None and loaded.step == 1
+
+
+def test_a_life_from_before_a_resume_is_fenced_once_the_resume_is_built(root: str) -> None:
+    one = _commit(_checkpointer(root), 1)
+    old = _checkpointer(root)  # the life that committed on, presumed dead
+    loaded = read_distributed_checkpoint(root, fingerprint=FP)
+    assert loaded is not None
+    new = _checkpointer(root, resumed_from=loaded)  # built, nothing committed yet
+    before = open_store(root).get("COMMIT", max_bytes=1 << 20)
+    with pytest.raises(CheckpointConflictError, match="another writer committed"):
+        _commit(old, 2)  # the old life goes on after the new one was built
+    assert open_store(root).get("COMMIT", max_bytes=1 << 20) == before
+    assert committed_checkpoints(root) == [one]
+    two = _commit(new, 2)
+    assert committed_checkpoints(root) == [two, one]
+    with pytest.raises(CheckpointConflictError):
+        _commit(old, 3)
+
+
+def test_a_lost_race_to_claim_a_fresh_root_is_a_conflict_on_every_rank(
+    root: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    kind = type(open_store(root))
+    swap = kind.swap
+
+    def racing(self: Any, key: str, data: bytes, *, expected: str | None) -> str:
+        if key == "COMMIT" and expected is None:  # another job creates it meanwhile
+            swap(self, key, data, expected=None)
+        return swap(self, key, data, expected=expected)
+
+    monkeypatch.setattr(kind, "swap", racing)
+    out = on_threads(
+        2,
+        lambda rank, comm: DistributedCheckpointer(
+            root, rank=rank, world=2, fingerprint=FP, comm=comm
+        ),
+    )
+    assert all(type(e) is CheckpointConflictError for e in out), out
+    assert all("another writer created or moved it" in str(e) for e in out), out
+
+
+def test_a_save_that_failed_at_its_commit_can_be_retried(root: str) -> None:
+    fail = [True]
+
+    def hook(phase: str) -> None:
+        if phase == "commit" and fail:
+            fail.clear()
+            raise OSError("the store hiccupped")
+
+    built = on_threads(
+        2,
+        lambda rank, comm: DistributedCheckpointer(
+            root, rank=rank, world=2, fingerprint=FP, comm=comm, hook=hook
+        ),
+    )
+    out = on_threads(2, lambda rank, comm: built[rank].save(5, {"rank": rank}))
+    assert all(isinstance(e, CheckpointFileError) for e in out), out
+    assert all("hiccupped" in str(e) for e in out), out
+    assert committed_checkpoints(root) == []
+    # Other bytes at the same step are still refused, on every rank.
+    out = on_threads(2, lambda rank, comm: built[rank].save(5, {"rank": rank, "x": 1}))
+    assert all("other bytes" in str(e) for e in out), out
+    out = on_threads(2, lambda rank, comm: built[rank].save(5, {"rank": rank}))
+    assert all(isinstance(p, Path) for p in out), out
+    loaded = read_distributed_checkpoint(root, fingerprint=FP)
+    assert loaded is not None and loaded.step == 5
+    assert [p.json_part for p in loaded.parts] == [{"rank": 0}, {"rank": 1}]

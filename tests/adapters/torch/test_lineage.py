@@ -37,6 +37,7 @@ from hypothesis.stateful import (
 
 torch = pytest.importorskip("torch")
 
+from frontier_adapters.checkpoints import CheckpointConflictError  # noqa: E402
 from frontier_adapters.torch import (  # noqa: E402
     CheckpointFileError,
     CheckpointFileVersionError,
@@ -526,6 +527,7 @@ def test_a_process_that_read_nothing_continues_the_newest(tmp_path: Path) -> Non
 
 def _to_version_1(doc: dict[str, Any]) -> None:
     doc["version"] = 1
+    doc.pop("owner", None)  # COMMIT's, since version 3
     for entry in doc["lineage"]:
         del entry["parent"]
 
@@ -558,12 +560,34 @@ def test_a_version_1_commit_is_read_as_the_chain_it_lists(tmp_path: Path) -> Non
     assert loaded is not None and loaded.step == 2
     three = _commit(tmp_path, 3)
     doc = json.loads((tmp_path / "COMMIT").read_text())
-    assert doc["version"] == 2
+    assert doc["version"] == 3
     assert [(e["dir"], e["parent"]) for e in doc["lineage"]] == [
         (three.name, dirs[1]),
         (dirs[1], dirs[0]),
         (dirs[0], None),
     ]
+
+
+def test_a_version_2_commit_is_read_and_its_writer_fenced_by_a_new_build(
+    tmp_path: Path,
+) -> None:
+    dirs = [_commit(tmp_path, step).name for step in (1, 2)]
+    old = DistributedCheckpointer(tmp_path, rank=0, world=1, fingerprint=FP, comm=None)
+    rewrite(tmp_path / "COMMIT", lambda d: (d.update(version=2), d.pop("owner")))
+    assert [p.name for p in committed_checkpoints(tmp_path)] == dirs[::-1]
+    DistributedCheckpointer(tmp_path, rank=0, world=1, fingerprint=FP, comm=None)
+    doc = json.loads((tmp_path / "COMMIT").read_text())
+    assert doc["version"] == 3 and [e["dir"] for e in doc["lineage"]] == dirs[::-1]
+    with pytest.raises(CheckpointConflictError):
+        old.save(3, {})
+
+
+@pytest.mark.parametrize("owner", [None, 7, "../x", "0" * 15])
+def test_a_forged_commit_owner_is_refused(tmp_path: Path, owner: Any) -> None:
+    _commit(tmp_path, 1)
+    rewrite(tmp_path / "COMMIT", lambda d: d.update(owner=owner))
+    with pytest.raises(CheckpointFileError, match="bad owner"):
+        committed_checkpoints(tmp_path)
 
 
 @pytest.mark.parametrize(
