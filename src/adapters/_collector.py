@@ -53,6 +53,7 @@ from frontier_core import (
     Sibling,
     Status,
 )
+from frontier_core._errors import shown
 
 from ._errors import ConcurrentUseError, StreamMisalignedError
 from ._state import KEY_FORMAT, KEY_VERSION, check_state
@@ -298,10 +299,13 @@ class StreamCollector:
         """Up to ``n`` pending groups (see ``Taken``), retried ones first.
         Raises ``IllegalTransitionError`` when the attempts they need would
         pass the ledger's ``attempt_limit`` (a collector bound to a journal
-        reserves them first), and what the journal raises."""
+        reserves them first), what the journal raises, and ``ValueError``
+        (taking nothing) unless ``n`` is an int >= 0."""
         return self._take_groups(n, whole=False)
 
     def _take_groups(self, n: int, *, whole: bool) -> list[Taken]:
+        if type(n) is not int or n < 0:
+            raise ValueError(f"take: n must be an int >= 0, got {shown(n)}")
         chosen, retried = self._choose(n)
         try:
             return self._take(chosen, whole=whole)

@@ -72,9 +72,10 @@ to the journal, the next ones before each dispatch or restart), and a
 resumed incarnation starts at or above the last reservation (the journal's
 ``attempt_floor`` includes it): every lease of a previous incarnation is
 below this incarnation's first attempt (``floor``) and stale for good.
-Without a journal nothing durable numbers the attempts, so a report names
-the incarnation it answers (``Assignment.incarnation``): the answers of a
-lost incarnation's workers are refused by that name (and it must be given).
+Without a journal nothing durable numbers the attempts, so a report or a
+release names the incarnation it answers (``Assignment.incarnation``): a
+lost incarnation's answers and releases are refused by that name (and it
+must be given).
 
 Rules of the house: every coverage and fencing decision is the ledger's; the
 service pre-checks currency only so that an unknown or foreign attempt is
@@ -401,7 +402,13 @@ class LedgerService:
     def take(self, n: int, *, max_ahead: int | None = None) -> Assignment:
         """Up to ``n`` sibling tasks, restarted ones first, dispatching
         groups as needed. With ``max_ahead``, no new group is dispatched while
-        that many groups are open (dispatched, not complete) or buffered."""
+        that many groups are open (dispatched, not complete) or buffered.
+        Raises ``ValueError`` (taking nothing) unless ``n`` is an int >= 0
+        and ``max_ahead`` None or an int >= 1 (0 would never dispatch)."""
+        if type(n) is not int or n < 0:
+            raise ValueError(f"take: n must be an int >= 0, got {shown(n)}")
+        if max_ahead is not None and (type(max_ahead) is not int or max_ahead < 1):
+            raise ValueError(f"take: max_ahead must be None or an int >= 1, got {shown(max_ahead)}")
         if not self._checkpointed:
             raise RuntimeError(
                 "take before the first checkpoint: write checkpoint(step=0) durably first, so "
@@ -455,16 +462,10 @@ class LedgerService:
         progress_items = [(_lease(x), _payload(p)) for x, p in progress]
         sealed_items = [(_lease(x), _payload(p)) for x, p in sealed]
         failed_items = [_lease(x) for x in failed]
-        if incarnation is None and self._journal is None:
-            raise ValueError(
-                "a service without a journal needs the report's incarnation= (the "
-                "Assignment's): nothing else fences a lost incarnation's answers"
-            )
-        if incarnation is not None and incarnation != self._incarnation:
-            every = [x for x, _ in progress_items + sealed_items] + failed_items
-            self.stats["stale"] += len(every)
-            self.stats["foreign"] += len(every)
-            return Reported(stale=tuple(every), foreign=len(every))
+        every = [x for x, _ in progress_items + sealed_items] + failed_items
+        foreign = self._foreign(incarnation, "report", every)
+        if foreign is not None:
+            return foreign
         stale: list[Lease] = []
         journaled = 0
         for lease, payload in progress_items:
@@ -497,13 +498,15 @@ class LedgerService:
             self.stats["sealed"] += len(effect.sealed)
             self.stats["landed"] += len(effect.landed)
         self.stats["progress"] += journaled
-        failures = []
+        # A dict keeps the order and dedups in O(1) per lease (a list's
+        # membership test made a large report quadratic).
+        failures: dict[Lease, None] = {}
         for lease in failed_items:
             if lease not in accepted and lease not in failures and self._current(lease):
-                failures.append(lease)
+                failures[lease] = None
             else:
                 stale.append(lease)
-        result = self._fail(failures)
+        result = self._fail(list(failures))
         self.stats["failed"] += result.failed
         stale += result.stale
         self._poll()
@@ -516,15 +519,27 @@ class LedgerService:
             landed=landed,
         )
 
-    def release(self, leases: Iterable[Any]) -> Reported:
+    def release(self, leases: Iterable[Any], *, incarnation: str | None = None) -> Reported:
         """Fail the attempts among ``leases`` that are still current (their
         worker died, or its call ended without reporting them); the others
-        are stale (already sealed or failed) and ignored."""
-        current: list[Lease] = []
+        are stale (already sealed or failed) and ignored. ``incarnation`` is
+        as in ``report``: the ``Assignment``'s, required without a journal
+        (a rebuilt service deals the lost one's attempt numbers again, so
+        its leases would fail the new current attempts); leases of another
+        incarnation are foreign whole. Raises ``TypeError``/``ValueError``
+        for malformed leases (nothing is released then)."""
+        items = [_lease(x) for x in leases]
+        foreign = self._foreign(incarnation, "release", items)
+        if foreign is not None:
+            return foreign
+        current: dict[Lease, None] = {}  # ordered, O(1) dedup (a list's was quadratic)
         stale: list[Lease] = []
-        for lease in map(_lease, leases):
-            (current if lease not in current and self._current(lease) else stale).append(lease)
-        result = self._fail(current)
+        for lease in items:
+            if lease not in current and self._current(lease):
+                current[lease] = None
+            else:
+                stale.append(lease)
+        result = self._fail(list(current))
         self.stats["released"] += result.failed
         self._poll()
         return attrs.evolve(result, stale=tuple(stale) + result.stale)
@@ -620,7 +635,17 @@ class LedgerService:
     def compact(self, checkpoint_id: int) -> int:
         """The checkpoint ``checkpoint_id`` is durable: rewrite the journal
         with only what its window (ordinals at or above its cut) needs.
-        Returns the journal's durable position (0 without a journal)."""
+        Returns the journal's durable position (0 without a journal).
+        Raises ``CheckpointMismatchError`` (a ``ValueError``), changing
+        nothing, for an id this service did not hand out since its last
+        compaction: unknown, of another incarnation, or compacted already
+        (itself or by a later id)."""
+        if type(checkpoint_id) is not int or checkpoint_id not in self._marks:
+            raise CheckpointMismatchError(
+                f"compact: {shown(checkpoint_id)} is not a checkpoint id of this service "
+                "awaiting compaction (never taken here, or compacted already); awaiting: "
+                f"{shown(sorted(self._marks))}"
+            )
         cut = self._marks[checkpoint_id]
         for old in [i for i in self._marks if i <= checkpoint_id]:
             del self._marks[old]
@@ -675,6 +700,22 @@ class LedgerService:
             self._journal.poll()
 
     # -- internals ----------------------------------------------------------------
+
+    def _foreign(self, incarnation: str | None, call: str, leases: list[Lease]) -> Reported | None:
+        """The refusal of a ``call`` (report or release) of a lost
+        ``incarnation``, whose ``leases`` are all foreign; None for this
+        incarnation's. ``ValueError`` if it names none without a journal,
+        whose reservation otherwise fences a lost incarnation's leases."""
+        if incarnation is None and self._journal is None:
+            raise ValueError(
+                f"a service without a journal needs the {call}'s incarnation= (the "
+                "Assignment's): nothing else fences a lost incarnation's leases"
+            )
+        if incarnation is None or incarnation == self._incarnation:
+            return None
+        self.stats["stale"] += len(leases)
+        self.stats["foreign"] += len(leases)
+        return Reported(stale=tuple(leases), foreign=len(leases))
 
     def _current(self, lease: Lease) -> bool:
         return lease.sibling < self._n and self._collector.current(lease)

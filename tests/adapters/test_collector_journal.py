@@ -125,6 +125,18 @@ def test_reserve_must_be_a_positive_int() -> None:
             collector(None, reserve=bad)  # type: ignore[arg-type]
 
 
+def test_take_refuses_a_count_that_is_not_an_int_at_least_zero() -> None:
+    """A float, a negative, None or a bool is refused naming it, before
+    anything is pulled or dispatched (2.5 used to take 3, -1 nothing)."""
+    c = collector(None)
+    for bad in (2.5, -1, None, True, "2"):
+        for take in (c.take, c.take_samples):
+            with pytest.raises(ValueError, match=f"n must be an int >= 0, got {bad!r}"):
+                take(bad)  # type: ignore[arg-type]
+    assert (c.pending, c.ledger.next_ordinal) == (0, 0)
+    assert c.take(0) == [] and [o for o, _ in c.take(2)] == [0, 1]
+
+
 def test_a_whole_group_take_reserves_its_attempts_first_too(tmp_path: Path) -> None:
     journal = open_journal(tmp_path)
     journal.recover(

@@ -232,6 +232,42 @@ def test_take_refuses_before_the_first_checkpoint(tmp_path: Path) -> None:
     assert s.take(1).tasks
 
 
+def test_take_refuses_a_count_or_bound_that_is_not_an_int() -> None:
+    """Refused naming the value, taking nothing (2.5 used to take 3 tasks,
+    -1 none silently, None raised a comparison TypeError)."""
+    s = bare(samples=2)
+    for n in (2.5, -1, None, True, "2"):
+        with pytest.raises(ValueError, match=f"n must be an int >= 0, got {n!r}"):
+            s.take(n)  # type: ignore[arg-type]
+    for bound in (0, -1, "x", 1.5, True):
+        with pytest.raises(
+            ValueError, match=f"max_ahead must be None or an int >= 1, got {bound!r}"
+        ):
+            s.take(1, max_ahead=bound)  # type: ignore[arg-type]
+    assert (s.stats["taken"], s.status()["next_ordinal"]) == (0, 0)
+    assert s.take(0).tasks == ()
+    assert s.take(3, max_ahead=1).leases == (Lease(0, 0, 0), Lease(0, 1, 1))
+
+
+def test_compact_refuses_an_id_not_awaiting_compaction(tmp_path: Path) -> None:
+    """An unknown id, or one compacted already (itself or by a later id):
+    a typed error naming it, and the journal and the pending ids intact."""
+    s = service(tmp_path)
+    seal_all(s, s.take(3).tasks)
+    first = s.checkpoint(step=0).checkpoint_id
+    second = s.checkpoint(step=0).checkpoint_id
+    s.compact(second)
+    before = journal_records(tmp_path)
+    for bad in (99, first, second, "1", True):
+        with pytest.raises(CheckpointMismatchError, match=f"compact: {bad!r} is not"):
+            s.compact(bad)  # type: ignore[arg-type]
+    assert journal_records(tmp_path) == before
+    third = s.checkpoint(step=0).checkpoint_id
+    assert s.compact(third) == s.flush()
+    with pytest.raises(CheckpointMismatchError, match="compact: 0 is not"):
+        bare().compact(0)  # without a journal too
+
+
 def test_max_ahead_holds_back_new_groups(tmp_path: Path) -> None:
     s = service(tmp_path)
     assert len(s.take(6, max_ahead=1).tasks) == 3
@@ -501,11 +537,31 @@ def test_without_a_journal_a_report_names_its_incarnation() -> None:
     assert s.compact(s.checkpoint(step=0).checkpoint_id) == 0
 
 
+def test_without_a_journal_a_lost_incarnations_release_fails_nothing() -> None:
+    """A rebuilt service without a journal deals the lost incarnation's
+    attempt numbers again: only the incarnation tells a lost worker's
+    release from the new one's, so it must be given, and the lost one's
+    is refused whole."""
+    old = bare(n=4, samples=2, attempts=1, policy="drop")
+    saved = old.checkpoint(step=0)
+    lost = old.take(2)
+    new = bare(n=4, samples=2, attempts=1, policy="drop", state=saved.state)
+    got = new.take(2)
+    assert got.leases == lost.leases and got.incarnation != lost.incarnation
+    with pytest.raises(ValueError, match="release's incarnation="):
+        new.release(lost.leases)
+    r = new.release(lost.leases, incarnation=lost.incarnation)
+    assert (r.failed, r.dropped, r.stale, r.foreign) == (0, (), lost.leases, 2)
+    assert (new.stats["released"], new.stats["stale"], new.stats["foreign"]) == (0, 2, 2)
+    assert seal(new, got).landed == (0,)  # the new attempts are still current
+    assert new.checkpoint(step=0).dropped == ()
+
+
 @pytest.mark.parametrize("samples", [1, 3])
 def test_release_under_drop_reports_the_drops_once(samples: int) -> None:
     s = bare(samples=samples, policy="drop")
     got = s.take(2 * samples)
-    assert s.release(got.leases).dropped == (0, 1)
+    assert s.release(got.leases, incarnation=got.incarnation).dropped == (0, 1)
     snap = s.checkpoint(step=0)
     assert snap.dropped == (0, 1) and snap.cut == 2 and snap.state["journal"] is None
     assert s.checkpoint(step=0).dropped == ()
@@ -521,7 +577,7 @@ def test_batch_is_partial_only_when_nothing_more_can_land() -> None:
     s.report(failed=[got.leases[3]], incarnation=got.incarnation)
     again = s.take(4)  # 3 again
     assert s.batch(8) == []
-    s.release(again.leases)
+    s.release(again.leases, incarnation=again.incarnation)
     assert [x.ordinal for x in s.take(4).leases] == [3]
 
 
@@ -655,8 +711,21 @@ def test_random_sibling_work_losses_and_late_answers_train_every_sample_once(
             done.append((t, inc))
         elif roll < 0.65 and out:
             gone = [out.pop(rng.randrange(len(out))) for _ in range(rng.randint(1, len(out)))]
-            s.release([t.lease for t, _ in gone])
+            incs = {inc for _, inc in gone}
+            assert len(incs) == 1  # out holds this incarnation's tasks only
+            s.release([t.lease for t, _ in gone], incarnation=incs.pop())
             done += gone
+        elif roll < 0.68 and lost:
+            # A lost incarnation's worker died or its call ended: its release
+            # (without a journal, the same attempt numbers as current ones)
+            # fails nothing; with a journal, even unnamed.
+            _, inc = rng.choice(lost)
+            theirs = [t.lease for t, i in lost if i == inc]
+            gone_leases = rng.sample(theirs, rng.randint(1, len(theirs)))
+            named = not journal or rng.random() < 0.5
+            r = s.release(gone_leases, incarnation=inc if named else None)
+            assert r.failed == 0 and r.stale == tuple(gone_leases)
+            assert r.restarted == r.requeued == r.dropped == ()
         elif roll < 0.72 and (done or lost):
             t, inc = rng.choice(done + lost)
             r = s.report(

@@ -64,8 +64,8 @@ class RolloutFleet:
         self.rebind = rebind
         self._spawn = spawn
         self.workers: dict[int, Any] = {slot: spawn(slot) for slot in range(size)}
-        #: call ref -> (slot, the leases it carries)
-        self._calls: dict[Any, tuple[int, tuple[Lease, ...]]] = {}
+        #: call ref -> (slot, the leases it carries, their incarnation)
+        self._calls: dict[Any, tuple[int, tuple[Lease, ...], str]] = {}
         self._orphans: list[Any] = []
         self._pids: dict[int, int] = {}
         #: Workers found dead, leases failed through ``release``, and the
@@ -82,7 +82,7 @@ class RolloutFleet:
 
     def leases_in_flight(self) -> int:
         """Sibling tasks in the calls in flight."""
-        return sum(len(leases) for _, leases in self._calls.values())
+        return sum(len(leases) for _, leases, _ in self._calls.values())
 
     def set_ledger(self, ledger: Any) -> None:
         """A rebuilt ledger actor: the calls in flight belong to the lost
@@ -116,7 +116,7 @@ class RolloutFleet:
     def fill(self) -> int:
         """Submit calls to workers with room; returns the tasks submitted."""
         busy: dict[int, int] = dict.fromkeys(self.workers, 0)
-        for slot, _ in self._calls.values():
+        for slot, _, _ in self._calls.values():
             busy[slot] += 1
         submitted = 0
         self.exhausted = False
@@ -129,7 +129,7 @@ class RolloutFleet:
                     self.exhausted = not got.throttled
                     return submitted
                 ref = worker.generate.remote(self.ledger, got)
-                self._calls[ref] = (slot, got.leases)
+                self._calls[ref] = (slot, got.leases, got.incarnation)
                 submitted += len(got.tasks)
         return submitted
 
@@ -145,10 +145,10 @@ class RolloutFleet:
         ready, _ = ray.wait(list(self._calls), num_returns=len(self._calls), timeout=0)
         total = 0
         dead: set[int] = set()
-        ended: list[Lease] = []
+        ended: dict[str, list[Lease]] = {}  # by incarnation
         for ref in ready:
-            slot, leases = self._calls.pop(ref)
-            ended += leases
+            slot, leases, incarnation = self._calls.pop(ref)
+            ended.setdefault(incarnation, []).extend(leases)
             try:
                 total += int(ray.get(ref))
             except RayTaskError as exc:
@@ -160,14 +160,18 @@ class RolloutFleet:
             except RayActorError:
                 dead.add(slot)
         # Every other call queued on a dead worker fails too.
-        for ref, (slot, leases) in list(self._calls.items()):
+        for ref, (slot, leases, incarnation) in list(self._calls.items()):
             if slot in dead:
-                ended += leases
+                ended.setdefault(incarnation, []).extend(leases)
                 del self._calls[ref]
         # Every ended call's leases, however it ended: the ledger fails those
         # still current, so no sibling is left running with nobody on it.
-        if ended:
-            self.released += ledger_call(self.ledger.release.remote(ended)).failed
+        # Each with its incarnation: without a journal, a rebuilt ledger
+        # deals a lost one's attempt numbers again, and only the incarnation
+        # tells those leases from its own.
+        for incarnation, theirs in ended.items():
+            released = self.ledger.release.remote(theirs, incarnation=incarnation)
+            self.released += ledger_call(released).failed
         for slot in dead:
             self._respawn(slot)
         return total
