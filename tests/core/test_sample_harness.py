@@ -329,7 +329,11 @@ class ShortLoses(LosesASealedSiblingOnResume):
 # replays the failure many times over).
 SHRUNK = settings(
     FAST,
-    max_examples=300,
+    # Found within 300 examples when run alone, but not always inside the
+    # whole suite (the search is derandomised, yet something it reaches
+    # depends on the process: hash order or a module-level counter; not
+    # pinned down yet): a larger budget, spent only until the first find.
+    max_examples=2000,
     stateful_step_count=20,
     phases=[Phase.explicit, Phase.reuse, Phase.generate, Phase.shrink],
 )

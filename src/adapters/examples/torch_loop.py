@@ -58,6 +58,11 @@ def sample(model: TinyCausalLM, prompt: Sequence[int], version: int) -> TokenPay
 
 
 def main(root: Path, steps: int) -> None:
+    # One intra-op thread, as every torch job of the rig runs: a tiny model
+    # gains nothing from more, and on 2 shared cores a life of this example
+    # under CI load once aborted inside torch ("terminate called without an
+    # active exception") with the default pool.
+    torch.set_num_threads(1)
     prompts = make_prompts(GROUPS_PER_STEP * steps, vocab=VOCAB)
     config = LedgerConfig(stream_len=len(prompts), samples=SAMPLES, fingerprint="example-v1")
     model = TinyCausalLM(vocab=VOCAB)
