@@ -254,7 +254,7 @@ def test_a_killed_sibling_continues_from_its_durable_prefix_on_vllm(
 
     def observe(p: SampleProgress) -> None:
         partial = holder[0].partial(1)
-        sealed = {(x.ordinal, x.sibling) for x in c1.samples.held()}
+        sealed = {(x.ordinal, x.sibling) for x in c1.ledger.held()}
         if (
             0 in sink1.groups
             and (1, 0) in sealed
