@@ -121,7 +121,13 @@ class KillPointWriter(JournalWriter):
             point.die(f"{self.pending} records, {cut} of {len(data)} bytes written")
         super()._commit()
 
-    def compact_to(self, new_path: str | os.PathLike[str], records: Iterable[Record]) -> int:
+    def compact_to(
+        self,
+        new_path: str | os.PathLike[str],
+        records: Iterable[Record],
+        *,
+        lost: tuple[int, int] | None = None,
+    ) -> int:
         records = tuple(records)
         point = self.point
         if point is not None and point.passed("compact"):
@@ -136,7 +142,7 @@ class KillPointWriter(JournalWriter):
             finally:
                 os.close(fd)
             point.die(f"compacted journal of {len(records)} records in {tmp.name}, not in place")
-        durable = super().compact_to(new_path, records)
+        durable = super().compact_to(new_path, records, lost=lost)
         if point is not None and point.passed("compacted"):
             point.die(f"compacted journal of {len(records)} records in place")
         return durable
