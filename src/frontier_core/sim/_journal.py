@@ -16,11 +16,11 @@ them with the real ``compact``; only the disk is simulated:
   ``ship_lag`` keeps the records appended at least ``commit_delay +
   ship_lag`` before the kill, and every record up to the last
   checkpoint's mark (the mark waits for the store); a journal on the node
-  only keeps what the last checkpoint's mark covered (the model's
-  assumption: that much went with the checkpoint; a real local-only
-  journal loses it too, so these figures are a lower bound) and loses
-  everything since. At a lag of 0 a node loss costs what a process crash
-  does.
+  only is lost whole, and the resume goes on from the checkpoint alone, as
+  ``RolloutJournal.recover`` does for a journal that ends before the
+  checkpoint's mark: the journal then remembers the mark in its header, so
+  the next resume from the same checkpoint is proven against it. At a lag
+  of 0 a node loss costs what a process crash does.
 * Progress every ``progress_every`` tokens. A real writer appends a running
   sample's snapshot each time it has that many new tokens; each snapshot is
   whole and supersedes the previous ones of its attempt, so after a crash
@@ -124,7 +124,7 @@ class SimJournal:
         self.at_turns = at_turns
         self.policy = CommitPolicy(max_delay=workload.commit_delay)
         #: How long after its append a record survives the kills of this
-        #: run (``None``: only what a checkpoint's mark synced survives).
+        #: run (``None``: nothing survives, the node took the journal).
         self.survives_after: float | None = (
             workload.commit_delay
             if loss == "process"
@@ -132,6 +132,8 @@ class SimJournal:
             if loss == "node-shipped"
             else None
         )
+        #: Records lost with the node at resumes (``node-local``).
+        self.lost_records = 0
         self.every: int | None = workload.progress_every if progress else None
         self.fingerprint = workload.fingerprint
         self.lineage = lineage
@@ -202,13 +204,15 @@ class SimJournal:
     def _horizon(self, at: float) -> float:
         """Records appended by this time survive a kill at ``at``."""
         if self.survives_after is None:
-            return self.synced_at
+            return _EARLY
         return max(at - self.survives_after, self.synced_at)
 
     def _durable(self, at: float) -> int:
         """How many records survive a kill at ``at``: those synced, and
         those appended by the horizon (``commit_delay`` before it for a
         process crash; see the module's docstring for a node loss)."""
+        if self.survives_after is None:
+            return 0  # the node took the journal, synced or not
         waited = bisect.bisect_right(self.appended, self._horizon(at))
         return max(self.synced, waited)
 
@@ -310,6 +314,17 @@ class SimJournal:
         data = encode(header, self.records)
         self.bytes_read += len(data)
         decoded = decode(data, fingerprint=self.fingerprint, lineage=self.lineage)
+        if position > decoded.last_seq and position > decoded.header.base:
+            # Lost with the node (``RolloutJournal.recover``): what
+            # survived, renumbered after the lost mark, which the header
+            # now remembers.
+            self.lost_records += position - decoded.last_seq
+            self.records = [r for r in self.records if type(r) is not Mark]
+            self.appended = [_EARLY] * len(self.records)
+            self.synced = len(self.records)
+            self.marks = [*self.marks, (position, checkpoint)][-MAX_MARKS:]
+            self.base = position
+            return self.recover(position, checkpoint, fork=fork)
         decoded.check_mark(position, checkpoint)
         state = replay(decoded.records)
         for _, _, st in state.siblings():

@@ -17,9 +17,8 @@ with each mode's coverage audited per prompt and per sample:
 * ``progress``: as ``journal``, plus each running sample's progress every
   ``Workload.progress_every`` tokens, continued after the resume.
 * ``node-local``: as ``progress``, but every kill is a node loss and the
-  journal lives on the node: everything since the last checkpoint's mark
-  is lost (the simulator keeps what the mark covered, so this is a lower
-  bound of a real local-only journal's loss).
+  journal lives on the node: it is lost whole, and the resume goes on from
+  the checkpoint alone (what coverage-only recovery redoes).
 * ``node-shipped``: as ``node-local``, with the journal shipped off the
   node ``Workload.ship_lag`` behind (``frontier_adapters.journal.Shipper``):
   only the unshipped tail is lost. At a lag of 0 it redoes what
