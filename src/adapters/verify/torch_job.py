@@ -497,13 +497,8 @@ class _SamplePool:
         workdir: Path,
         version: Callable[[], int],
     ) -> None:
-        self.args, self.collector, self.journal, self.recovered, self.rng = (
-            args,
-            collector,
-            journal,
-            recovered,
-            rng,
-        )
+        self.args, self.collector, self.journal = args, collector, journal
+        self.recovered, self.rng = recovered, rng
         self.version = version
         self.generated_log = workdir / GENERATED_LOG
         #: Groups taken and not landed yet: ordinal -> row.
