@@ -2,8 +2,8 @@
 dies there, for a torture to SIGKILL it at that very moment.
 
 Shared by the sample-level lives of ``frontier demo --journal``
-(``grpo_worker.run_journal``) and of ``torch-run --journal``
-(``torch_job.run_journal``); both take ``--kill-at KIND:STEPS:COUNT``.
+(``grpo_worker.run_journal``) and of ``torch-run --durability journal``
+(``torch_job.run``); both take ``--kill-at KIND:STEPS:COUNT``.
 
 The writer's points depend on these internals of ``JournalWriter``, and
 on nothing else of it: the ``commit`` point overrides ``_commit`` (the one
@@ -62,7 +62,7 @@ class KillPoint:
     place; ``compacted``, just after the compacted journal replaced the old
     one; ``resumed``, a life resumed from a checkpoint right after it
     recovered the journal and dispatched its first leases (the life passes
-    it itself: ``torch_job.run_journal`` does). A life that nobody kills
+    it itself: ``torch_job.run`` does). A life that nobody kills
     within ``KILL_WAIT`` seconds SIGKILLs itself: the point is a death
     either way. An empty spec never fires."""
 
