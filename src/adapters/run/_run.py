@@ -862,7 +862,9 @@ class Run:
         for episodes, ``turns`` and ``calls`` journaled by this life,
         ``turns_reused`` (answered turns taken from the journal instead of
         generated again) and ``calls_pending`` (calls a crash left without
-        a durable answer, found at this life's start)."""
+        a durable answer, found at this life's start); ``journal_lost_records``
+        (records the checkpoint counted that the journal had lost with its
+        node at this life's start: ``recovered.lost``; 0 when none)."""
         c = self._counters
         ledger = self.collector.ledger
         writer, shipper = self.journal.writer, self.journal.shipper
@@ -888,6 +890,9 @@ class Run:
             "calls": float(c.calls),
             "turns_reused": float(c.turns_reused),
             "calls_pending": float(c.calls_pending),
+            "journal_lost_records": float(
+                0 if self.recovered.lost is None else self.recovered.lost.records
+            ),
         }
 
     # -- life ------------------------------------------------------------------

@@ -321,6 +321,14 @@ class FrontierGRPOMixin:
             blocks.consume(ordinals_of(inputs))
         return super().training_step(model, inputs, num_items_in_batch)  # type: ignore[misc]
 
+    def _frontier_metrics(self, metrics: dict[str, float]) -> None:
+        """``Run.open``'s ``logger``: the run's counters to ``Trainer.log``
+        (the first checkpoint, before training, goes to the run's Python
+        logger only: the Trainer has no step to file it under yet)."""
+        trainer: Any = self  # a Trainer: the mixin sits before it in the MRO
+        if trainer.state.global_step > 0:
+            trainer.log(dict(metrics))
+
     def train(
         self, resume_from_checkpoint: str | os.PathLike[str] | bool | None = None, **kwargs: Any
     ) -> Any:
@@ -390,6 +398,9 @@ class FrontierGRPOMixin:
             stream_source(order, epochs=self._frontier_epochs, batch_size=layout.prompts),
             config,
             remote=self._frontier_remote,
+            # The run's counters join TRL's logs (``frontier/...``) at every
+            # coverage checkpoint, as any other metric the Trainer logs.
+            logger=self._frontier_metrics,
         )
         log: TrainLogWriter | None = None
         try:

@@ -110,6 +110,10 @@ def test_a_run_trains_every_prompt_once_and_rewards_see_the_ordinals(
     assert coverage_steps(tmp_path) == [8, 6]
     assert t.frontier.step == 8 and t.frontier.drained and not t.frontier.preempted
     assert t.state.epoch == 2.0
+    # The run's counters are in TRL's log, once per coverage checkpoint.
+    logged = [e for e in t.state.log_history if "frontier/cut" in e]
+    assert [e["frontier/step"] for e in logged] == [2.0, 4.0, 6.0, 8.0]
+    assert logged[-1]["frontier/cut"] == 16.0 and logged[-1]["frontier/window"] == 0.0
 
 
 def test_resume_seeks_with_another_batch_size(parts: tuple[Any, Any], tmp_path: Path) -> None:
