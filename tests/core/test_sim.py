@@ -62,7 +62,7 @@ def test_a_run_is_a_function_of_its_seed(tmp_path: Path) -> None:
 def test_both_modes_see_the_same_workload() -> None:
     w = attrs.evolve(SMALL, shuffle=True, epochs=2)
     # Lengths and failures are pure functions of (seed, ordinal, attempt).
-    assert w.group_time(17, 2) == w.group_time(17, 2)
+    assert w.sibling_tokens(17, 2) == w.sibling_tokens(17, 2)
     n = w.dataset_len
     epochs = [[w.prompt_id(o) for o in range(e * n, (e + 1) * n)] for e in range(2)]
     assert sorted(epochs[0]) == sorted(epochs[1]) == list(range(n))

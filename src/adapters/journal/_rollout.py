@@ -51,6 +51,7 @@ from frontier_core import (
     MAX_ATTEMPT,
     Checkpoint,
     CheckpointMismatchError,
+    IllegalTransitionError,
     Lease,
     Ledger,
 )
@@ -86,12 +87,13 @@ RESERVE: Final = 1024
 
 _log = logging.getLogger("frontier_adapters.journal")
 
-#: How far a resume moves the attempt floor past everything it knows when
-#: the journal lost its tail with its node: the lost life's reservations
-#: after its last checkpoint went with it, and a late answer of any
-#: attempt it dealt must still be fenced. 2**24 attempts after one
-#: checkpoint (16,384 blocks) is far beyond a real life's, and leaves room
-#: for 255 such losses in the 2**32 attempts of a run.
+#: How far a resume moves the attempt floor past the checkpoint's when the
+#: journal was lost with its node: the lost life's reservations after the
+#: checkpoint went with it, and a late answer of any attempt it dealt must
+#: still be fenced. A life may therefore reserve at most this many
+#: attempts past its checkpoint's before the next mark (``cover`` refuses
+#: more: write a checkpoint); 2**24 (16,384 blocks) is far beyond a real
+#: step's, and leaves room for 255 losses in the 2**32 attempts of a run.
 LOST_ATTEMPTS: Final = 1 << 24
 
 
@@ -224,6 +226,9 @@ class RolloutJournal:
         self.attempt_floor: int | None = None
         #: Attempts below this are reserved durably (``reserve``).
         self.reserved = 0
+        #: No reservation may reach past this before the next mark: what a
+        #: resume that lost the journal fences (``LOST_ATTEMPTS``).
+        self._budget = MAX_ATTEMPT + 1
 
     # -- during generation --------------------------------------------------
 
@@ -306,7 +311,15 @@ class RolloutJournal:
         floor = max(ledger.next_attempt, self.attempt_floor)
         top = floor + count
         if top > self.reserved:
-            self.reserve(min(top + reserve, MAX_ATTEMPT + 1))
+            if top > self._budget:
+                raise IllegalTransitionError(
+                    "reserve",
+                    (),
+                    f"attempts up to {top - 1} would pass {self._budget - 1}, {LOST_ATTEMPTS} "
+                    "past the last checkpoint's: write a checkpoint first (a resume that lost "
+                    "the journal with its node fences only that many)"
+                )
+            self.reserve(min(top + reserve, self._budget, MAX_ATTEMPT + 1))
         limit = ledger.attempt_limit
         if limit is not None and top <= limit and floor == ledger.next_attempt:
             return ledger
@@ -324,6 +337,9 @@ class RolloutJournal:
         before writing the checkpoint."""
         position = self.writer.append(Mark(checkpoint))
         self.durable()
+        # The checkpoint about to be written deals from at most here: a
+        # resume that loses the journal fences LOST_ATTEMPTS past it.
+        self._budget = min(self.reserved + LOST_ATTEMPTS - _MAX_BLOCK, MAX_ATTEMPT + 1)
         return position
 
     def durable(self) -> None:
@@ -406,37 +422,58 @@ class RolloutJournal:
         else:
             if position is None or checkpoint_id is None:
                 raise ValueError("a resume from a checkpoint needs its journal position and id")
-            behind = position > decoded.last_seq and position > decoded.header.base
-            if not behind:
+            for name, value in (("position", position), ("checkpoint_id", checkpoint_id)):
+                if type(value) is not int or not 0 <= value < 1 << 64:
+                    raise ValueError(f"{name} must be an int in [0, 2**64), got {value!r:.40}")
+            # Lost whole with its node: nothing at all where the checkpoint
+            # saw a journal (a new, empty file). A journal that holds records
+            # and ends before the mark is not taken for this one's remains:
+            # a stale copy, another branch's or another run's would pass for
+            # them (``check_mark`` refuses it).
+            lost_whole = decoded.last_seq == 0 and not decoded.records and position > 0
+            if not lost_whole:
                 decoded.check_mark(position, checkpoint_id)
             saved_seals = _saved_seals(checkpoint, saved or {})
             state = replay((*saved_seals, *decoded.records))
             start = max(state.next_attempt, checkpoint.next_attempt)
-            if behind:
-                start = min(start + LOST_ATTEMPTS, MAX_ATTEMPT + 1)
+            if lost_whole:
+                start = checkpoint.next_attempt + LOST_ATTEMPTS
+                if start + reserve > MAX_ATTEMPT + 1:
+                    raise IllegalTransitionError(
+                        "resume",
+                        (),
+                        f"the journal was lost with its node, and fencing its attempts needs "
+                        f"{start + reserve - 1}, past the run's 2**32 attempts"
+                    )
                 lost = JournalLoss(
                     checkpoint=checkpoint_id,
                     position=position,
                     last=decoded.last_seq,
-                    source=(
-                        self.restored.source
-                        if self.restored is not None
-                        else "local" if decoded.last_seq else "new"
-                    ),
+                    source="new" if self.restored is None else self.restored.source,
                     attempt_floor=start,
                 )
                 _log.warning("%s", lost.reason)
-                # What survived, numbered before the lost mark; the marks it
-                # held are in the header (``compact_to`` reads them).
-                kept_records = [r for r in decoded.records if type(r) is not Mark]
+                # One atomic rewrite: the header remembers the checkpoint's
+                # mark and the journal holds this life's first reservation,
+                # so a crash right after it resumes proven and fenced.
                 self.writer.compact_to(
-                    self.writer.path, kept_records, lost=(position, checkpoint_id)
+                    self.writer.path, [Reserve(start + reserve)], lost=(position, checkpoint_id)
                 )
+                self.durable()
+                self.reserved = start + reserve
         kept = reusable(state, reuse, fork=fork, step=step)
         # Reserved before anything is dealt: this life's attempts are then
         # above every attempt a previous life could have handed out.
-        self.reserve(min(start + reserve, MAX_ATTEMPT + 1))
+        if lost is None:
+            self.reserve(min(start + reserve, MAX_ATTEMPT + 1))
         self.attempt_floor = start
+        # Until the next mark, reservations stay within LOST_ATTEMPTS of the
+        # checkpoint's attempts, which a resume that loses the journal
+        # fences. After a loss (or on a fresh start) of this life's first:
+        # a second loss before the next checkpoint is not fenced from this
+        # life (docs/storage.md), so write one soon.
+        anchor = start if checkpoint is None or lost is not None else checkpoint.next_attempt
+        self._budget = min(anchor + LOST_ATTEMPTS, MAX_ATTEMPT + 1)
         torn = 0 if self.writer.torn is None else self.writer.torn.length
         return Recovered(
             state=kept,
@@ -460,9 +497,13 @@ class RolloutJournal:
                 self.shipper.close(max(wait, 0.001))
 
 
+#: The largest block of attempts reserved at a time.
+_MAX_BLOCK: Final = 1 << 20
+
+
 def _check_block(reserve: object) -> None:
-    if type(reserve) is not int or reserve < 1:
-        raise ValueError(f"reserve must be an int >= 1, got {reserve!r:.40}")
+    if type(reserve) is not int or not 1 <= reserve <= _MAX_BLOCK:
+        raise ValueError(f"reserve must be an int in [1, 2**20], got {reserve!r:.40}")
 
 
 def _saved_seals(checkpoint: Checkpoint, saved: Mapping[Lease, Payload]) -> list[Sealed]:

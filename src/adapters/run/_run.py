@@ -292,9 +292,10 @@ class Run:
 
         Raises the checkpoint reader's ``CheckpointError``s (a damaged,
         foreign or mismatched checkpoint: nothing is written), the journal's
-        ``JournalError``s (another run's journal, one behind its checkpoint,
-        a corrupt frame) and ``JournalWithoutCheckpointError`` (samples but
-        no checkpoint)."""
+        ``JournalError``s (another run's journal, one that holds records
+        but ends before its checkpoint's mark, a corrupt frame; a journal
+        lost whole is not refused: ``recovered.lost``) and
+        ``JournalWithoutCheckpointError`` (samples but no checkpoint)."""
         root = Path(root)
         if lineage is not None and (type(lineage) is not str or not lineage):
             raise ValueError(f"lineage must be a non-empty str, got {lineage!r:.60}")

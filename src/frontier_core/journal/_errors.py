@@ -78,9 +78,10 @@ class JournalMismatchError(JournalError, CheckpointMismatchError):
 class JournalBehindError(JournalError, CheckpointMismatchError):
     """The journal does not hold the checkpoint's mark: it ends before the
     position the checkpoint recorded (records the checkpoint counted as
-    durable are missing), or another record stands there (a copy of another
-    branch). ``position`` is the checkpoint's, ``last`` the journal's last
-    sequence number."""
+    durable are missing: a stale copy; a journal lost whole, with no record
+    at all, is not refused by ``RolloutJournal.recover``), or another
+    record stands there (a copy of another branch). ``position`` is the
+    checkpoint's, ``last`` the journal's last sequence number."""
 
     def __init__(self, position: int, last: int, reason: str) -> None:
         self.position = position

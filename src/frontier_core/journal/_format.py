@@ -630,7 +630,8 @@ class Decoded:
                     f"it remembers only its newest {MAX_MARKS} marks: the checkpoint is too "
                     "old to be proven against this journal"
                     if older
-                    else "it remembers no such mark: a journal of another branch"
+                    else "it remembers no such mark: a journal of another branch (or one "
+                    "rewritten after it was lost with its node, at a later checkpoint's mark)"
                 ),
             )
         if position > self.last_seq:

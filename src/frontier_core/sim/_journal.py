@@ -132,8 +132,6 @@ class SimJournal:
             if loss == "node-shipped"
             else None
         )
-        #: Records lost with the node at resumes (``node-local``).
-        self.lost_records = 0
         self.every: int | None = workload.progress_every if progress else None
         self.fingerprint = workload.fingerprint
         self.lineage = lineage
@@ -318,7 +316,6 @@ class SimJournal:
             # Lost with the node (``RolloutJournal.recover``): what
             # survived, renumbered after the lost mark, which the header
             # now remembers.
-            self.lost_records += position - decoded.last_seq
             self.records = [r for r in self.records if type(r) is not Mark]
             self.appended = [_EARLY] * len(self.records)
             self.synced = len(self.records)

@@ -914,10 +914,6 @@ class Pipeline:
         discarded = math.fsum(max(0.0, n - after.get(k, 0.0)) for k, n in before.items())
         recovered = math.fsum(max(0.0, n - before.get(k, 0.0)) for k, n in after.items())
         turns = calls = samples = 0
-        # A turn journal issues a tool call only once its turn is durable
-        # (``Run.turn`` is write-ahead): a call it made is never made again,
-        # so there is nothing to count for it.
-        write_ahead = bool(getattr(self.backend, "write_ahead", False))
         for (o, s, draw), n in before.items():
             kept = after.get((o, s, draw), 0.0)
             if n > kept:
@@ -927,8 +923,7 @@ class Pipeline:
                 length = self.w.sibling_tokens(o, draw)[s]
                 samples += 1
                 turns += self.w.turns_between(length, kept, n)
-                if not write_ahead:
-                    calls += self.w.calls(length, n) - self.w.calls(length, kept)
+                calls += self.w.calls(length, n) - self.w.calls(length, kept)
         self.stats.kill_log.append(
             KillWaste(
                 index, follow_up, at, label, in_flight, discarded, recovered, turns, calls, samples

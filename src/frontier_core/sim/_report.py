@@ -213,6 +213,11 @@ def format_workload(w: Workload) -> str:
         f"max age {w.max_age}, checkpoint every {w.checkpoint_every}, failures "
         f"{w.failure_rate:g} ({w.on_failure.value}), buffer "
         f"{'restored' if w.load_replay_buffer else 'not restored'}"
+        + (
+            f", episodes of {w.turns} turns (tools answer in {w.tool_latency:g} step(s))"
+            if w.turns > 1
+            else ""
+        )
     )
 
 

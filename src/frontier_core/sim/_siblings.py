@@ -62,9 +62,6 @@ class SiblingBackend:
         self.save_sealed = save_sealed
         self.journal = journal
         self.continue_prefixes = continue_prefixes
-        #: A tool call is issued only once its turn is durable (the turn
-        #: journal): the pipeline counts no call of it made twice.
-        self.write_ahead = journal is not None and journal.at_turns
         self.steps = 0  # steps trained on the current lineage: the checkpoint's step
         self._marks = 0
         self._cut = 0  # the cut of the last checkpoint written

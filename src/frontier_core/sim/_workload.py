@@ -55,6 +55,15 @@ def _check_nonneg(_inst: object, attribute: attrs.Attribute[int], value: int) ->
         raise ValueError(f"{attribute.name} must be >= 0, got {value}")
 
 
+#: The most turns an episode may have (the clock walks them one by one).
+MAX_TURNS = 4096
+
+
+def _check_turns(_inst: object, attribute: attrs.Attribute[int], value: int) -> None:
+    if not 1 <= value <= MAX_TURNS:
+        raise ValueError(f"{attribute.name} must be in [1, {MAX_TURNS}], got {value}")
+
+
 def _check_rate(_inst: object, attribute: attrs.Attribute[float], value: float) -> None:
     if not 0.0 <= value < 1.0:
         raise ValueError(f"{attribute.name} must be in [0, 1), got {value}")
@@ -126,7 +135,7 @@ class Workload:
     #: heavy-tailed), and between two turns the tool called at the end of
     #: the first answers after ``tool_latency`` (training steps), during
     #: which the episode generates nothing. 1 turn: single-turn samples.
-    turns: int = attrs.field(default=1, validator=_check_positive)
+    turns: int = attrs.field(default=1, validator=_check_turns)
     tool_latency: float = attrs.field(default=0.0, validator=_check_delay)
 
     def turn_tokens(self, length: float) -> float:
@@ -245,12 +254,6 @@ class Workload:
         ``max_tokens``. Sibling ``s`` generated afresh for the ``k``-th time
         has length ``sibling_tokens(ordinal, k)[s]``, in every mode."""
         return _sibling_tokens(self, ordinal, attempt)
-
-    def group_time(self, ordinal: int, attempt: int) -> float:
-        """How long the ``attempt``-th generation of ``ordinal``'s group runs:
-        until the longest of its ``num_generations`` rollouts finishes (each
-        generates ``tokens_per_time`` tokens per unit of time)."""
-        return max(self.sibling_tokens(ordinal, attempt)) / self.tokens_per_time
 
     def fails(self, ordinal: int, attempt: int) -> bool:
         """Whether that generation attempt fails (a tolerated failure)."""

@@ -21,7 +21,7 @@ from frontier_adapters.journal import (
     RolloutJournal,
 )
 
-from frontier_core import Checkpoint, Ledger, LedgerConfig
+from frontier_core import Checkpoint, IllegalTransitionError, Ledger, LedgerConfig
 from frontier_core.journal import JournalBehindError, Reuse, TokenPayload
 
 CONFIG = LedgerConfig(stream_len=4, samples=2, fingerprint="fp")
@@ -97,10 +97,12 @@ def test_a_journal_lost_with_its_node_is_a_report_not_a_refusal(
     journal.close()
 
 
-def test_what_survived_is_reused_and_the_lost_tail_generated_again(tmp_path: Path) -> None:
-    """The node's copy (or the shipped one) ends between two checkpoints:
-    the seal and the progress it holds are reused, the seal it lost is
-    generated again, and nothing is given back twice."""
+def test_a_journal_that_ends_before_the_mark_but_holds_records_is_refused(tmp_path: Path) -> None:
+    """Only a journal lost whole is a loss. One that holds records and ends
+    before the mark is a stale copy (a node back with an old file), or
+    another branch's or another run's with the same names: its records
+    cannot be told from this journal's remains, so it is refused and
+    nothing of it is reused or changed."""
     path = tmp_path / "journal"
     journal, ledger = fresh(path)
     dispatched = ledger.stamp(2).ledger.dispatch([0, 1])
@@ -111,26 +113,55 @@ def test_what_survived_is_reused_and_the_lost_tail_generated_again(tmp_path: Pat
     journal.sealed(a00, sample([1, 2, 3]))
     journal.progress(a01, sample([4, 5]))
     journal.writer.sync()
-    survived = path.read_bytes()  # what reached the store before the node died
+    stale = path.read_bytes()  # the copy a node that comes back still holds
     ledger = ledger.seal([a10]).ledger
     journal.sealed(a10, sample([6]))
     position = journal.mark(2)
     checkpoint = ledger.checkpoint()
-    assert set(checkpoint.sealed) == {a00, a10}
     journal.close()
-    path.write_bytes(survived)
+    path.write_bytes(stale)
 
     journal = open_journal(path)
-    ledger, got = resume(journal, 2, position, checkpoint, Reuse.everything())
-    lost = got.lost
-    assert lost is not None and lost.source == "local" and 0 < lost.last < position
-    assert got.sealed == (a00,)
-    assert got.sample(a00) == sample([1, 2, 3])
-    prefix = got.prefix(0, 1)
-    assert prefix is not None and list(prefix.payload.tokens()) == [4, 5]
-    redo = ledger.stamp(2).ledger.dispatch([0, 1])
-    assert set(redo.effect.reused) == {a00}
-    assert sorted((x.ordinal, x.sibling) for x in redo.effect.leases) == [(0, 1), (1, 0), (1, 1)]
+    with pytest.raises(JournalBehindError, match="missing"):
+        resume(journal, 2, position, checkpoint, Reuse.everything())
+    journal.close()
+    assert path.read_bytes() == stale
+
+
+def test_a_crash_right_after_the_loss_is_recorded_stays_fenced(tmp_path: Path) -> None:
+    """The rewrite that remembers the mark holds this life's first
+    reservation in the same file: a life killed right after it (before
+    dealing anything) leaves the next one above the lost life's attempts."""
+    path = tmp_path / "journal"
+    journal, ledger = fresh(path)
+    position = journal.mark(1)
+    checkpoint = ledger.checkpoint()
+    dealt = ledger.stamp(1).ledger.dispatch([0]).effect.leases
+    journal.close()
+    path.unlink()
+    journal = open_journal(path)
+    _, got = resume(journal, 1, position, checkpoint, Reuse.everything())
+    assert got.lost is not None
+    journal.writer.close()  # killed: nothing appended after recover returned
+    journal = open_journal(path)
+    ledger, again = resume(journal, 1, position, checkpoint, Reuse.everything())
+    assert again.lost is None and again.attempt_floor > got.attempt_floor
+    for lease in dealt:
+        assert ledger.seal([lease]).effect.fenced == (lease,)
+    journal.close()
+
+
+def test_attempts_past_the_budget_need_a_checkpoint_first(tmp_path: Path) -> None:
+    """A life reserves at most LOST_ATTEMPTS past its checkpoint's attempts
+    before the next mark: what a loss of the journal fences. Past that,
+    ``cover`` refuses by name; a mark makes room."""
+    path = tmp_path / "journal"
+    journal, ledger = fresh(path)
+    journal.mark(0)
+    ledger = journal.cover(ledger, LOST_ATTEMPTS // 2)
+    with pytest.raises(IllegalTransitionError, match="write a checkpoint first"):
+        journal.cover(ledger.with_attempt_limit(None, floor=LOST_ATTEMPTS), 1)
+    journal.mark(1)
     journal.close()
 
 
