@@ -1,16 +1,31 @@
-"""The rollout adapter: an asyncio loop that binds a collector to an engine
-with vLLM's ``AsyncLLM`` contract, one request per group or one per sibling.
+"""The rollout adapter: an asyncio loop that binds a run (or a bare
+collector) to an engine with vLLM's ``AsyncLLM`` contract, one request per
+group or one per sibling.
 
 Theory of operation
 -------------------
+The loop reports to one of two things. A ``frontier_adapters.Run``
+(``RolloutLoop(run, engine, sink)``, the durable way): the loop reports
+what happens through the run's own calls (``take``, ``seal``, ``progress``,
+``fail``), and the run journals what the ledger accepted, reserves every
+attempt before it is dealt, fences stale answers, gives back the samples
+and prefixes its recovery found (``sample``, ``prefix``) and checkpoints
+(``run.checkpoint``, called by the trainer between two awaits). Or a
+collector (a ``StreamCollector``, or a rank's ``RankCollector`` under
+``Schedule.GROUP``), optionally with a ``RolloutJournal`` the loop writes
+itself, for integrations that arrange recovery and checkpoints on their
+own. Both take the same path through the loop; only the reporting calls
+differ.
+
 A feeder task keeps up to ``max_in_flight`` requests generating. It takes
-groups from the collector (``take_samples``, which reports them
-dispatched) and only then starts one worker task per request; siblings
+groups (``Run.take``, or the collector's ``take_samples``, which report
+them dispatched) and only then starts one worker task per request; siblings
 dealt beyond the room left (and restarted ones) wait in the loop until the
 feeder has room to start them. What a
 request is, is the loop's ``schedule``:
 
-* ``Schedule.GROUP`` (the default): one request of ``n = num_generations``
+* ``Schedule.GROUP`` (the default with a collector; not with a run, which
+  journals sample by sample): one request of ``n = num_generations``
   samples per prompt, under a request id that names the ordinal and the
   ledger's count of the ordinal's failed attempts (``o17-a0``; checkpointed,
   so after a resume ``o17`` that failed once before the crash is submitted
@@ -20,10 +35,13 @@ request is, is the loop's ``schedule``:
   of the lease), so a failed or late sample costs only itself
   (``sealed``, ``failed_samples``, ``restart``); a result the ledger fences
   (an attempt no longer current) is dropped (event ``fenced``). With a
-  ``RolloutJournal`` every sample the ledger accepts is journaled as it
-  seals (a ``TokenPayload``: token ids, the engine's log-probs, the policy
-  version of each token) and a running sample every
-  ``journal.progress_every`` tokens; after a resume (``recovered``, from
+  run, or a ``RolloutJournal``, every sample the ledger accepts is
+  journaled as it seals (a ``TokenPayload``: token ids, the engine's
+  log-probs, the policy version of each token) and a running sample every
+  ``progress_every`` tokens (the run's, or ``journal.progress_every``;
+  after a run's termination notice, every advance is reported, so that
+  ``Run.drain`` journals each running sample's latest tokens); after a
+  resume (the run's recovery, or ``recovered`` from
   ``RolloutJournal.recover``) siblings the ledger reused come back from the
   journal without a request, and a new attempt of a sibling with a durable
   prefix continues from it: the engine gets ``prompt_of(row, prefix)`` and
@@ -40,9 +58,16 @@ generator run to its end (its exit), which touches no coverage state: a
 checkpoint taken between the landing and the exit sees the group buffered,
 never outstanding, and an error raised after the landing is ignored rather
 than reported as a failure of a group that is already buffered. With a
-journal, call ``journal.mark(n)`` and take the collector's
-``checkpoint_state`` in one synchronous stretch too, then write both;
-compact after the checkpoint is durable.
+run, ``run.checkpoint`` is that one synchronous stretch (the journal's
+mark, the ledger's state, the write, the compaction); the sink needs no
+checkpoint: a group buffered at the checkpoint comes back at the next
+life's ``take``, complete, from the journal, and the loop lands it in the
+sink without a request. (``Run.take`` lands a complete group before the
+loop adds it to the sink; a sink that refuses it stops the loop, and the
+group comes back the same way in the next life.) With a bare journal, call
+``journal.mark(n)`` and take the collector's ``checkpoint_state`` in one
+synchronous stretch, then write both; compact after the checkpoint is
+durable.
 
 Rules of the house
 ------------------
@@ -382,7 +407,18 @@ class RolloutLoop:
     """Keeps requests from ``collector``'s groups generating on ``engine``
     and lands complete groups in ``sink`` (see the module doc).
 
-    ``schedule`` (a ``Schedule`` or its value) says what one request is.
+    ``collector`` is a ``frontier_adapters.Run`` (the loop reports through
+    it; the schedule is ``Schedule.SIBLING``, and ``journal`` and
+    ``recovered`` are the run's: passing either is a ``ValueError``), or a
+    collector (``Collector``; a ``SiblingCollector`` for
+    ``Schedule.SIBLING``). A vLLM integration on a run is three calls::
+
+        run = Run.open(root, source, config)
+        async with RolloutLoop(run, engine, buffer, prompt_of=..., sampling_params=...) as r:
+            ...  # await r.until(...); train; run.trained(ordinals); run.checkpoint(step)
+
+    ``schedule`` (a ``Schedule`` or its value; default ``SIBLING`` with a
+    run, ``GROUP`` with a collector) says what one request is.
     Under ``Schedule.GROUP``, ``prompt_of(row)`` is the engine prompt of a
     dataset row (for vLLM a string, a token list or a ``TokensPrompt``),
     ``sampling_params`` is passed as is, or, when callable, called with
@@ -395,7 +431,7 @@ class RolloutLoop:
     ``sampling_params(lease, prefix_len)`` are the parameters of one sample
     (``n=1``; ``max_tokens`` reduced by ``prefix_len``), and a group has the
     ledger's ``samples`` siblings. ``journal`` and ``recovered`` (sibling
-    schedule only) as in the module doc; a journal given without
+    schedule on a collector only) as in the module doc; a journal given without
     ``recovered`` and not recovered yet is recovered here as a fresh start
     (``recover(None, ...)``: refused for a journal with samples), and bound
     to the collector, so every attempt the loop deals is reserved first
@@ -429,7 +465,9 @@ class RolloutLoop:
     room (a training step) or requeues work (an eviction). Once every
     request has ended and nothing is left to take, the loop is ``idle``,
     whatever failed at once (a worker cancelled before it ran is retired
-    too).
+    too); a run that got a termination notice (``Run.notice``,
+    ``Run.watch``) hands out nothing more, so its loop goes idle once its
+    requests end (wait for ``run.preempted`` too, to drain sooner).
     """
 
     def __init__(
