@@ -66,6 +66,36 @@ def test_durable_rollouts_example_runs_and_its_assertions_hold() -> None:
     exec(compile(block, filename("durable.md"), "exec"), {"__name__": "readme_durable"})
 
 
+def test_the_durable_example_resumes_after_its_node_took_the_journal() -> None:
+    """The issue's new user: the durable rollouts example, its journal file
+    deleted at the crash (a preempted node's local disk) while the
+    checkpoint survives. The resume proceeds, says what was lost, generates
+    all four samples again and fences the dead life's attempts."""
+    (block,) = [b for b in python_blocks("durable.md") if "RolloutJournal(" in b and "Ledger" in b]
+    crash = "journal.close()                                   # ... and the process dies here\n"
+    assert block.count(crash) == 1
+    before = block[: block.index(crash) + len(crash)]
+    after = """
+(run / "journal").unlink()                        # the node went, with its disk
+record, position = json.loads((run / "ckpt.json").read_text())
+checkpoint = Checkpoint.from_state_dict(record, fingerprint="my-dataset-v1")
+journal = RolloutJournal(run / "journal", fingerprint="my-dataset-v1", lineage="run-42")
+got = journal.recover(checkpoint, position=position, checkpoint_id=0,
+                      reuse=Reuse.everything(), fork=0, step=0)
+assert got.lost is not None and got.lost.position == position and got.lost.last == 0
+ledger = Ledger.resume(config, checkpoint, load_replay_buffer=True, sealed=got.sealed,
+                       attempt_floor=got.attempt_floor, attempt_limit=got.attempt_limit).ledger
+step = ledger.stamp(2)
+applied = step.ledger.dispatch(step.effect.kept)
+assert applied.effect.landed == () and applied.effect.reused == ()
+assert len(applied.effect.leases) == 4
+assert min(x.attempt for x in applied.effect.leases) > running.attempt
+assert applied.ledger.seal([running]).effect.fenced == (running,)
+journal.close()
+"""
+    exec(compile(before + after, filename("durable.md"), "exec"), {"__name__": "node_lost"})
+
+
 def test_the_run_page_example_runs_and_its_assertions_hold() -> None:
     """docs/run.md's loop, as written: public names only."""
     example = python_blocks("run.md")[0]

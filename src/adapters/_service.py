@@ -309,7 +309,8 @@ class LedgerService:
 
     Raises the core's ``CheckpointError``s for a bad state,
     the journal's errors (``JournalMismatchError``, ``JournalBehindError``)
-    for a journal that is not the checkpoint's, and
+    for a journal that is not the checkpoint's (one that lost its tail
+    with its node is not refused: ``RolloutJournal.recover``), and
     ``JournalWithoutCheckpointError`` (a ``ValueError``) for a journal with
     samples but no checkpoint. A journal that holds only reservations (a
     start that died before its first checkpoint) is a fresh start, above

@@ -282,6 +282,23 @@ def _configure_simulate(parser: argparse.ArgumentParser) -> None:
         help="--waste: how far behind the journal is shipped off the node, in training steps "
         "(node-shipped; %(default)s)",
     )
+    parser.add_argument(
+        "--turns",
+        type=pos,
+        default=d.turns,
+        metavar="N",
+        help="--waste: every sample is an agent episode of N turns, a tool called between two "
+        "turns; above 1 adds the turn journal as an eighth mode and reports turns redone and "
+        "tool calls executed again (%(default)s)",
+    )
+    parser.add_argument(
+        "--tool-latency",
+        type=_delay,
+        default=d.tool_latency,
+        metavar="STEPS",
+        help="--waste with --turns: how long a tool takes to answer, in training steps "
+        "(%(default)s)",
+    )
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.add_argument(
         "--log",
@@ -377,6 +394,8 @@ def _run_simulate(args: argparse.Namespace) -> int:
             commit_delay=args.commit_delay,
             progress_every=args.progress_every,
             ship_lag=args.ship_lag,
+            turns=args.turns,
+            tool_latency=args.tool_latency,
         )
     except ValueError as exc:
         print(f"frontier simulate: {exc}", file=sys.stderr)

@@ -224,8 +224,7 @@ def test_a_node_loss_costs_more_the_further_behind_the_journal_is_shipped(
     the journal shipped loses at least what a process crash does (lag 0
     is a process crash), more the larger the lag (a record that survives
     a longer lag survives a shorter one), and at most what a node loss with
-    the journal on the node loses (only what the checkpoint's mark covered
-    survives there)."""
+    the journal on the node loses (nothing of the journal survives there)."""
     low, high = sorted(lags)
     w = small(seed)
     at_low = _first_kills(attrs.evolve(w, ship_lag=low), "progress", "node-shipped", "node-local")
@@ -238,18 +237,20 @@ def test_a_node_loss_costs_more_the_further_behind_the_journal_is_shipped(
 
 
 @pytest.mark.parametrize("seed", [0, 11])
-def test_shipped_without_lag_is_a_process_crash_and_beyond_the_run_is_the_node_only(
+def test_shipped_without_lag_is_a_process_crash_and_the_node_only_is_coverage_only(
     seed: int,
 ) -> None:
     """A lag of 0 makes a node loss cost exactly what a process crash does,
-    kill by kill for the whole run; a lag longer than the run makes the
-    shipped journal exactly the one on the node (only the marks survive)."""
+    kill by kill for the whole run; a journal on the node only, lost whole
+    at every kill, makes the run cost exactly what coverage-only recovery
+    costs, kill by kill (the resume goes on from the checkpoint alone)."""
     w = small(seed)
     none = run_waste(attrs.evolve(w, ship_lag=0.0), modes=(_BY["progress"], _BY["node-shipped"]))
     assert none.per_kill("node-shipped") == none.per_kill("progress")
     assert none.redone("node-shipped") == none.redone("progress")
-    ever = run_waste(attrs.evolve(w, ship_lag=1e9), modes=(_BY["node-local"], _BY["node-shipped"]))
-    assert ever.per_kill("node-shipped") == ever.per_kill("node-local")
+    ever = run_waste(w, modes=(_BY["coverage"], _BY["node-local"]))
+    assert ever.per_kill("node-local") == pytest.approx(ever.per_kill("coverage"))
+    assert ever.results["node-local"].stats.samples_reused == 0
     for r in (none, ever):
         for name, result in r.results.items():
             assert result.lossless, (seed, name)
@@ -258,8 +259,7 @@ def test_shipped_without_lag_is_a_process_crash_and_beyond_the_run_is_the_node_o
 def test_a_node_loss_keeps_what_left_the_node() -> None:
     """The simulated disk under a node loss: the shipped journal keeps the
     records appended ``commit_delay + ship_lag`` before the kill and what
-    the mark synced; the journal on the node keeps only what the mark
-    synced."""
+    the mark synced; the journal on the node is lost whole."""
     w = attrs.evolve(Workload(), commit_delay=0.1, ship_lag=0.5)
 
     def run(loss: str) -> SimJournal:
@@ -283,7 +283,7 @@ def test_a_node_loss_keeps_what_left_the_node() -> None:
     assert (
         sealed(run("node-shipped")) == (Lease(1, 0, 0),) and len(run("node-shipped").records) == 4
     )
-    assert sealed(run("node-local")) == (Lease(1, 0, 0),) and len(run("node-local").records) == 3
+    assert sealed(run("node-local")) == () and run("node-local").records == []
     with pytest.raises(ValueError, match="loss must be one of"):
         SimJournal(w, progress=False, lineage="x", loss="rack")
     with pytest.raises(ValueError, match="ship_lag"):

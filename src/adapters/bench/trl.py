@@ -4,9 +4,10 @@ What a resumed ``GRPOTrainer`` does before its first batch, built from the
 same pieces the Trainer uses (no model): TRL's ``RepeatSampler`` under a
 ``DataLoader`` prepared by accelerate, fast-forwarded with accelerate's
 ``skip_first_batches`` by the batches already trained in the epoch (what
-``Trainer._run_epoch`` calls); against ``FrontierSampler`` resumed from a
-state file at the same position (``FrontierRun.resume``: the ledger, then
-the stream seeks to the cut), under the same prepared loader. Each figure
+``Trainer._run_epoch`` calls); against ``FrontierSampler`` over a run
+resumed from its coverage checkpoint at the same position (``Run.open``:
+the checkpoint, the journal, the ledger, then the stream seeks to the cut),
+under the same prepared loader. Each figure
 is the wall time from building the loader to holding the first batch, at
 1,000 prompts into the epoch and at 90% of it; the dataset is a
 ``datasets.Dataset`` of 10^6 short prompts (10^4 with ``--quick``).
@@ -14,13 +15,25 @@ is the wall time from building the loader to holding the first batch, at
 
 from __future__ import annotations
 
+import shutil
 import statistics
+import tempfile
 import time
+from pathlib import Path
 from typing import Any
 
+from frontier_core import FailurePolicy, LedgerConfig
 from frontier_core.bench import Row, ratios_of, row
 
-from ..trl import FrontierRun, FrontierSampler, Layout, OrdinalRows, StreamOrder
+from ..run import Run
+from ..trl import (
+    FrontierSampler,
+    GenerationBlocks,
+    Layout,
+    OrdinalRows,
+    StreamOrder,
+    stream_source,
+)
 
 NUM_GENERATIONS = 8
 PROMPTS = 4  # prompts per generation block: 32 rows per batch
@@ -73,48 +86,49 @@ def trl_first_batch(dataset: Any, prompts_in: int) -> float:
     return elapsed
 
 
-def _state_at(dataset: Any, cut: int) -> dict[str, Any]:
-    """The state file of a run that trained ordinals ``[0, cut)``, built
-    through the ledger (not timed)."""
-    run = _run(dataset)
-    run.start()
-    ledger = run.ledger
-    for first in range(0, cut, 100_000):  # in chunks: the ledger bounds its window
-        chunk = range(first, min(cut, first + 100_000))
-        ledger = ledger.stamp(len(chunk)).ledger.dispatch(chunk).ledger
-        ledger = ledger.buffer(chunk).ledger.train(chunk).ledger
-    run.ledger = ledger
-    return run.state_dict(cut // PROMPTS)
-
-
-def _run(dataset: Any) -> FrontierRun:
-    return FrontierRun(
-        StreamOrder(len(dataset), seed=SEED, shuffle=True),
-        epochs=2,
-        layout=Layout(prompts=PROMPTS, num_generations=NUM_GENERATIONS, repeat=1, grad_accum=1),
-        fingerprint="bench",
-        log_path=None,
+def _open(dataset: Any, root: Path, *, pull: int = PROMPTS) -> Run:
+    """The run of a TRL job over ``dataset`` at ``root`` (opened or
+    resumed); ``pull`` is the source's batch, which its position does not
+    depend on."""
+    order = StreamOrder(len(dataset), seed=SEED, shuffle=True)
+    config = LedgerConfig(
+        stream_len=2 * len(dataset), fingerprint="bench", on_failure=FailurePolicy.DROP
     )
+    return Run.open(root, stream_source(order, epochs=2, batch_size=pull), config, reserve=1 << 20)
 
 
-def frontier_first_batch(dataset: Any, state: dict[str, Any]) -> float:
+def _run_at(dataset: Any, root: Path, cut: int) -> Path:
+    """A run at ``root`` that trained ordinals ``[0, cut)`` and checkpointed
+    there (not timed)."""
+    with _open(dataset, root, pull=100_000) as run:
+        for first in range(0, cut, 100_000):  # in chunks: the ledger bounds its window
+            chunk = [t.ordinal for t in run.take(min(100_000, cut - first))]
+            run.landed(chunk)
+            run.trained(chunk)
+        run.checkpoint(cut // PROMPTS)
+    return root
+
+
+def frontier_first_batch(dataset: Any, root: Path) -> float:
     """Seconds from resuming the run to the first batch of the seeked
     loader."""
     from torch.utils.data import DataLoader
 
     start = time.perf_counter()
-    run = _run(dataset)
-    run.resume(state)
-    loader = _prepare(
-        DataLoader(
-            OrdinalRows(dataset, run.order),
-            batch_size=PROMPTS * NUM_GENERATIONS,
-            sampler=FrontierSampler(run),
-            collate_fn=_identity,
+    with _open(dataset, root) as run:
+        order = StreamOrder(len(dataset), seed=SEED, shuffle=True)
+        layout = Layout(prompts=PROMPTS, num_generations=NUM_GENERATIONS, repeat=1, grad_accum=1)
+        blocks = GenerationBlocks(run, order, layout, None)
+        loader = _prepare(
+            DataLoader(
+                OrdinalRows(dataset, order),
+                batch_size=PROMPTS * NUM_GENERATIONS,
+                sampler=FrontierSampler(blocks),
+                collate_fn=_identity,
+            )
         )
-    )
-    batch = next(iter(loader))
-    elapsed = time.perf_counter() - start
+        batch = next(iter(loader))
+        elapsed = time.perf_counter() - start
     assert len(batch) == PROMPTS * NUM_GENERATIONS
     return elapsed
 
@@ -124,8 +138,10 @@ def bench_trl(*, quick: bool, rounds: int) -> list[Row]:
     dataset = _dataset(rows_n)
     near, deep = 1_000, rows_n * 9 // 10
     # The frontier run resumes in epoch 1 at the same position in the epoch:
-    # its cost must not depend on how far the stream went either.
-    states = {k: _state_at(dataset, rows_n + k) for k in (near, deep)}
+    # its cost must not depend on how far the stream went either. Each
+    # round's resume deals a block, which its next resume deals again.
+    work = Path(tempfile.mkdtemp(prefix="frontier-bench-trl-"))
+    roots = {k: _run_at(dataset, work / str(k), rows_n + k) for k in (near, deep)}
     t: dict[str, dict[int, list[float]]] = {
         "trl": {near: [], deep: []},
         "frontier": {near: [], deep: []},
@@ -133,7 +149,8 @@ def bench_trl(*, quick: bool, rounds: int) -> list[Row]:
     for _ in range(rounds):
         for k in (near, deep):
             t["trl"][k].append(trl_first_batch(dataset, k))
-            t["frontier"][k].append(frontier_first_batch(dataset, states[k]))
+            t["frontier"][k].append(frontier_first_batch(dataset, roots[k]))
+    shutil.rmtree(work)
     out: list[Row] = []
     for who, label in (("trl", "TRL skip_first_batches"), ("frontier", "frontier seek")):
         out.append(row("trl", f"{label}, first batch {near:,} prompts in", t[who][near], "s wall"))

@@ -39,7 +39,9 @@ from ._files import JournalFileError as JournalFileError
 from ._files import JournalWriter as JournalWriter
 from ._files import JournalWriterError as JournalWriterError
 from ._files import read_journal as read_journal
+from ._rollout import LOST_ATTEMPTS as LOST_ATTEMPTS
 from ._rollout import RESERVE as RESERVE
+from ._rollout import JournalLoss as JournalLoss
 from ._rollout import Recovered as Recovered
 from ._rollout import RolloutJournal as RolloutJournal
 from ._rollout import resumed_sample as resumed_sample
@@ -57,10 +59,12 @@ from ._ship import restore as restore
 __all__ = [
     "BACKLOG_TIMEOUT_S",
     "MAX_QUEUED_BYTES",
+    "LOST_ATTEMPTS",
     "RESERVE",
     "SEGMENT_BYTES",
     "SEGMENT_SECONDS",
     "JournalFileError",
+    "JournalLoss",
     "JournalWriter",
     "JournalShipBacklogError",
     "JournalShipError",

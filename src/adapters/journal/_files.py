@@ -92,6 +92,7 @@ import attrs
 from frontier_core import FrontierError
 from frontier_core.journal import (
     DEFAULT_MAX_FRAME,
+    MAX_MARKS,
     CommitPolicy,
     Decoded,
     JournalError,
@@ -625,7 +626,13 @@ class JournalWriter:
             data, self.path, self._header.fingerprint, self._header.lineage, self._max_frame
         )
 
-    def compact_to(self, new_path: str | os.PathLike[str], records: Iterable[Record]) -> int:
+    def compact_to(
+        self,
+        new_path: str | os.PathLike[str],
+        records: Iterable[Record],
+        *,
+        lost: tuple[int, int] | None = None,
+    ) -> int:
         """Commit, then write ``records`` as a new journal at ``new_path``
         (which may be this journal's own path) atomically, continuing this
         journal's sequence numbers: its base is this journal's ``position``,
@@ -635,13 +642,27 @@ class JournalWriter:
         a checkpoint whose mark was compacted away. The writer then
         appends to the new journal; the old file, if at another path, is left
         for the caller to remove. Returns the new ``durable``. On an error
-        before the new journal is in place, nothing changed."""
+        before the new journal is in place, nothing changed.
+
+        ``lost=(position, checkpoint)``: the journal lost its records from
+        ``position`` on with its node (``position`` past this journal's
+        end), where checkpoint ``checkpoint`` saved its mark. The new
+        journal's base is ``position`` and its header remembers that mark,
+        so the checkpoint is proven against it again after the next crash,
+        and what this life appends is numbered after everything lost."""
         marks = self.read().marks()  # commits: the commit thread is idle from here on
+        base = self.position
+        if lost is not None:
+            position, checkpoint = lost
+            if position <= base:
+                raise ValueError(f"lost position {position} is not past the journal's end {base}")
+            base = position
+            marks = (*marks, (position, checkpoint))[-MAX_MARKS:]
         target = Path(new_path)
         header = JournalHeader(
             self._header.fingerprint,
             self._header.lineage,
-            self.position,
+            base,
             self._header.journal_id,
             marks,
         )

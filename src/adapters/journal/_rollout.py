@@ -38,6 +38,7 @@ Ordering, which the invariants rely on (``proofs/SAMPLES.md``):
 
 from __future__ import annotations
 
+import logging
 import math
 import os
 from collections.abc import Container, Mapping
@@ -83,6 +84,51 @@ from ._ship import Restored, Shipper, restore_local
 #: per block; a life that ends skips what is left of its block.
 RESERVE: Final = 1024
 
+_log = logging.getLogger("frontier_adapters.journal")
+
+#: How far a resume moves the attempt floor past everything it knows when
+#: the journal lost its tail with its node: the lost life's reservations
+#: after its last checkpoint went with it, and a late answer of any
+#: attempt it dealt must still be fenced. 2**24 attempts after one
+#: checkpoint (16,384 blocks) is far beyond a real life's, and leaves room
+#: for 255 such losses in the 2**32 attempts of a run.
+LOST_ATTEMPTS: Final = 1 << 24
+
+
+@attrs.frozen
+class JournalLoss:
+    """What a resume lost with a node: the checkpoint (number
+    ``checkpoint``) saved its journal mark at ``position``, but the journal
+    this life found (``source``: the node's own file, the shipped copy, or
+    none, ``"new"``) ends at ``last``, so the records after ``last`` that the
+    checkpoint counted as durable are gone: the samples and progress they
+    held are generated again (coverage is the checkpoint's, and stays
+    exact). The attempts this life deals start at ``attempt_floor``,
+    ``LOST_ATTEMPTS`` past everything known, so an answer to an attempt
+    the lost life dealt is fenced. ``reason`` says it in words."""
+
+    checkpoint: int
+    position: int
+    last: int
+    source: str
+    attempt_floor: int
+
+    @property
+    def records(self) -> int:
+        """How many records were lost (what the checkpoint counted past
+        the journal's end)."""
+        return self.position - self.last
+
+    @property
+    def reason(self) -> str:
+        return (
+            f"the checkpoint {self.checkpoint} saved journal position {self.position}, but the "
+            f"journal this life found ({self.source}) ends at {self.last}: "
+            f"{self.records} records were lost with the node that wrote them (a node-local "
+            "journal the node took with it, or one restored from a store it had not reached); "
+            "what they held is generated again"
+        )
+
 
 @attrs.frozen
 class Recovered:
@@ -98,7 +144,9 @@ class Recovered:
     life; ``torn``, the bytes of a torn tail the open discarded (0 if none);
     ``fork``, the checkpoint's step the resume forked at, by which a
     journaled token's age is counted along the lineage
-    (``lineage_version``)."""
+    (``lineage_version``); ``lost``, what the journal lost with a node
+    (``JournalLoss``), or ``None`` when it held everything the checkpoint
+    counted."""
 
     state: JournalState
     sealed: tuple[Lease, ...]
@@ -106,6 +154,7 @@ class Recovered:
     torn: int
     fork: int
     attempt_limit: int
+    lost: JournalLoss | None = None
 
     def sample(self, lease: Lease) -> Payload:
         """The sample of a sibling the ledger reused (one of ``sealed``);
@@ -314,16 +363,24 @@ class RolloutJournal:
 
         ``position`` and ``checkpoint_id`` are what the checkpoint recorded
         of its mark: the journal must hold that mark there
-        (``JournalBehindError`` if it ends before or another record stands
-        there). ``reuse``, ``fork`` (the checkpoint's trainer step) and
-        ``step`` (the step trained next) are
-        ``frontier_core.journal.reusable``'s. ``saved`` are the samples the
-        caller saved with the checkpoint (``checkpoint(save_sealed=True)``),
-        by lease, each of a sibling ``checkpoint.sealed`` lists: they count
-        as seals before everything the journal holds (a newer attempt in the
-        journal wins), and the reuse policy applies to them as to the
-        journal's. A sealed sibling of the checkpoint whose sample neither
-        holds is not in ``sealed``: it is generated again.
+        (``JournalBehindError`` if another record stands there: a journal
+        of another branch). A journal that ends before the mark lost its tail
+        with its node (a node-local file gone with a preempted node, a
+        stale copy): the resume proceeds with what survived, reports it in
+        ``Recovered.lost`` (and at WARNING on the
+        ``frontier_adapters.journal`` logger), moves the attempts past
+        anything the lost life could have dealt (``LOST_ATTEMPTS``), and
+        rewrites the journal so that it remembers the checkpoint's mark:
+        the next resume from the same checkpoint is proven against it.
+        ``reuse``, ``fork`` (the checkpoint's trainer step) and ``step``
+        (the step trained next) are ``frontier_core.journal.reusable``'s.
+        ``saved`` are the samples the caller saved with the checkpoint
+        (``checkpoint(save_sealed=True)``), by lease, each of a sibling
+        ``checkpoint.sealed`` lists: they count as seals before everything
+        the journal holds (a newer attempt in the journal wins), and the
+        reuse policy applies to them as to the journal's. A sealed sibling
+        of the checkpoint whose sample neither holds is not in ``sealed``:
+        it is generated again.
 
         Raises ``JournalWithoutCheckpointError`` (a ``ValueError``) when
         there is no checkpoint but the journal holds samples or was
@@ -333,6 +390,7 @@ class RolloutJournal:
         """
         _check_block(reserve)
         decoded = self.writer.read()
+        lost: JournalLoss | None = None
         if checkpoint is None:
             if saved:
                 raise CheckpointMismatchError("samples saved with a checkpoint, but no checkpoint")
@@ -348,9 +406,32 @@ class RolloutJournal:
         else:
             if position is None or checkpoint_id is None:
                 raise ValueError("a resume from a checkpoint needs its journal position and id")
-            decoded.check_mark(position, checkpoint_id)
-            state = replay((*_saved_seals(checkpoint, saved or {}), *decoded.records))
+            behind = position > decoded.last_seq and position > decoded.header.base
+            if not behind:
+                decoded.check_mark(position, checkpoint_id)
+            saved_seals = _saved_seals(checkpoint, saved or {})
+            state = replay((*saved_seals, *decoded.records))
             start = max(state.next_attempt, checkpoint.next_attempt)
+            if behind:
+                start = min(start + LOST_ATTEMPTS, MAX_ATTEMPT + 1)
+                lost = JournalLoss(
+                    checkpoint=checkpoint_id,
+                    position=position,
+                    last=decoded.last_seq,
+                    source=(
+                        self.restored.source
+                        if self.restored is not None
+                        else "local" if decoded.last_seq else "new"
+                    ),
+                    attempt_floor=start,
+                )
+                _log.warning("%s", lost.reason)
+                # What survived, numbered before the lost mark; the marks it
+                # held are in the header (``compact_to`` reads them).
+                kept_records = [r for r in decoded.records if type(r) is not Mark]
+                self.writer.compact_to(
+                    self.writer.path, kept_records, lost=(position, checkpoint_id)
+                )
         kept = reusable(state, reuse, fork=fork, step=step)
         # Reserved before anything is dealt: this life's attempts are then
         # above every attempt a previous life could have handed out.
@@ -360,10 +441,11 @@ class RolloutJournal:
         return Recovered(
             state=kept,
             sealed=kept.sealed(),
-            attempt_floor=state.next_attempt,
+            attempt_floor=state.next_attempt if lost is None else start,
             torn=torn,
             fork=fork,
             attempt_limit=self.reserved,
+            lost=lost,
         )
 
     def close(self, *, ship_timeout: float | None = None) -> None:

@@ -16,27 +16,27 @@ from typing import Any
 
 from torch.utils.data import Dataset, Sampler
 
-from ._run import ORDINAL_COLUMN, FrontierRun
+from ._blocks import ORDINAL_COLUMN, GenerationBlocks
 from ._stream import StreamOrder
 
 
 class FrontierSampler(Sampler[int]):
     """Yields ordinals in ``RepeatSampler``'s layout, block by block from
-    ``run.next_block()``. Its length is fixed for a life of the run (what
+    ``blocks.next_block()``. Its length is fixed for a life of the run (what
     the Trainer reads once to plan its steps); it has no ``set_epoch``: the
     epoch of an ordinal is ``ordinal // len(dataset)``, not a count of
     passes."""
 
-    def __init__(self, run: FrontierRun) -> None:
-        self.run = run
+    def __init__(self, blocks: GenerationBlocks) -> None:
+        self.blocks = blocks
 
     def __len__(self) -> int:
-        return self.run.planned_rows()
+        return self.blocks.planned_rows()
 
     def __iter__(self) -> Iterator[int]:
-        layout = self.run.layout
+        layout = self.blocks.layout
         g, repeat = layout.num_generations, layout.repeat
-        while (block := self.run.next_block()) is not None:
+        while (block := self.blocks.next_block()) is not None:
             copy = [o for o in block for _ in range(g)]
             for _ in range(repeat):
                 yield from copy

@@ -5,8 +5,11 @@ modules expose plain functions. Commands:
 
 * ``grpo-worker``: one life of the async GRPO demo (``frontier demo`` spawns
   and SIGKILLs these);
-* ``torch-run``: one life of the small torch training run;
-* ``torch-torture``: SIGKILL ``torch-run`` lives, then ``frontier audit``;
+* ``torch-run``: one life of the small torch training run, at a durability
+  level: ``--durability coverage`` (prompt by prompt) or ``journal`` (sample
+  by sample, with the rollout journal and its kill points);
+* ``torch-torture``: SIGKILL ``torch-run`` lives, then ``frontier audit``
+  (and, with the journal, audit every sample);
 * ``ray-run``: one driver of the Ray job (local loopback cluster, or
   ``--address``): sibling tasks, groups of ``--samples`` (1: prompt
   level), the journal owned by the ledger actor (``--no-journal``: none),
@@ -18,8 +21,6 @@ modules expose plain functions. Commands:
   on the loopback master address only;
 * ``elastic-torture``: SIGKILL a rank of ``torchrun`` lives of
   ``elastic-rank``, resuming on other world sizes, then ``frontier audit``;
-* ``durable-run``: one life of the sample-level job with a rollout journal;
-* ``durable-torture``: SIGKILL ``durable-run`` lives, then audit each sample;
 * ``trl-life``: one life of the TRL GRPO job (``frontier`` or ``trl`` mode);
 * ``trl-torture``: SIGKILL ``trl-life`` lives, then ``frontier audit``;
 * ``trl-ab``: TRL's own resume against frontier, same script, same kills.
@@ -119,113 +120,83 @@ def _run_grpo_worker(args: argparse.Namespace) -> int:
 
 # -- torch-run, torch-torture ---------------------------------------------------------
 
+#: The help of the torch job's options (``torch_job.RunArgs``) that need one.
+_TORCH_HELP = {
+    "durability": "what of the generation survives a kill: coverage (the data coverage only, "
+    "prompt by prompt) or journal (sample by sample, with the rollout journal)",
+    "group": "groups per training step",
+    "capacity": "groups in flight at most",
+    "fail_rate": "failures per prompt (per sibling attempt with the journal)",
+    "checkpoint_every": "training steps between checkpoints",
+    "samples": "siblings per prompt (journal)",
+    "progress_every": "tokens between progress records, 0: sealed samples only (journal)",
+    "reuse": "what a resume takes from the journal, nothing: coverage only (journal)",
+    "tick": "seconds per token (journal)",
+    "commit_delay": "the longest an append waits for its group commit, in s (journal)",
+    "kill_at": "KIND:STEPS:COUNT: die there (journal)",
+}
 
-def _configure_torch_run(p: argparse.ArgumentParser) -> None:
+
+def _configure_torch(p: argparse.ArgumentParser, *, torture: bool) -> None:
+    """``torch-run``'s options are ``RunArgs``' fields; ``torch-torture``
+    passes the same to every life, and sets ``--announce`` and
+    ``--kill-at`` itself."""
+    from .torch_job import DURABILITY, REUSE, RunArgs
+
+    choices: dict[str, Sequence[str]] = {"durability": DURABILITY, "reuse": sorted(REUSE)}
+    for f in attrs.fields(RunArgs):
+        flag, help_text = f"--{f.name.replace('_', '-')}", _TORCH_HELP.get(f.name)
+        if torture and f.name == "rows":
+            help_text = "default: max(20, 2 * kills)"
+        if f.name == "workdir":
+            p.add_argument(flag, required=True)
+        elif torture and f.name in ("announce", "kill_at"):
+            p.set_defaults(**{f.name: f.default})
+        elif isinstance(f.default, bool):
+            p.add_argument(flag, action="store_true", help=help_text)
+        elif f.name in choices:
+            p.add_argument(flag, choices=choices[f.name], default=f.default, help=help_text)
+        else:
+            p.add_argument(flag, type=type(f.default), default=f.default, help=help_text)
+    if torture:
+        p.add_argument("--kills", type=int, default=100)
+        p.set_defaults(rows=None, write_pause=0.01)
+
+
+def _torch_args(args: argparse.Namespace, command: str) -> Any:
+    """The ``RunArgs`` of the options, or ``None`` after saying on stderr
+    what is wrong with them."""
     from .torch_job import RunArgs
 
-    d = RunArgs(workdir="")
-    p.add_argument("--workdir", required=True)
-    p.add_argument("--rows", type=int, default=d.rows)
-    p.add_argument("--epochs", type=int, default=d.epochs)
-    p.add_argument("--seed", type=int, default=d.seed)
-    p.add_argument("--batch-size", type=int, default=d.batch_size)
-    p.add_argument("--group", type=int, default=d.group, help="groups per training step")
-    p.add_argument("--capacity", type=int, default=d.capacity, help="prompts in flight at most")
-    p.add_argument("--fail-rate", type=float, default=d.fail_rate)
-    p.add_argument("--write-pause", type=float, default=d.write_pause)
-    p.add_argument("--announce", action="store_true")
-    p.add_argument(
-        "--journal", action="store_true", help="sample by sample, with the rollout journal"
-    )
-    p.add_argument("--samples", type=int, default=d.samples, help="siblings per prompt (journal)")
-    p.add_argument(
-        "--progress-every",
-        type=int,
-        default=d.progress_every,
-        help="tokens between progress records, 0: sealed samples only (journal)",
-    )
-    p.add_argument("--tick", type=float, default=d.tick, help="seconds per token (journal)")
-    p.add_argument("--reuse", choices=["everything", "nothing"], default=d.reuse, help="(journal)")
-    p.add_argument("--commit-delay", type=float, default=d.commit_delay)
-    p.add_argument("--kill-at", default=d.kill_at, help="KIND:STEPS:COUNT: die there (journal)")
+    run_args = _fill(RunArgs, args)
+    try:
+        run_args.check()
+    except ValueError as exc:
+        print(f"{command}: {exc}", file=sys.stderr)
+        return None
+    return run_args
 
 
 def _run_torch_run(args: argparse.Namespace) -> int:
-    from .torch_job import RunArgs, run
+    from .torch_job import run
 
-    return run(_fill(RunArgs, args))
-
-
-def _configure_torch_torture(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--workdir", required=True)
-    p.add_argument("--kills", type=int, default=100)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--rows", type=int, default=None, help="default: max(20, 2 * kills)")
-    p.add_argument("--epochs", type=int, default=2)
-    p.add_argument(
-        "--journal",
-        action="store_true",
-        help="sample by sample with the rollout journal; kills at its points, per-sample audit",
-    )
-    p.add_argument("--samples", type=int, default=4, help="siblings per prompt (journal)")
-    p.add_argument("--progress-every", type=int, default=4, help="(journal)")
-    p.add_argument("--tick", type=float, default=0.002, help="seconds per token (journal)")
-    p.add_argument("--reuse", choices=["everything", "nothing"], default="everything")
+    run_args = _torch_args(args, "torch-run")
+    return 2 if run_args is None else run(run_args)
 
 
 def _run_torch_torture(args: argparse.Namespace) -> int:
     from .torch_job import torture
 
-    result = torture(
-        args.workdir,
-        kills=args.kills,
-        seed=args.seed,
-        rows=args.rows,
-        epochs=args.epochs,
-        verbose=True,
-        journal=args.journal,
-        samples=args.samples,
-        progress_every=args.progress_every,
-        tick=args.tick,
-        reuse=args.reuse,
-    )
+    if args.rows is None:
+        args.rows = max(20, 2 * args.kills)
+    run_args = _torch_args(args, "torch-torture")
+    if run_args is None:
+        return 2
+    result = torture(run_args, kills=args.kills, verbose=True)
     report = attrs.asdict(result)
     if result.samples is not None:
         report["samples"]["tokens_redone"] = result.samples.tokens_redone
     print(json.dumps(report))
-    return 0 if result.clean else 1
-
-
-# -- durable-run, durable-torture -----------------------------------------------------
-
-
-def _configure_durable(p: argparse.ArgumentParser, *, torture: bool) -> None:
-    from .durable_job import DurableArgs
-
-    for f in attrs.fields(DurableArgs):
-        flag = f"--{f.name.replace('_', '-')}"
-        if f.name == "workdir":
-            p.add_argument(flag, required=True)
-        elif f.name == "reuse":
-            p.add_argument(flag, choices=["everything", "nothing"], default=f.default)
-        else:
-            p.add_argument(flag, type=type(f.default), default=f.default)
-    if torture:
-        p.add_argument("--kills", type=int, default=20)
-        p.add_argument("--kill-seed", type=int, default=0)
-
-
-def _run_durable_run(args: argparse.Namespace) -> int:
-    from .durable_job import DurableArgs, run_life
-
-    return run_life(_fill(DurableArgs, args))
-
-
-def _run_durable_torture(args: argparse.Namespace) -> int:
-    from .durable_job import DurableArgs, torture
-
-    result = torture(_fill(DurableArgs, args), kills=args.kills, seed=args.kill_seed)
-    print(json.dumps({**attrs.asdict(result), "tokens_redone": result.tokens_redone}))
     return 0 if result.clean else 1
 
 
@@ -437,13 +408,14 @@ COMMANDS: dict[
         _run_grpo_worker,
     ),
     "torch-run": (
-        "one life of the small torch training run: resume, train until the stream is done",
-        _configure_torch_run,
+        "one life of the small torch training run: resume, train until the stream is done "
+        "(--durability coverage or journal)",
+        lambda p: _configure_torch(p, torture=False),
         _run_torch_run,
     ),
     "torch-torture": (
         "SIGKILL torch-run lives at random moments until done, then audit the log",
-        _configure_torch_torture,
+        lambda p: _configure_torch(p, torture=True),
         _run_torch_torture,
     ),
     "ray-run": (
@@ -465,16 +437,6 @@ COMMANDS: dict[
         "torchrun with its rendezvous store bound to --master-addr (a loopback address) only",
         _configure_torchrun_loopback,
         _run_torchrun_loopback,
-    ),
-    "durable-run": (
-        "one life of the sample-level job with a rollout journal: resume, generate, train",
-        lambda p: _configure_durable(p, torture=False),
-        _run_durable_run,
-    ),
-    "durable-torture": (
-        "SIGKILL durable-run lives at random moments, then audit every sample of the lineage",
-        lambda p: _configure_durable(p, torture=True),
-        _run_durable_torture,
     ),
     "trl-life": (
         "one life of the TRL GRPO job (mode frontier or trl): resume, train, die as planned",

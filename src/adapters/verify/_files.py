@@ -2,9 +2,9 @@
 training-data log, the run's lineage id, and the order of writes of a
 checkpoint that refers to a rollout journal (``commit_checkpoint``).
 
-Shared by ``durable_job``, ``torch_job``, ``grpo_worker`` and
-``ray_job``. The logs are the jobs' evidence for their audits, so
-they are written to survive a SIGKILL anywhere: one ``write`` per line
+Shared by ``torch_job``, ``grpo_worker`` and ``ray_job``. The logs are the
+jobs' evidence for their audits, so they are written to survive a SIGKILL
+anywhere: one ``write`` per line
 (a kill leaves at most a torn last line, which the next life cuts off and
 a reader ignores), fsynced where a checkpoint will count them.
 

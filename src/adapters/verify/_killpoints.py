@@ -2,8 +2,8 @@
 dies there, for a torture to SIGKILL it at that very moment.
 
 Shared by the sample-level lives of ``frontier demo --journal``
-(``grpo_worker.run_journal``) and of ``torch-run --journal``
-(``torch_job.run_journal``); both take ``--kill-at KIND:STEPS:COUNT``.
+(``grpo_worker.run_journal``) and of ``torch-run --durability journal``
+(``torch_job.run``); both take ``--kill-at KIND:STEPS:COUNT``.
 
 The writer's points depend on these internals of ``JournalWriter``, and
 on nothing else of it: the ``commit`` point overrides ``_commit`` (the one
@@ -62,7 +62,7 @@ class KillPoint:
     place; ``compacted``, just after the compacted journal replaced the old
     one; ``resumed``, a life resumed from a checkpoint right after it
     recovered the journal and dispatched its first leases (the life passes
-    it itself: ``torch_job.run_journal`` does). A life that nobody kills
+    it itself: ``torch_job.run`` does). A life that nobody kills
     within ``KILL_WAIT`` seconds SIGKILLs itself: the point is a death
     either way. An empty spec never fires."""
 
@@ -121,7 +121,13 @@ class KillPointWriter(JournalWriter):
             point.die(f"{self.pending} records, {cut} of {len(data)} bytes written")
         super()._commit()
 
-    def compact_to(self, new_path: str | os.PathLike[str], records: Iterable[Record]) -> int:
+    def compact_to(
+        self,
+        new_path: str | os.PathLike[str],
+        records: Iterable[Record],
+        *,
+        lost: tuple[int, int] | None = None,
+    ) -> int:
         records = tuple(records)
         point = self.point
         if point is not None and point.passed("compact"):
@@ -136,7 +142,7 @@ class KillPointWriter(JournalWriter):
             finally:
                 os.close(fd)
             point.die(f"compacted journal of {len(records)} records in {tmp.name}, not in place")
-        durable = super().compact_to(new_path, records)
+        durable = super().compact_to(new_path, records, lost=lost)
         if point is not None and point.passed("compacted"):
             point.die(f"compacted journal of {len(records)} records in place")
         return durable

@@ -2,7 +2,7 @@
 own, whose output is read and whose exit is awaited under a deadline.
 
 Every demo and torture of the rig starts its lives as a ``Life``:
-``frontier demo``'s workers, the torch, durable, elastic, TRL and Ray
+``frontier demo``'s workers, the torch, elastic, TRL and Ray
 tortures' lives and drivers. A life that passes its deadline (a worker
 whose trainer waits for a batch that never fills, a driver stuck on a dead
 cluster) is SIGKILLed with its whole process group and the wait raises

@@ -68,7 +68,7 @@ from ..torch._distributed import (
     read_distributed_checkpoint,
 )
 from ._lives import Life as LifeProcess
-from .torch_job import FEATURES, make_dataset, run_audit
+from .torch_job import FEATURES, PromptPool, coverage, make_dataset, make_model, run_audit
 
 LOG_NAME = "train_log.jsonl"
 CKPT_DIR = "checkpoints"
@@ -94,35 +94,6 @@ class RankArgs:
     #: Where the checkpoints live: a directory or a URL (``s3://...``);
     #: ``""``: ``workdir/checkpoints``.
     checkpoints: str = ""
-
-
-class Momentum:
-    """SGD with momentum, computed as ``torch.optim.SGD(lr=, momentum=)``
-    does, in a few lines: ``torch.optim`` imports ``torch._dynamo``, which
-    costs each rank seconds of start-up in every life of the torture."""
-
-    def __init__(self, params: Sequence[torch.nn.Parameter], lr: float, momentum: float) -> None:
-        self.params = list(params)
-        self.lr = lr
-        self.momentum = momentum
-        self.buffers: list[torch.Tensor | None] = [None] * len(self.params)
-
-    @torch.no_grad()
-    def step(self) -> None:
-        for i, p in enumerate(self.params):
-            assert p.grad is not None
-            buf = self.buffers[i]
-            if buf is None:
-                self.buffers[i] = buf = p.grad.clone()
-            else:
-                buf.mul_(self.momentum).add_(p.grad)
-            p.add_(buf, alpha=-self.lr)
-
-    def state_dict(self) -> dict[str, Any]:
-        return {"buffers": [torch.zeros(0) if b is None else b for b in self.buffers]}
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.buffers = [None if b.numel() == 0 else b.clone() for b in state["buffers"]]
 
 
 def per_rank_batch(global_batch: int, world: int) -> int:
@@ -158,9 +129,7 @@ def run_rank(args: RankArgs) -> int:
     )
 
     loaded = read_distributed_checkpoint(ckpt_root, fingerprint=fingerprint)
-    torch.manual_seed(0)
-    model = torch.nn.Linear(FEATURES, 1)
-    optim = Momentum(list(model.parameters()), lr=0.05, momentum=0.9)
+    model, optim = make_model()
     buffer: dict[int, list[float]] = {}
     if loaded is None:
         share, step, life = Share(0, world, rank), 0, 0
@@ -208,23 +177,14 @@ def run_rank(args: RankArgs) -> int:
     )
     say(f"ready step={step} life={life} world={world} batch={batch} share={share.base}")
     rng = random.Random(f"{args.seed}:gen:{step}:{life}:{rank}")
-    in_flight: dict[int, list[Any]] = {}  # global ordinal -> [row, ticks left]
-    capacity = batch + 2
+    pool = PromptPool(collector, rng, fail_rate=args.fail_rate, latency=3)
     drops: list[int] = []
     while True:
-        for o, row in collector.take(capacity - len(in_flight)):
-            in_flight[o] = [row, rng.randint(1, 3)]
-        for o in sorted(in_flight):
-            in_flight[o][1] -= 1
-            if in_flight[o][1] > 0:
-                continue
-            row = in_flight.pop(o)[0]
-            if rng.random() < args.fail_rate:
-                drops.extend(collector.failed([o]).dropped)
-            else:
-                collector.landed([o])
-                buffer[o] = [float(v) for v in row.tolist()]
-        tail = collector.exhausted and not in_flight
+        pool.dispatch(batch + 2)
+        landed, dropped = pool.tick()
+        buffer.update(landed)
+        drops.extend(dropped)
+        tail = collector.exhausted and not pool.in_flight
         want = len(buffer) >= batch or bool(tail and buffer) or bool(drops)
         stalled = tail and not buffer and not collector.drained
         flags = comm.all_gather_object((want, collector.drained, stalled))
@@ -647,12 +607,7 @@ def torture(
         kills=killed,
         worlds=tuple(life.world for life in lives),
         stream_len=stream_len,
-        trained_once=int(report["trained_once"]),
-        dropped=int(report["dropped"]),
-        skipped=tuple(report["skipped_ordinals"]),
-        duplicated=tuple(
-            sorted({*report["duplicated_ordinals"], *report["out_of_range_ordinals"]})
-        ),
+        **coverage(report),
         leftovers=leftovers,
         listening=tuple(sorted(listening)),
         audit=report,

@@ -5,8 +5,8 @@ They follow the worker contract of ``frontier_adapters.ray``:
 reports them to the ledger actor (with the assignment's incarnation) and
 returns the seals the ledger accepted.
 
-``StandInRollout``: sibling ``s`` of prompt ``o`` is the durable job's fixed
-token sequence of a heavy-tailed length (``durable_job.full_sample``),
+``StandInRollout``: sibling ``s`` of prompt ``o`` is the stand-in engine's
+fixed token sequence of a heavy-tailed length (``_samples.full_sample``),
 generated one token per ``token_latency`` seconds, continued from the
 task's prefix, with a progress report every ``progress_every`` tokens.
 ``CpuEngineRollout`` samples each task's sibling from the examples' CPU
@@ -28,7 +28,7 @@ from frontier_core.journal import TokenPayload, continue_sample
 
 from ..ray import Assignment, SampleTask
 from ..ray._actors import LEDGER_TIMEOUT
-from .durable_job import full_sample
+from ._samples import full_sample
 
 
 class CpuEngineRollout:

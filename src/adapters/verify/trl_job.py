@@ -20,8 +20,9 @@ library's own training log, which ``frontier_core``'s audit reads.
 A life dies where its *kill plan* says: ``STEP:PHASE`` with PHASE one of
 ``step`` (after the optimizer step), ``generate`` (in the step's first
 micro-step, after the rows arrived), ``save-model``, ``save-optimizer``,
-``save-state`` (the Trainer wrote its checkpoint; the frontier state not
-yet), ``save-frontier`` (the state file's temporary written, not renamed).
+``save-state`` (the Trainer wrote its checkpoint; the run's coverage
+checkpoint not yet), ``save-frontier`` (inside the coverage checkpoint's
+write: its first part written, nothing published).
 A save phase at a step with no save dies after the step instead. The
 process kills itself with SIGKILL: real, and at the same point in both
 modes. ``torture`` also SIGKILLs lives from outside at random times.
@@ -153,7 +154,7 @@ def life(
     from trl import GRPOConfig, GRPOTrainer  # type: ignore[import-not-found]
 
     from ..examples.tiny_llm import tiny_llm
-    from ..trl import FrontierGRPOTrainer, latest_checkpoint
+    from ..trl import FrontierGRPOTrainer
 
     torch.set_num_threads(1)
     transformers.logging.set_verbosity_error()
@@ -165,22 +166,17 @@ def life(
     model = transformers.AutoModelForCausalLM.from_pretrained(model_dir)
     dataset = datasets.Dataset.from_list(make_rows(config.rows))
 
+    resume: bool | str | None
     if mode == "frontier":
-        resume = latest_checkpoint(out)
+        resume = True  # the run knows where it is: its newest coverage checkpoint
         base: Any = FrontierGRPOTrainer
     elif mode == "trl":
         found = get_last_checkpoint(str(out)) if out.is_dir() else None
-        resume = None if found is None else Path(found)
+        resume = found
         base = GRPOTrainer
     else:
         raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
-    probe = Probe(
-        work / PROBE_LOG,
-        tokenizer,
-        rows=config.rows,
-        mode=mode,
-        resume_records=None if resume is None else _step_of(resume),
-    )
+    probe = Probe(work / PROBE_LOG, tokenizer, rows=config.rows, mode=mode)
 
     class Trainer(base):  # type: ignore[misc]
         """The job's trainer: the probe in ``compute_loss``, the kill plan
@@ -212,11 +208,11 @@ def life(
 
         def _save_checkpoint(self, *args: Any, **kwargs: Any) -> Any:
             # The Trainer's files are all written (and rotated); the
-            # callbacks' on_save, the frontier state file among them, not yet.
+            # callbacks' on_save, the coverage checkpoint among them, not yet.
             result = super()._save_checkpoint(*args, **kwargs)
             _armed("save-state")
             if mode == "trl":
-                _armed("save-frontier")  # no state file of its own: the same moment
+                _armed("save-frontier")  # no coverage checkpoint of its own: the same moment
             return result
 
     armed: set[str] = set()
@@ -258,22 +254,24 @@ def life(
     if kill is not None:
         trainer.add_callback(Killer(kill, armed))
         if mode == "frontier" and kill.phase == "save-frontier":
-            write = trainer.frontier_callback.write
+            # A real kill inside the real write: the run writes its
+            # checkpoints through this module's ``write_checkpoint``, whose
+            # crash-test hook runs after each part (and before publishing).
+            from ..run import _run as run_module
 
-            def torn_write(folder: Path, state: dict[str, Any]) -> Path:
+            name = "write_checkpoint"
+            write = getattr(run_module, name)
+
+            def torn_write(*args: Any, **kwargs: Any) -> Path:
                 if "save-frontier" in armed:
-                    tmp = folder / ".frontier_state.json.torn.tmp"
-                    tmp.write_text(json.dumps(state)[: len(json.dumps(state)) // 2])
-                    _die()
-                written: Path = write(folder, state)
+                    kwargs["between_parts"] = lambda _name: _die()
+                written: Path = write(*args, **kwargs)
                 return written
 
-            trainer.frontier_callback.write = torn_write
+            setattr(run_module, name, torn_write)
     (work / "started").write_text(str(os.getpid()))
-    trainer.train(resume_from_checkpoint=None if resume is None else str(resume))
+    trainer.train(resume_from_checkpoint=resume)
     probe.close()
-    if mode == "frontier":
-        trainer.frontier.close()
     return 0
 
 
@@ -308,18 +306,9 @@ class Probe(_callback_base()):  # type: ignore[misc]
     a resume that restarts the Trainer's count keeps the weights it loaded,
     and the probe keeps their history."""
 
-    def __init__(
-        self,
-        path: Path,
-        tokenizer: Any,
-        *,
-        rows: int,
-        mode: str,
-        resume_records: int | None,
-    ) -> None:
-        if resume_records is None and path.exists() and path.stat().st_size:
-            resume_records = 0  # a fresh start: earlier records are a dead branch
-        self.log = TrainLogWriter(path, resume_records=resume_records)
+    def __init__(self, path: Path, tokenizer: Any, *, rows: int, mode: str) -> None:
+        self.path = path
+        self.log: TrainLogWriter | None = None
         self.tokenizer = tokenizer
         self.rows = rows
         self.mode = mode
@@ -338,11 +327,21 @@ class Probe(_callback_base()):  # type: ignore[misc]
             row = int(match.group(1))
             self._pending.append(row if self.mode == "frontier" else self.epoch * self.rows + row)
 
+    def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> Any:
+        # The step the Trainer resumed at (0 on a fresh start): the lineage
+        # keeps that many records, one per step.
+        resume_records: int | None = state.global_step or None
+        if resume_records is None and self.path.exists() and self.path.stat().st_size:
+            resume_records = 0  # a fresh start: earlier records are a dead branch
+        self.log = TrainLogWriter(self.path, resume_records=resume_records)
+        return control
+
     def on_epoch_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> Any:
         self.epoch = math.floor((state.epoch or 0.0) + 1e-6)
         return control
 
     def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> Any:
+        assert self.log is not None  # opened in on_train_begin
         self.log.step(self.log.records, self._pending)
         self._pending = []
         if self.mode == "trl":
@@ -351,8 +350,9 @@ class Probe(_callback_base()):  # type: ignore[misc]
         return control
 
     def close(self) -> None:
-        self.log.sync()
-        self.log.close()
+        if self.log is not None:
+            self.log.sync()
+            self.log.close()
 
 
 class Killer(_callback_base()):  # type: ignore[misc]

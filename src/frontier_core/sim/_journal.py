@@ -16,11 +16,11 @@ them with the real ``compact``; only the disk is simulated:
   ``ship_lag`` keeps the records appended at least ``commit_delay +
   ship_lag`` before the kill, and every record up to the last
   checkpoint's mark (the mark waits for the store); a journal on the node
-  only keeps what the last checkpoint's mark covered (the model's
-  assumption: that much went with the checkpoint; a real local-only
-  journal loses it too, so these figures are a lower bound) and loses
-  everything since. At a lag of 0 a node loss costs what a process crash
-  does.
+  only is lost whole, and the resume goes on from the checkpoint alone, as
+  ``RolloutJournal.recover`` does for a journal that ends before the
+  checkpoint's mark: the journal then remembers the mark in its header, so
+  the next resume from the same checkpoint is proven against it. At a lag
+  of 0 a node loss costs what a process crash does.
 * Progress every ``progress_every`` tokens. A real writer appends a running
   sample's snapshot each time it has that many new tokens; each snapshot is
   whole and supersedes the previous ones of its attempt, so after a crash
@@ -108,13 +108,23 @@ class SimJournal:
     ``progress_every`` is ``None`` for a journal of seals only."""
 
     def __init__(
-        self, workload: Workload, *, progress: bool, lineage: str, loss: str = "process"
+        self,
+        workload: Workload,
+        *,
+        progress: bool,
+        lineage: str,
+        loss: str = "process",
+        at_turns: bool = False,
     ) -> None:
         if loss not in LOSSES:
             raise ValueError(f"loss must be one of {LOSSES}, got {loss!r}")
+        self.w = workload
+        #: Progress at the end of every turn (the turn journal:
+        #: ``Run.turn``) instead of every ``progress_every`` tokens.
+        self.at_turns = at_turns
         self.policy = CommitPolicy(max_delay=workload.commit_delay)
         #: How long after its append a record survives the kills of this
-        #: run (``None``: only what a checkpoint's mark synced survives).
+        #: run (``None``: nothing survives, the node took the journal).
         self.survives_after: float | None = (
             workload.commit_delay
             if loss == "process"
@@ -122,8 +132,9 @@ class SimJournal:
             if loss == "node-shipped"
             else None
         )
+        #: Records lost with the node at resumes (``node-local``).
+        self.lost_records = 0
         self.every: int | None = workload.progress_every if progress else None
-        self.rate = workload.tokens_per_time
         self.fingerprint = workload.fingerprint
         self.lineage = lineage
         self.base = 0  # the sequence number of the header: records follow at base + 1, ...
@@ -171,7 +182,13 @@ class SimJournal:
             timeline.end = at
             if self.every is not None:
                 gen = timeline.generation
-                done = min(gen.length - gen.prefix, self.rate * (at - gen.start))
+                made = self.w.made(gen.length, gen.prefix, at - gen.start)
+                if self.at_turns:
+                    self.progress_records += self.w.calls(gen.length, made) - self.w.calls(
+                        gen.length, gen.prefix
+                    )
+                    return
+                done = made - gen.prefix
                 whole = math.ceil((gen.length - gen.prefix) / self.every) - 1
                 self.progress_records += max(0, min(math.floor(done / self.every), whole))
 
@@ -187,13 +204,15 @@ class SimJournal:
     def _horizon(self, at: float) -> float:
         """Records appended by this time survive a kill at ``at``."""
         if self.survives_after is None:
-            return self.synced_at
+            return _EARLY
         return max(at - self.survives_after, self.synced_at)
 
     def _durable(self, at: float) -> int:
         """How many records survive a kill at ``at``: those synced, and
         those appended by the horizon (``commit_delay`` before it for a
         process crash; see the module's docstring for a node loss)."""
+        if self.survives_after is None:
+            return 0  # the node took the journal, synced or not
         waited = bisect.bisect_right(self.appended, self._horizon(at))
         return max(self.synced, waited)
 
@@ -229,9 +248,16 @@ class SimJournal:
         latest durable progress of each unsealed attempt is written (the one
         record of its snapshots that a replay can still see)."""
         n = self._durable(at)
+        horizon = self._horizon(at)
+        if self.at_turns:
+            # ``Run.turn`` syncs before the tool is called: every record
+            # appended by the latest turn end before the kill is durable,
+            # that turn's record with them.
+            turn_sync = self._last_turn_end(at)
+            n = max(n, bisect.bisect_right(self.appended, turn_sync))
+            horizon = at
         records = self.records[:n]
         if self.every is not None:
-            horizon = self._horizon(at)
             for o, s, st in replay(records).siblings():
                 timeline = self.timelines.get(st.attempt)
                 if st.sealed or timeline is None:
@@ -244,16 +270,35 @@ class SimJournal:
                     )
         self._settle(records, 0)
 
+    def _last_turn_end(self, at: float) -> float:
+        """When the last turn that ended by ``at`` ended, in any attempt."""
+        latest = _EARLY
+        for timeline in self.timelines.values():
+            gen = timeline.generation
+            until = at if timeline.end is None else min(at, timeline.end)
+            made = self.w.made(gen.length, gen.prefix, until - gen.start)
+            turns = self.w.calls(gen.length, made)
+            if turns > self.w.calls(gen.length, gen.prefix):
+                end = turns * self.w.turn_tokens(gen.length)
+                latest = max(latest, gen.start + self.w.duration(gen.length, gen.prefix, end))
+        return latest
+
     def _progress(self, timeline: _Timeline, horizon: float) -> float:
         """The tokens of the latest progress record of this attempt appended
-        by ``horizon``: one every ``every`` new tokens while it ran, none at
-        or past its full length (that is the seal)."""
+        by ``horizon``: one every ``every`` new tokens while it ran (or one
+        at the end of every turn, ``at_turns``), none at or past its full
+        length (that is the seal)."""
         assert self.every is not None
         gen = timeline.generation
         until = horizon if timeline.end is None else min(horizon, timeline.end)
         if until <= gen.start:
             return 0.0
-        records = math.floor(self.rate * (until - gen.start) / self.every)
+        made = self.w.made(gen.length, gen.prefix, until - gen.start)
+        if self.at_turns:
+            turns = self.w.calls(gen.length, made)  # the turns ended, the last excepted
+            tokens = turns * self.w.turn_tokens(gen.length)
+            return tokens if turns > self.w.calls(gen.length, gen.prefix) else 0.0
+        records = math.floor((made - gen.prefix) / self.every)
         records = min(records, math.ceil((gen.length - gen.prefix) / self.every) - 1)
         return gen.prefix + records * self.every if records > 0 else 0.0
 
@@ -269,6 +314,17 @@ class SimJournal:
         data = encode(header, self.records)
         self.bytes_read += len(data)
         decoded = decode(data, fingerprint=self.fingerprint, lineage=self.lineage)
+        if position > decoded.last_seq and position > decoded.header.base:
+            # Lost with the node (``RolloutJournal.recover``): what
+            # survived, renumbered after the lost mark, which the header
+            # now remembers.
+            self.lost_records += position - decoded.last_seq
+            self.records = [r for r in self.records if type(r) is not Mark]
+            self.appended = [_EARLY] * len(self.records)
+            self.synced = len(self.records)
+            self.marks = [*self.marks, (position, checkpoint)][-MAX_MARKS:]
+            self.base = position
+            return self.recover(position, checkpoint, fork=fork)
         decoded.check_mark(position, checkpoint)
         state = replay(decoded.records)
         for _, _, st in state.siblings():

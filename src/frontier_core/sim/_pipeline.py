@@ -288,6 +288,13 @@ class KillWaste:
     in_flight: int
     discarded: float
     recovered: float
+    #: The turns that held a discarded token (a single-turn sample is one
+    #: turn), and the tool calls the discarded tokens had made: executed
+    #: again after the resume (``Workload.turns``).
+    turns: int = 0
+    calls: int = 0
+    #: The samples that lost any token.
+    samples: int = 0
 
     @property
     def key(self) -> tuple[int, bool]:
@@ -334,6 +341,14 @@ class Stats:
     @property
     def tokens_recovered(self) -> float:
         return math.fsum(k.recovered for k in self.kill_log)
+
+    @property
+    def turns_discarded(self) -> int:
+        return sum(k.turns for k in self.kill_log)
+
+    @property
+    def calls_repeated(self) -> int:
+        return sum(k.calls for k in self.kill_log)
 
 
 # Event kinds, ordered so that ties at one instant resolve deterministically.
@@ -590,7 +605,6 @@ class Pipeline:
         target.landed[ordinal] = Group(ordinal, version, target.step, ordered)
 
     def _start_workers(self) -> None:
-        rate = self.w.tokens_per_time
         while self.queue and self.running < self.w.workers:
             o = self.queue.popleft()
             attempt = self._attempts.get(o, 0)
@@ -602,7 +616,8 @@ class Pipeline:
                 lengths = self.w.sibling_tokens(o, attempt)
                 run = _Run(o, attempt, self.now, self.step, lengths=lengths)
                 self._runs[o] = run
-                self._push(self.now + max(lengths) / rate, _DONE, (run, None))
+                longest = max(self.w.duration(n, 0.0) for n in lengths)
+                self._push(self.now + longest, _DONE, (run, None))
                 continue
             leases, reused = self._plans.pop(o)
             run = _Run(o, attempt, self.now, self.step, done={x.sibling: x for x in reused})
@@ -621,7 +636,7 @@ class Pipeline:
                 gen = Generation(lease, draw, version, done, length, self.now)
                 run.running[s] = gen
                 self.samples.started(gen)
-                self._push(self.now + (length - done) / rate, _DONE, (run, s))
+                self._push(self.now + self.w.duration(length, done), _DONE, (run, s))
 
     def _landed(self, run: _Run) -> None:
         """A prompt-level group's longest sibling finished."""
@@ -776,7 +791,6 @@ class Pipeline:
         """Every sample the run holds now (whole or partial), by key, with
         its tokens: trained since the last checkpoint, buffered, sealed,
         being generated, or held by the resume."""
-        rate = self.w.tokens_per_time
         held: dict[SampleKey, float] = {}
 
         def add(ordinal: int, sibling: int, draw: int, tokens: float) -> None:
@@ -792,21 +806,20 @@ class Pipeline:
             add(o, s, x.draw, x.tokens)
         for o, run in self._runs.items():
             for s, length in enumerate(run.lengths):
-                add(o, s, run.tries, min(length, rate * (self.now - run.start)))
+                add(o, s, run.tries, self.w.made(length, 0.0, self.now - run.start))
             for s, gen in run.running.items():
-                add(o, s, gen.draw, min(gen.length, gen.prefix + rate * (self.now - gen.start)))
+                add(o, s, gen.draw, self.w.made(gen.length, gen.prefix, self.now - gen.start))
         return held
 
     def _stop_generation(self) -> None:
         """The process died: count what its running siblings generated."""
-        rate = self.w.tokens_per_time
         for run in self._runs.values():
             elapsed = self.now - run.start
-            self.stats.tokens_generated += math.fsum(min(n, rate * elapsed) for n in run.lengths)
+            made = (self.w.made(n, 0.0, elapsed) for n in run.lengths)
+            self.stats.tokens_generated += math.fsum(made)
             for gen in run.running.values():
-                self.stats.tokens_generated += min(
-                    gen.length - gen.prefix, rate * (self.now - gen.start)
-                )
+                made_now = self.w.made(gen.length, gen.prefix, self.now - gen.start)
+                self.stats.tokens_generated += made_now - gen.prefix
                 if self.samples is not None:
                     self.samples.ended(gen.lease, self.now)
 
@@ -900,8 +913,26 @@ class Pipeline:
         before, after = self._before, self._holdings()
         discarded = math.fsum(max(0.0, n - after.get(k, 0.0)) for k, n in before.items())
         recovered = math.fsum(max(0.0, n - before.get(k, 0.0)) for k, n in after.items())
+        turns = calls = samples = 0
+        # A turn journal issues a tool call only once its turn is durable
+        # (``Run.turn`` is write-ahead): a call it made is never made again,
+        # so there is nothing to count for it.
+        write_ahead = bool(getattr(self.backend, "write_ahead", False))
+        for (o, s, draw), n in before.items():
+            kept = after.get((o, s, draw), 0.0)
+            if n > kept:
+                # A turn generated again; a call made again (one at or
+                # before the kept prefix's end is asked again under its
+                # key, and the tool answers from its record).
+                length = self.w.sibling_tokens(o, draw)[s]
+                samples += 1
+                turns += self.w.turns_between(length, kept, n)
+                if not write_ahead:
+                    calls += self.w.calls(length, n) - self.w.calls(length, kept)
         self.stats.kill_log.append(
-            KillWaste(index, follow_up, at, label, in_flight, discarded, recovered)
+            KillWaste(
+                index, follow_up, at, label, in_flight, discarded, recovered, turns, calls, samples
+            )
         )
         self._stock, self._before = None, {}
 

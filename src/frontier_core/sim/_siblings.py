@@ -62,6 +62,9 @@ class SiblingBackend:
         self.save_sealed = save_sealed
         self.journal = journal
         self.continue_prefixes = continue_prefixes
+        #: A tool call is issued only once its turn is durable (the turn
+        #: journal): the pipeline counts no call of it made twice.
+        self.write_ahead = journal is not None and journal.at_turns
         self.steps = 0  # steps trained on the current lineage: the checkpoint's step
         self._marks = 0
         self._cut = 0  # the cut of the last checkpoint written
@@ -238,6 +241,14 @@ def journal_progress(workload: Workload) -> SiblingBackend:
     """Seals and token progress journaled; a resume also continues prefixes."""
     journal = SimJournal(workload, progress=True, lineage=f"sim-{workload.seed}")
     return SiblingBackend(workload, "progress", journal=journal, continue_prefixes=True)
+
+
+def journal_turns(workload: Workload) -> SiblingBackend:
+    """Multi-turn episodes journaled turn by turn (``Run.turn``): seals, and
+    a running episode's progress at the end of each turn; a resume continues
+    it at its last durable turn, the pending call asked again under its key."""
+    journal = SimJournal(workload, progress=True, lineage=f"sim-{workload.seed}", at_turns=True)
+    return SiblingBackend(workload, "turns", journal=journal, continue_prefixes=True)
 
 
 def node_local(workload: Workload) -> SiblingBackend:

@@ -17,9 +17,8 @@ with each mode's coverage audited per prompt and per sample:
 * ``progress``: as ``journal``, plus each running sample's progress every
   ``Workload.progress_every`` tokens, continued after the resume.
 * ``node-local``: as ``progress``, but every kill is a node loss and the
-  journal lives on the node: everything since the last checkpoint's mark
-  is lost (the simulator keeps what the mark covered, so this is a lower
-  bound of a real local-only journal's loss).
+  journal lives on the node: it is lost whole, and the resume goes on from
+  the checkpoint alone (what coverage-only recovery redoes).
 * ``node-shipped``: as ``node-local``, with the journal shipped off the
   node ``Workload.ship_lag`` behind (``frontier_adapters.journal.Shipper``):
   only the unshipped tail is lost. At a lag of 0 it redoes what
@@ -45,7 +44,7 @@ import tempfile
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 import attrs
 
@@ -57,6 +56,7 @@ from ._report import ModeResult, format_workload, kill_schedule, random_workload
 from ._siblings import (
     journal_progress,
     journal_sealed,
+    journal_turns,
     node_local,
     node_shipped,
     siblings_at_checkpoint,
@@ -106,7 +106,18 @@ WASTE_MODES: tuple[WasteMode, ...] = (
         "node losses, journal plus progress shipped off the node (ship_lag behind)",
     ),
 )
-_BY_NAME = {m.name: m for m in WASTE_MODES}
+#: The eighth mode, run when the workload's samples are multi-turn
+#: episodes (``Workload.turns > 1``): the turn journal.
+TURN_MODE: Final = WasteMode(
+    "turns", "journal:turns", True, journal_turns, "multi-turn episodes journaled turn by turn"
+)
+_BY_NAME = {m.name: m for m in (*WASTE_MODES, TURN_MODE)}
+
+
+def waste_modes(workload: Workload) -> tuple[WasteMode, ...]:
+    """The modes ``run_waste`` compares on ``workload``: the seven, and the
+    turn journal when its samples are episodes of several turns."""
+    return (*WASTE_MODES, TURN_MODE) if workload.turns > 1 else WASTE_MODES
 
 
 def pct(part: float, whole: float) -> float:
@@ -124,6 +135,23 @@ class WasteResult:
     workload: Workload
     kills: tuple[Kill, ...]
     results: Mapping[str, ModeResult]
+
+    @property
+    def modes(self) -> tuple[WasteMode, ...]:
+        """The modes run, in the order of the comparison."""
+        return tuple(m for m in (*WASTE_MODES, TURN_MODE) if m.name in self.results)
+
+    def turns_redone(self, mode: str) -> int:
+        """The turns the kills made ``mode``'s run generate again."""
+        return self.results[mode].stats.turns_discarded
+
+    @property
+    def turn_goal_met(self) -> bool | None:
+        """Multi-turn: the turn journal redoes at most ``GOAL_PCT`` of the
+        turns coverage-only redoes (``None``: single-turn samples)."""
+        if "turns" not in self.results:
+            return None
+        return pct(self.turns_redone("turns"), self.turns_redone("coverage")) <= GOAL_PCT
 
     def redone(self, mode: str) -> float:
         """Tokens the kills discarded in ``mode``'s run, in all."""
@@ -158,7 +186,7 @@ class WasteResult:
     def violations(self) -> list[str]:
         """The modes that claim exactness and lost or duplicated a prompt or
         a sample."""
-        return [m.name for m in WASTE_MODES if m.exact and not self.results[m.name].lossless]
+        return [m.name for m in self.modes if m.exact and not self.results[m.name].lossless]
 
     @property
     def clean(self) -> bool:
@@ -181,6 +209,8 @@ class WasteResult:
             "tokens_failed": round(s.tokens_failed),
             "tokens_recovered": round(s.tokens_recovered),
             "redone_pct_of_generated": round(pct(s.tokens_discarded, s.tokens_generated), 2),
+            "turns_redone": s.turns_discarded,
+            "calls_repeated": s.calls_repeated,
             "kills": [
                 {
                     "kill": k.index,
@@ -189,6 +219,8 @@ class WasteResult:
                     "time": round(k.time, 3),
                     "in_flight": k.in_flight,
                     "tokens_redone": round(k.discarded),
+                    "turns_redone": k.turns,
+                    "calls_repeated": k.calls,
                 }
                 for k in s.kill_log
             ],
@@ -213,13 +245,13 @@ class WasteResult:
         total, matched = self.vs("progress")
         node_total, node_matched = self.vs("node-shipped")
         w = self.workload
-        return {
+        out: dict[str, Any] = {
             "journal": {
                 "commit_delay": w.commit_delay,
                 "progress_every": w.progress_every,
                 "ship_lag": w.ship_lag,
             },
-            "modes": {m.name: self.mode_summary(m.name) for m in WASTE_MODES},
+            "modes": {m.name: self.mode_summary(m.name) for m in self.modes},
             "goal": {
                 "max_pct": GOAL_PCT,
                 "progress_vs_coverage_pct": _json_pct(total),
@@ -235,6 +267,16 @@ class WasteResult:
             },
             "violations": self.violations(),
         }
+        if self.turn_goal_met is not None:
+            out["episodes"] = {"turns": w.turns, "tool_latency": w.tool_latency}
+            out["turn_goal"] = {
+                "max_pct": GOAL_PCT,
+                "turns_vs_coverage_pct": _json_pct(
+                    pct(self.turns_redone("turns"), self.turns_redone("coverage"))
+                ),
+                "met": self.turn_goal_met,
+            }
+        return out
 
 
 def _json_pct(value: float) -> float | None:
@@ -264,7 +306,7 @@ def run_waste(
                 factory=m.factory,
                 sample_log_path=f"{base}.{m.name}.samples",
             )
-            for m in (WASTE_MODES if modes is None else modes)
+            for m in (waste_modes(workload) if modes is None else modes)
         }
     return WasteResult(workload, kills, results)
 
@@ -281,7 +323,7 @@ def format_waste(result: WasteResult) -> str:
     """The comparison table, one column per mode."""
     w = result.workload
     width = 14
-    modes = WASTE_MODES
+    modes = result.modes
     kinds = ", ".join(f"{k.kind.value}@{k.time:.1f}" for k in result.kills) or "none"
     lines = [
         format_workload(w),
@@ -320,6 +362,14 @@ def format_waste(result: WasteResult) -> str:
         ("samples lost", lambda r: str(len(r.samples.skipped)) if r.samples else "-"),
         ("samples duplicated", lambda r: str(len(r.samples.duplicated)) if r.samples else "-"),
         ("siblings reused after a resume", lambda r: str(r.stats.samples_reused)),
+        *(
+            [
+                ("turns redone", lambda r: _tokens(r.stats.turns_discarded)),
+                ("tool calls executed again", lambda r: _tokens(r.stats.calls_repeated)),
+            ]
+            if w.turns > 1
+            else []
+        ),
         ("siblings continued from a prefix", lambda r: str(r.stats.samples_continued)),
         ("kills lived through", lambda r: str(len(r.stats.kill_log))),
         ("simulated time", lambda r: f"{r.stats.sim_time:.1f}"),
@@ -341,6 +391,13 @@ def format_waste(result: WasteResult) -> str:
         f"{_show_pct(node_total)} of coverage-only's tokens, {_show_pct(node_matched)} on the "
         f"kills both saw (at most {GOAL_PCT:g}%): " + ("met" if result.node_goal_met else "MISSED")
     )
+    if result.turn_goal_met is not None:
+        share = pct(result.turns_redone("turns"), result.turns_redone("coverage"))
+        lines.append(
+            f"turn goal: episodes of {w.turns} turns, tools answering in {w.tool_latency:g} "
+            f"step(s): the turn journal redoes {_show_pct(share)} of coverage-only's turns "
+            f"(at most {GOAL_PCT:g}%): " + ("met" if result.turn_goal_met else "MISSED")
+        )
     lines.append(
         "(a kill's tokens redone: held before it, gone after the resume; the legacy cursor's "
         "include the prompts it skips, never generated again)"
@@ -363,7 +420,7 @@ def plot_waste(result: WasteResult, path: str | os.PathLike[str]) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    modes = WASTE_MODES
+    modes = result.modes
     keys = sorted({k for m in modes for k in result.per_kill(m.name)})
     fig, (per_kill, totals) = plt.subplots(
         1, 2, figsize=(13, 4.5), gridspec_kw={"width_ratios": [3, 1]}
@@ -441,7 +498,7 @@ def sweep_waste(
     failures: list[int] = []
     errors: list[str] = []
     missed: list[int] = []
-    redone = {m.name: 0.0 for m in WASTE_MODES}
+    redone = {m.name: 0.0 for m in waste_modes(base)}
     started = time.monotonic()
     for i in range(runs):
         workload = random_journal(random_workload(base.seed + i, base))
@@ -456,7 +513,7 @@ def sweep_waste(
                 errors.append(f"seed {workload.seed}: {', '.join(result.violations())} not exact")
             if not result.goal_met:
                 missed.append(workload.seed)
-            for m in WASTE_MODES:
+            for m in result.modes:
                 redone[m.name] += result.redone(m.name)
         if on_run is not None:
             on_run()
@@ -487,7 +544,7 @@ def random_journal(workload: Workload) -> Workload:
 def format_waste_sweep(result: WasteSweep) -> str:
     last = result.first_seed + result.runs - 1
     lines = [
-        f"{result.runs} randomized {len(WASTE_MODES)}-mode runs "
+        f"{result.runs} randomized {len(result.redone)}-mode runs "
         f"(seeds {result.first_seed}..{last}) in {result.seconds:.1f}s",
         f"runs where an exact mode lost or duplicated, or raised: {len(result.failures)} "
         f"{list(result.failures[:20])}",
@@ -497,7 +554,7 @@ def format_waste_sweep(result: WasteSweep) -> str:
         "tokens redone in all:",
     ]
     coverage = result.redone["coverage"]
-    for m in WASTE_MODES:
+    for m in (_BY_NAME[name] for name in result.redone):
         value = result.redone[m.name]
         lines.append(f"  {m.label:14}{_tokens(value):>14}{_show_pct(pct(value, coverage)):>10}")
     return "\n".join(lines)

@@ -121,6 +121,87 @@ class Workload:
     #: steps; a checkpoint's mark is shipped before the checkpoint returns.
     #: The default is 0.4: 2 s against a step of 5 s.
     ship_lag: float = attrs.field(default=0.4, validator=_check_delay)
+    #: Multi-turn episodes (agents): every sample is an episode of this many
+    #: turns of equal length (its tokens split evenly; the lengths stay
+    #: heavy-tailed), and between two turns the tool called at the end of
+    #: the first answers after ``tool_latency`` (training steps), during
+    #: which the episode generates nothing. 1 turn: single-turn samples.
+    turns: int = attrs.field(default=1, validator=_check_positive)
+    tool_latency: float = attrs.field(default=0.0, validator=_check_delay)
+
+    def turn_tokens(self, length: float) -> float:
+        """The tokens of one turn of a sample of ``length`` tokens."""
+        return length / self.turns
+
+    def calls(self, length: float, tokens: float) -> int:
+        """The tool calls an episode of ``length`` tokens has made once it
+        holds ``tokens``: one at the end of each turn but the last."""
+        if self.turns == 1 or tokens <= 0:
+            return 0
+        return min(self.turn_at(length, tokens)[0], self.turns - 1)
+
+    def turns_between(self, length: float, start: float, end: float) -> int:
+        """The turns of a sample of ``length`` tokens that hold any of its
+        tokens ``start`` (exclusive) to ``end``: what a resume that keeps
+        ``start`` of ``end`` tokens generates again, in turns."""
+        if end <= start:
+            return 0
+        first = self.turn_at(length, start)[0]
+        turn, boundary = self.turn_at(length, end)
+        last = turn - 1 if boundary else turn
+        return max(0, min(last, self.turns - 1) - first + 1)
+
+    def turn_at(self, length: float, tokens: float) -> tuple[int, bool]:
+        """The turn a sample holding ``tokens`` tokens generates next, and
+        whether it stands at that turn's start (after a tool call: a
+        continuation from there asks that call again, under its key). A
+        token count within a hair of a boundary is at it (prefixes at turn
+        boundaries are computed as multiples of ``turn_tokens``)."""
+        ratio = tokens / self.turn_tokens(length)
+        nearest = round(ratio)
+        if abs(ratio - nearest) < 1e-9:
+            return nearest, nearest >= 1
+        return math.floor(ratio), False
+
+    def duration(self, length: float, prefix: float, tokens: float | None = None) -> float:
+        """How long a sample of ``length`` tokens takes to generate from a
+        prefix of ``prefix`` tokens to ``tokens`` (default: all of them):
+        its tokens at ``tokens_per_time``, and a tool wait at every turn
+        boundary on the way (one at the prefix, if it stands at one)."""
+        end = length if tokens is None else tokens
+        time = (end - prefix) / self.tokens_per_time
+        if self.turns == 1 or self.tool_latency == 0.0 or prefix >= end:
+            return time
+        first, boundary = self.turn_at(length, prefix)
+        first += 0 if boundary else 1  # the first boundary at or after the prefix
+        last, at_end = self.turn_at(length, end)
+        last = min(last - 1 if at_end else last, self.turns - 1)  # the last before ``end``
+        return time + max(0, last - first + 1) * self.tool_latency
+
+    def made(self, length: float, prefix: float, elapsed: float) -> float:
+        """The tokens a sample of ``length`` tokens holds ``elapsed`` after
+        it started from ``prefix`` (the inverse of ``duration``)."""
+        rate = self.tokens_per_time
+        if elapsed <= 0 or prefix >= length:
+            return min(prefix, length)
+        if self.turns == 1 or self.tool_latency == 0.0:
+            return min(length, prefix + rate * elapsed)
+        size = self.turn_tokens(length)
+        turn, boundary = self.turn_at(length, prefix)
+        at, left = prefix, elapsed
+        while True:
+            if boundary:  # the tool answers the previous turn's call first
+                if left <= self.tool_latency:
+                    return at
+                left -= self.tool_latency
+            end = length if turn >= self.turns - 1 else (turn + 1) * size
+            need = max(0.0, end - at) / rate
+            if left <= need:
+                return at + left * rate
+            if turn >= self.turns - 1:
+                return length
+            left -= need
+            turn, at, boundary = turn + 1, end, True
 
     @property
     def in_flight_targets(self) -> int:

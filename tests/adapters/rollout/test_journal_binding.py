@@ -106,29 +106,25 @@ def test_reuse_nothing_is_coverage_only(tmp_path: Path) -> None:
     journal.close()
 
 
-def test_a_journal_of_another_branch_or_behind_the_checkpoint_is_refused(tmp_path: Path) -> None:
+def test_a_journal_of_another_branch_is_refused(tmp_path: Path) -> None:
+    """Another record where the checkpoint saved its mark: not the journal
+    the checkpoint was taken with (a journal that ends before the mark lost
+    its tail instead: tests/adapters/journal/test_lost_tail.py)."""
     journal = open_journal(tmp_path)
     ledger = Ledger.start(CONFIG)
     position = journal.mark(7)
+    journal.reserve(5)
     checkpoint = ledger.checkpoint()
-    with pytest.raises(JournalBehindError):
-        journal.recover(
-            checkpoint,
-            position=position,
-            checkpoint_id=8,
-            reuse=Reuse.everything(),
-            fork=0,
-            step=0,
-        )
-    with pytest.raises(JournalBehindError):
-        journal.recover(
-            checkpoint,
-            position=position + 5,
-            checkpoint_id=7,
-            reuse=Reuse.everything(),
-            fork=0,
-            step=0,
-        )
+    for at, number in ((position, 8), (position + 1, 7)):
+        with pytest.raises(JournalBehindError, match="another branch"):
+            journal.recover(
+                checkpoint,
+                position=at,
+                checkpoint_id=number,
+                reuse=Reuse.everything(),
+                fork=0,
+                step=0,
+            )
     journal.close()
     with pytest.raises(JournalMismatchError):
         open_journal(tmp_path, lineage="another-run")

@@ -16,13 +16,14 @@ import pytest
 pytest.importorskip("torch")
 pytest.importorskip("torchdata")
 
-from frontier_adapters.verify.torch_job import torture
+from frontier_adapters.verify.torch_job import RunArgs, torture
 
 
 def test_sigkilled_training_run_covers_every_prompt_once(tmp_path: Path) -> None:
     # 20 rows x 2 epochs, shuffled: the stream crosses an epoch boundary.
-    result = torture(tmp_path, kills=10, seed=1, rows=20, epochs=2, timeout=150)
-    assert result.kills >= 10
+    args = RunArgs(str(tmp_path), rows=20, epochs=2, seed=1, write_pause=0.01)
+    result = torture(args, kills=10, timeout=150)
+    assert result.kills >= 10 and result.samples is None
     assert result.in_write_kills >= 1
     # The audit ran, on this log and this stream, and its verdict is clean.
     assert result.audit_exit == 0

@@ -1,12 +1,18 @@
 """Real kill tests of the torch run sample by sample, with the rollout
-journal (``torch-run --journal``): SIGKILLs in journal appends, in group
-commits (a torn tail), in compactions, just after them, right after a
-resume, at random moments, at boot and inside checkpoint writes; then
+journal (``torch-run --durability journal``): SIGKILLs in journal appends,
+in group commits (a torn tail), in compactions, just after them, right after
+a resume, at random moments, at boot and inside checkpoint writes; then
 ``frontier audit`` judges the prompt-level log and the per-sample audit
-every sample of the surviving lineage, and counts the tokens generated again.
+every sample of the surviving lineage (every prompt once, exactly its n
+siblings, each from its own attempt, each exactly the engine's full token
+sequence), and counts the tokens generated again. The lower levels of the
+journal (sealed samples only, coverage only) go through the same.
 
-The long run is a command, not a test:
-    python -m frontier_adapters.verify torch-torture --journal --workdir /tmp/t --kills 100
+The long runs are commands, not tests:
+    python -m frontier_adapters.verify torch-torture --durability journal \
+        --workdir /tmp/t --kills 100
+    python -m frontier_adapters.verify torch-torture --durability journal \
+        --progress-every 0 [--reuse nothing] --workdir /tmp/t0 --kills 100
 """
 
 from __future__ import annotations
@@ -23,10 +29,12 @@ pytest.importorskip("torch")
 pytest.importorskip("torchdata")
 
 from frontier_adapters.verify import _killpoints as kp
-from frontier_adapters.verify.durable_job import audit_log, digest, full_sample, read_lines
+from frontier_adapters.verify.__main__ import main
+from frontier_adapters.verify._files import read_lines
+from frontier_adapters.verify._samples import audit_log, digest, full_sample
 from frontier_adapters.verify.torch_job import (
     GENERATED_LOG,
-    JOURNAL_KILLS,
+    KILLS,
     LOG_NAME,
     SAMPLES_LOG,
     RunArgs,
@@ -43,13 +51,14 @@ SEED = 5
 
 def test_sigkilled_journal_run_trains_every_sample_exactly_once(tmp_path: Path) -> None:
     # 20 rows x 2 epochs, shuffled, 4 siblings a prompt: 160 samples.
-    result = torture(
-        tmp_path, kills=8, seed=1, rows=20, epochs=2, journal=True, progress_every=4, timeout=240
+    args = RunArgs(
+        str(tmp_path), durability="journal", rows=20, seed=1, write_pause=0.01, progress_every=4
     )
+    result = torture(args, kills=8, timeout=240)
     assert result.kills >= 8 and result.lives == result.kills + 1  # then one to the end
     # Each kind of kill happened, and a commit kill left a torn tail that a
     # later open cut.
-    assert set(JOURNAL_KILLS) <= set(result.kills_at), result.kills_at
+    assert set(KILLS["journal"]) <= set(result.kills_at), result.kills_at
     assert result.in_write_kills >= 1 and result.torn_tails >= 1
     # ``frontier audit``: every prompt trained or dropped exactly once.
     assert result.audit_exit == 0 and result.audit["clean"] is True
@@ -74,19 +83,53 @@ def test_sigkilled_journal_run_trains_every_sample_exactly_once(tmp_path: Path) 
     assert result.clean
 
 
-def test_an_uninterrupted_journal_run_generates_each_kept_token_once(tmp_path: Path) -> None:
+def test_sigkilled_journal_run_at_coverage_only_trains_every_sample_once(tmp_path: Path) -> None:
+    """The journal at its lowest level: no progress records, nothing reused
+    (every unfinished sample generated again; the journal fences and
+    reserves attempts only), a checkpoint every other step (a resume
+    replays a dead branch of up to two steps): the same audits, fewer
+    kills. (Sealed samples only, ``--progress-every 0`` alone, takes the
+    paths of both tortures: the long run is the command above.)"""
+    args = RunArgs(
+        str(tmp_path),
+        durability="journal",
+        rows=10,
+        seed=3,
+        write_pause=0.01,
+        checkpoint_every=2,
+        reuse="nothing",
+        progress_every=0,
+    )
+    result = torture(args, kills=3, timeout=240)
+    assert result.audit_exit == 0 and result.skipped == () and result.duplicated == ()
+    samples = result.samples
+    assert samples is not None and samples.clean, samples
+    assert samples.trained + len(samples.dropped) == result.stream_len == 20
+    assert samples.lives >= 2 and samples.tokens_redone >= 0
+    assert result.clean
+
+
+@pytest.mark.parametrize("fail_rate", [0.15, 0.0])
+def test_an_uninterrupted_journal_run_generates_each_kept_token_once(
+    tmp_path: Path, fail_rate: float
+) -> None:
     """Without kills nothing is redone: every token the pool made is in a
     trained sample or in an attempt the job failed; failed attempts that
-    answered late were fenced."""
-    args = RunArgs(workdir=str(tmp_path), journal=True, rows=20, epochs=2, tick=0.0, seed=SEED)
+    answered late were fenced. Without failures, each token is made once."""
+    args = RunArgs(
+        str(tmp_path), durability="journal", rows=20, tick=0.0, seed=SEED, fail_rate=fail_rate
+    )
     assert run(args) == 0
     generated = read_lines(tmp_path / GENERATED_LOG)
     result = audit_log(
         read_lines(tmp_path / SAMPLES_LOG), generated, prompts=40, samples=4, seed=SEED
     )
     assert result.clean and result.lives == 1 and result.trained == 40
-    assert result.tokens_failed > 0 and result.tokens_redone == 0
-    assert sum(line["fenced"] for line in generated) > 0
+    assert result.tokens_redone == 0
+    assert (result.tokens_failed > 0) == (fail_rate > 0)
+    assert (sum(line["fenced"] for line in generated) > 0) == (fail_rate > 0)
+    if not fail_rate:
+        assert result.tokens_generated == result.tokens_needed
     code, report = run_audit(tmp_path / LOG_NAME, 40)
     assert code == 0 and report["trained_once"] == 40
     # A rerun resumes from the last checkpoint: the stream is drained.
@@ -99,6 +142,28 @@ def test_an_uninterrupted_journal_run_generates_each_kept_token_once(tmp_path: P
         seed=SEED,
     )
     assert again.clean and again.tokens_generated == result.tokens_generated
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        ["--kill-at", "append:0:1"],  # kill points are the journal's
+        ["--durability", "journal", "--samples", "0"],
+        ["--durability", "journal", "--progress-every", "-1"],
+        ["--checkpoint-every", "0"],
+    ],
+)
+def test_bad_options_exit_2_naming_them_and_write_nothing(
+    tmp_path: Path, bad: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    for command in ("torch-run", "torch-torture"):
+        try:
+            code = main([command, "--workdir", str(tmp_path / "w"), *bad])
+        except SystemExit as exc:  # argparse's: the torture sets --kill-at itself
+            code = exc.code
+        assert code == 2
+        assert bad[-2] in capsys.readouterr().err
+    assert not (tmp_path / "w").exists()
 
 
 def test_a_kill_point_journal_reports_the_torn_tail_it_cut(
