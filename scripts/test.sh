@@ -38,7 +38,8 @@ FRONTIER_REQUIRE_S3=1 .venv/bin/python -m pytest "$@"
 if [ "$vllm_tests" != 0 ]; then
     FRONTIER_REQUIRE_VLLM=1 .venv-vllm/bin/python -m pytest -p no:cacheprovider \
         tests/adapters/rollout/test_vllm.py tests/adapters/rollout/test_vllm_kill.py \
-        tests/adapters/rollout/test_vllm_samples.py tests/adapters/rollout/test_vllm_logprobs.py
+        tests/adapters/rollout/test_vllm_samples.py tests/adapters/rollout/test_vllm_logprobs.py \
+        tests/adapters/rollout/test_vllm_example.py
 fi
 if [ "$trl_tests" != 0 ]; then
     # One intra-op thread: two on these shared cores made GRPO steps ~50x slower.

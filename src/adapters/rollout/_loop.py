@@ -1,16 +1,31 @@
-"""The rollout adapter: an asyncio loop that binds a collector to an engine
-with vLLM's ``AsyncLLM`` contract, one request per group or one per sibling.
+"""The rollout adapter: an asyncio loop that binds a run (or a bare
+collector) to an engine with vLLM's ``AsyncLLM`` contract, one request per
+group or one per sibling.
 
 Theory of operation
 -------------------
+The loop reports to one of two things. A ``frontier_adapters.Run``
+(``RolloutLoop(run, engine, sink)``, the durable way): the loop reports
+what happens through the run's own calls (``take``, ``seal``, ``progress``,
+``fail``), and the run journals what the ledger accepted, reserves every
+attempt before it is dealt, fences stale answers, gives back the samples
+and prefixes its recovery found (``sample``, ``prefix``) and checkpoints
+(``run.checkpoint``, called by the trainer between two awaits). Or a
+collector (a ``StreamCollector``, or a rank's ``RankCollector`` under
+``Schedule.GROUP``), optionally with a ``RolloutJournal`` the loop writes
+itself, for integrations that arrange recovery and checkpoints on their
+own. Both take the same path through the loop; only the reporting calls
+differ.
+
 A feeder task keeps up to ``max_in_flight`` requests generating. It takes
-groups from the collector (``take_samples``, which reports them
-dispatched) and only then starts one worker task per request; siblings
+groups (``Run.take``, or the collector's ``take_samples``, which report
+them dispatched) and only then starts one worker task per request; siblings
 dealt beyond the room left (and restarted ones) wait in the loop until the
 feeder has room to start them. What a
 request is, is the loop's ``schedule``:
 
-* ``Schedule.GROUP`` (the default): one request of ``n = num_generations``
+* ``Schedule.GROUP`` (the default with a collector; not with a run, which
+  journals sample by sample): one request of ``n = num_generations``
   samples per prompt, under a request id that names the ordinal and the
   ledger's count of the ordinal's failed attempts (``o17-a0``; checkpointed,
   so after a resume ``o17`` that failed once before the crash is submitted
@@ -20,10 +35,13 @@ request is, is the loop's ``schedule``:
   of the lease), so a failed or late sample costs only itself
   (``sealed``, ``failed_samples``, ``restart``); a result the ledger fences
   (an attempt no longer current) is dropped (event ``fenced``). With a
-  ``RolloutJournal`` every sample the ledger accepts is journaled as it
-  seals (a ``TokenPayload``: token ids, the engine's log-probs, the policy
-  version of each token) and a running sample every
-  ``journal.progress_every`` tokens; after a resume (``recovered``, from
+  run, or a ``RolloutJournal``, every sample the ledger accepts is
+  journaled as it seals (a ``TokenPayload``: token ids, the engine's
+  log-probs, the policy version of each token) and a running sample every
+  ``progress_every`` tokens (the run's, or ``journal.progress_every``;
+  after a run's termination notice, every advance is reported, so that
+  ``Run.drain`` journals each running sample's latest tokens); after a
+  resume (the run's recovery, or ``recovered`` from
   ``RolloutJournal.recover``) siblings the ledger reused come back from the
   journal without a request, and a new attempt of a sibling with a durable
   prefix continues from it: the engine gets ``prompt_of(row, prefix)`` and
@@ -40,9 +58,16 @@ generator run to its end (its exit), which touches no coverage state: a
 checkpoint taken between the landing and the exit sees the group buffered,
 never outstanding, and an error raised after the landing is ignored rather
 than reported as a failure of a group that is already buffered. With a
-journal, call ``journal.mark(n)`` and take the collector's
-``checkpoint_state`` in one synchronous stretch too, then write both;
-compact after the checkpoint is durable.
+run, ``run.checkpoint`` is that one synchronous stretch (the journal's
+mark, the ledger's state, the write, the compaction); the sink needs no
+checkpoint: a group buffered at the checkpoint comes back at the next
+life's ``take``, complete, from the journal, and the loop lands it in the
+sink without a request. (``Run.take`` lands a complete group before the
+loop adds it to the sink; a sink that refuses it stops the loop, and the
+group comes back the same way in the next life.) With a bare journal, call
+``journal.mark(n)`` and take the collector's ``checkpoint_state`` in one
+synchronous stretch, then write both; compact after the checkpoint is
+durable.
 
 Rules of the house
 ------------------
@@ -111,7 +136,7 @@ import attrs
 from frontier_core import Effect, FrontierError, Lease
 from frontier_core.journal import Reuse, SiblingState, TokenPayload, lineage_version
 
-from .. import Taken
+from .. import Run, Taken
 from ..journal import Recovered, RolloutJournal, resumed_sample
 from ._engine import (
     ABORT,
@@ -382,7 +407,18 @@ class RolloutLoop:
     """Keeps requests from ``collector``'s groups generating on ``engine``
     and lands complete groups in ``sink`` (see the module doc).
 
-    ``schedule`` (a ``Schedule`` or its value) says what one request is.
+    ``collector`` is a ``frontier_adapters.Run`` (the loop reports through
+    it; the schedule is ``Schedule.SIBLING``, and ``journal`` and
+    ``recovered`` are the run's: passing either is a ``ValueError``), or a
+    collector (``Collector``; a ``SiblingCollector`` for
+    ``Schedule.SIBLING``). A vLLM integration on a run is three calls::
+
+        run = Run.open(root, source, config)
+        async with RolloutLoop(run, engine, buffer, prompt_of=..., sampling_params=...) as r:
+            ...  # await r.until(...); train; run.trained(ordinals); run.checkpoint(step)
+
+    ``schedule`` (a ``Schedule`` or its value; default ``SIBLING`` with a
+    run, ``GROUP`` with a collector) says what one request is.
     Under ``Schedule.GROUP``, ``prompt_of(row)`` is the engine prompt of a
     dataset row (for vLLM a string, a token list or a ``TokensPrompt``),
     ``sampling_params`` is passed as is, or, when callable, called with
@@ -395,7 +431,7 @@ class RolloutLoop:
     ``sampling_params(lease, prefix_len)`` are the parameters of one sample
     (``n=1``; ``max_tokens`` reduced by ``prefix_len``), and a group has the
     ledger's ``samples`` siblings. ``journal`` and ``recovered`` (sibling
-    schedule only) as in the module doc; a journal given without
+    schedule on a collector only) as in the module doc; a journal given without
     ``recovered`` and not recovered yet is recovered here as a fresh start
     (``recover(None, ...)``: refused for a journal with samples), and bound
     to the collector, so every attempt the loop deals is reserved first
@@ -429,18 +465,20 @@ class RolloutLoop:
     room (a training step) or requeues work (an eviction). Once every
     request has ended and nothing is left to take, the loop is ``idle``,
     whatever failed at once (a worker cancelled before it ran is retired
-    too).
+    too); a run that got a termination notice (``Run.notice``,
+    ``Run.watch``) hands out nothing more, so its loop goes idle once its
+    requests end (wait for ``run.preempted`` too, to drain sooner).
     """
 
     def __init__(
         self,
-        collector: Collector,
+        collector: Collector | Run,
         engine: AsyncEngine,
         sink: GroupSink,
         *,
         prompt_of: Callable[..., Any],
         sampling_params: Any,
-        schedule: Schedule | str = Schedule.GROUP,
+        schedule: Schedule | str | None = None,
         num_generations: int | None = None,
         journal: RolloutJournal | None = None,
         recovered: Recovered | None = None,
@@ -453,6 +491,24 @@ class RolloutLoop:
         on_progress: Callable[[SampleProgress], None] | None = None,
         fatal_errors: tuple[type[BaseException], ...] | None = None,
     ) -> None:
+        run = collector if isinstance(collector, Run) else None
+        if run is None:
+            assert not isinstance(collector, Run)
+            moves: Collector = collector
+        else:
+            if journal is not None or recovered is not None:
+                raise ValueError(
+                    "a Run owns its journal and recovered it when it opened: pass neither "
+                    "journal= nor recovered= with a Run"
+                )
+            if schedule is not None and Schedule(schedule) is not Schedule.SIBLING:
+                raise ValueError(
+                    "a Run journals each sample as it seals, so its loop requests one sample "
+                    "per sibling: use schedule='sibling' (the default with a Run)"
+                )
+            moves = run.collector
+        if schedule is None:
+            schedule = Schedule.GROUP if run is None else Schedule.SIBLING
         schedule = Schedule(schedule)
         if schedule is Schedule.GROUP:
             if journal is not None or recovered is not None:
@@ -468,19 +524,22 @@ class RolloutLoop:
         elif not callable(sampling_params):
             raise TypeError("under schedule='sibling' sampling_params(lease, prefix_len) is called")
         else:
-            missing = [m for m in _SIBLING_MEMBERS if not hasattr(collector, m)]
+            missing = [m for m in _SIBLING_MEMBERS if not hasattr(moves, m)]
             if missing:
                 raise ScheduleError(
                     f"schedule='sibling' needs a SiblingCollector (a StreamCollector): "
-                    f"{type(collector).__name__} has no {', '.join(missing)}; it deals whole "
+                    f"{type(moves).__name__} has no {', '.join(missing)}; it deals whole "
                     "groups, so use schedule='group'"
                 )
         if max_in_flight < 1:
             raise ValueError(f"max_in_flight must be >= 1, got {max_in_flight}")
-        self.collector = collector
+        #: The run the loop reports through, or ``None`` (a collector).
+        self.run = run
+        #: The collector whose ledger the loop moves (a run's own).
+        self.collector = moves
         #: The collector as a ``SiblingCollector`` (``Schedule.SIBLING``
         #: only: checked above).
-        self._siblings = cast(SiblingCollector, collector)
+        self._siblings = cast(SiblingCollector, moves)
         self.engine = engine
         self.sink = sink
         self.schedule = schedule
@@ -498,7 +557,11 @@ class RolloutLoop:
         if fatal_errors is None:
             fatal_errors = _default_fatal_errors(engine)
         self.fatal_errors = fatal_errors
-        if journal is not None and journal.attempt_floor is None and recovered is None:
+        if run is not None:
+            # For the dating of journaled tokens (``_oldest``) only: the run
+            # takes the samples and prefixes from it and journals itself.
+            recovered = run.recovered
+        elif journal is not None and journal.attempt_floor is None and recovered is None:
             # A journal nobody recovered: this is a fresh start (recover
             # refuses a journal with samples and no checkpoint, so a resume
             # that forgot ``recovered=`` is not taken for one), and its
@@ -570,8 +633,9 @@ class RolloutLoop:
     @property
     def idle(self) -> bool:
         """Nothing generating, nothing waiting for room and nothing left to
-        take."""
-        return not self._tasks and not self._waiting and self.collector.exhausted
+        take (a run that got a termination notice hands out nothing more)."""
+        done = self.collector.exhausted or (self.run is not None and self.run.preempted)
+        return not self._tasks and not self._waiting and done
 
     # -- lifecycle ------------------------------------------------------------
 
@@ -701,7 +765,7 @@ class RolloutLoop:
         while not self._closing and self._error is None and (n := self.room()) > 0:
             # A sibling schedule takes a group at a time: its size is known
             # only once it is taken.
-            taken = self.collector.take_samples(n if self.schedule is Schedule.GROUP else 1)
+            taken = self._take(n if self.schedule is Schedule.GROUP else 1)
             if not taken:
                 break
             for i, t in enumerate(taken):
@@ -736,6 +800,15 @@ class RolloutLoop:
             started += 1
         return started
 
+    def _take(self, n: int) -> list[Taken]:
+        """Groups to generate: the run's (``Run.take``, which lands a
+        complete group at once: the run's resume gives it back from the
+        journal if the sink then loses it), or the collector's (the loop
+        lands a complete one after the sink took it)."""
+        if self.run is not None:
+            return self.run.take(n)
+        return self.collector.take_samples(n)
+
     def _start_group(self, taken: Taken) -> int:
         """Start ``taken``'s request (``Schedule.GROUP``), or file the group
         and queue its leases for ``_start_waiting`` (``Schedule.SIBLING``);
@@ -753,7 +826,8 @@ class RolloutLoop:
             )
         size = len(taken.leases) + len(taken.reused)
         self._groups[o] = (taken.row, self.version(), size)
-        if self.recovered is not None and o not in self._offered:
+        if self.run is None and self.recovered is not None and o not in self._offered:
+            # (A run offers the prefixes itself: ``Run.prefix``.)
             self._offered.add(o)
             for s in range(size):
                 state = self.recovered.prefix(o, s)
@@ -769,7 +843,9 @@ class RolloutLoop:
         return 0
 
     def _journaled(self, lease: Lease) -> TokenPayload:
-        if self.recovered is None:
+        if self.run is not None:
+            payload = self.run.sample(lease)
+        elif self.recovered is None:
             raise RolloutError(
                 f"{lease} was reused (the collector resumed with its sample sealed) but the "
                 "loop has no recovered journal to take it from: pass recovered= (from "
@@ -777,13 +853,17 @@ class RolloutLoop:
                 "with sealed=() so that every sibling is generated again (the only way "
                 "under schedule='group')"
             )
-        payload = self.recovered.sample(lease)
+        else:
+            payload = self.recovered.sample(lease)
         if not isinstance(payload, TokenPayload):
             raise RolloutError(f"the journal's sample of {lease} is not a token sample")
         return payload
 
     def _start_sibling(self, lease: Lease) -> None:
-        prefix = self._prefixes.get((lease.ordinal, lease.sibling))
+        if self.run is not None:
+            prefix = self.run.prefix(lease)
+        else:
+            prefix = self._prefixes.get((lease.ordinal, lease.sibling))
         row = self._groups[lease.ordinal][0]
         self._start(_Request(lease.ordinal, row, lease.attempt, self.version(), lease, prefix))
 
@@ -911,7 +991,7 @@ class RolloutLoop:
     async def _consume(self, gen: Any, req: _Request, delta: bool) -> None:
         tokens, reasons = req.tokens, req.reasons
         observe = self.on_progress is not None or (
-            req.lease is not None and self.journal is not None
+            req.lease is not None and (self.journal is not None or self.run is not None)
         )
         async for out in gen:
             if req.landed:
@@ -957,8 +1037,11 @@ class RolloutLoop:
         self, req: _Request, index: int, start: int, new: list[int], reason: str | None
     ) -> None:
         try:
-            if req.lease is not None and self.journal is not None and reason is None:
-                self._journal_progress(req)
+            if req.lease is not None and reason is None:
+                if self.run is not None:
+                    self._report_progress(req)
+                elif self.journal is not None:
+                    self._journal_progress(req)
             if self.on_progress is not None:
                 event = SampleProgress(
                     req.ordinal,
@@ -973,6 +1056,21 @@ class RolloutLoop:
         except Exception:
             req.refused = True  # the journal's or the observer's failure: stop
             raise
+
+    def _report_progress(self, req: _Request) -> None:
+        """Report a running sample to the run when its journal is due for a
+        record (the run decides again, and journals), and at every advance
+        once the run got a termination notice (so that ``Run.drain`` has
+        each sample's latest tokens). Not at every advance otherwise: the
+        report is the whole sample so far, and building it per token would
+        cost time quadratic in the sample's length."""
+        assert self.run is not None and req.lease is not None
+        have = len(req.tokens.get(0, ()))
+        due = self.run.journal.due(req.recorded, have)
+        if due or self.run.preempted:
+            self.run.progress(req.lease, self._payload(req))
+        if due:
+            req.recorded = have
 
     def _journal_progress(self, req: _Request) -> None:
         assert self.journal is not None and req.lease is not None
@@ -1075,10 +1173,8 @@ class RolloutLoop:
                     # running in the ledger and a resume generates it again.
                     self._sealed.pop(key, None)
                     raise
-            elif lease in self._siblings.sealed([lease]).sealed:
+            elif lease in self._report_seal(lease, payload).sealed:
                 self._sealed[key] = (lease, payload, reason, req.offset)
-                if self.journal is not None:
-                    self.journal.sealed(lease, payload)
             else:
                 self._emit("fenced", lease.ordinal, req.request_id)
         except FrontierError:
@@ -1086,6 +1182,17 @@ class RolloutLoop:
         except Exception:
             req.refused = True
             raise
+
+    def _report_seal(self, lease: Lease, payload: TokenPayload) -> Effect:
+        """Seal ``lease`` in the ledger and, if it accepted the sample,
+        journal it: the run does both (``Run.seal``), or the collector then
+        the loop's journal."""
+        if self.run is not None:
+            return self.run.seal(lease, payload)
+        effect = self._siblings.sealed([lease])
+        if lease in effect.sealed and self.journal is not None:
+            self.journal.sealed(lease, payload)
+        return effect
 
     def _oldest(self, ordinal: int, parts: list[_Sealed]) -> int:
         """The group's policy version for the buffer's age limit: that of its
@@ -1123,19 +1230,22 @@ class RolloutLoop:
         )
         self.sink.add(group)  # raises: the loop stops, nothing is reported
         if last is None:
-            self._siblings.land_complete([ordinal])
+            if self.run is None:  # a run's ``take`` landed it already
+                self._siblings.land_complete([ordinal])
             self._forget(ordinal)
         else:
             assert last.lease is not None
-            effect = self._siblings.sealed([last.lease])
-            assert effect.landed == (ordinal,), effect
-            # Buffered now: whatever raises next (the journal, the event
-            # observer) stops the loop, but the ordinal is not outstanding.
-            last.landed = last.released = True
             payload = self._sealed[(ordinal, last.lease.sibling)][1]
-            self._forget(ordinal)
-            if self.journal is not None:
-                self.journal.sealed(last.lease, payload)
+            try:
+                effect = self._report_seal(last.lease, payload)
+            finally:
+                # Buffered once the ledger landed it, even if journaling the
+                # sample then raised (which stops the loop): the ordinal is
+                # not outstanding.
+                if not self._siblings.completes(last.lease):
+                    last.landed = last.released = True
+                    self._forget(ordinal)
+            assert effect.landed == (ordinal,), effect
         self._emit("land", ordinal, group.request_id)
 
     def _forget(self, ordinal: int) -> None:
@@ -1156,6 +1266,13 @@ class RolloutLoop:
         # wiring bug, which stops the loop) the ordinal is still outstanding.
         if req.lease is None:
             effect = self.collector.failed([req.ordinal])
+        elif self.run is not None:
+            # The run restarts the sibling itself (``effect.leases``); if it
+            # cannot (past ``attempt_limit``, a reservation that failed),
+            # this raises with the request unreleased: the loop stops and
+            # the group, outstanding in the ledger, is among those
+            # ``aclose`` returns.
+            effect = self.run.fail(req.lease)
         else:
             effect = self._siblings.failed_samples([req.lease])
         req.released = True
@@ -1176,7 +1293,9 @@ class RolloutLoop:
                             task.cancel()
             if o not in effect.unstamped:
                 self._emit("requeue" if o in effect.requeued else "drop", o, req.request_id)
-        if effect.restart:
+        if effect.restart and self.run is not None:
+            self._waiting.extend(effect.leases)  # started by the feeder
+        elif effect.restart:
             try:
                 leases = self._siblings.restart(effect.restart)
             except BaseException:
