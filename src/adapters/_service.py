@@ -115,7 +115,8 @@ from frontier_core.journal import (
 
 from ._collector import StreamCollector, StreamSource, Taken
 from ._state import KEY_FORMAT, KEY_VERSION, check_state
-from .journal import JournalFileError, Recovered, RolloutJournal
+from .journal import JournalFileError, JournalShipError, Recovered, RolloutJournal
+from .run import Drained
 
 FORMAT: Final = "frontier_adapters.ledger_service"
 VERSION: Final = 1
@@ -334,6 +335,8 @@ class LedgerService:
         else:
             built = source()
         self._incarnation = os.urandom(4).hex()
+        #: A termination notice came (``drain``): ``take`` deals nothing more.
+        self._draining = False
         self._journal = None if journal is None else _open_journal(journal, lock_timeout)
         try:
             # Bound to the journal: attempts are reserved before they are dealt.
@@ -417,7 +420,7 @@ class LedgerService:
             )
         tasks: list[SampleTask] = []
         throttled = False
-        while len(tasks) < n:
+        while len(tasks) < n and not self._draining:
             if self._queue:
                 task = self._queue.popleft()
                 if self._collector.current(task.lease):
@@ -632,6 +635,64 @@ class LedgerService:
             checkpoint_id=checkpoint_id,
             stats=dict(self.stats),
         )
+
+    def drain(self, *, step: int, seconds: float = 30.0) -> tuple[Drained, Snapshot | None]:
+        """A termination notice (SIGTERM, a spot instance's warning) with
+        ``seconds`` left: in order, so that what matters most is durable
+        first. Dispatch stops (``take`` deals nothing from now on: the
+        fleet's workers finish or are lost, and their reports still
+        count); the journal is synced and, when shipped, flushed off the
+        node (every seal and every progress report accepted so far
+        survives the node: a resume continues each running sample from its
+        worker's last progress report); then, if that made it in time, the
+        state of a checkpoint at ``step`` (its journal mark durable and
+        shipped too), for you to write as after ``checkpoint`` (then exit;
+        ``compact`` is not needed). Returns what was done (``Drained``;
+        ``progress_records`` is 0: progress is journaled as workers report
+        it) and the state, or ``None`` when the journal could not be made
+        durable in time (the last checkpoint and the journal still resume
+        the run, costing what they do not hold)."""
+        if type(step) is not int or step < 0:
+            raise ValueError(f"drain: step must be an int >= 0, got {shown(step)}")
+        if not isinstance(seconds, int | float) or not seconds > 0:
+            raise ValueError(f"drain: seconds must be a number > 0, got {shown(seconds)}")
+        began = time.monotonic()
+        deadline = began + seconds
+        self._draining = True
+        running = sum(1 for _ in self._collector.ledger.running())
+        shipped = True
+        if self._journal is not None:
+            try:
+                self._journal.writer.sync()
+                if self._journal.shipper is not None:
+                    self._journal.shipper.flush(max(deadline - time.monotonic(), 0.001))
+            except JournalShipError:
+                shipped = False
+        synced = time.monotonic()
+        snapshot = None
+        if shipped and synced < deadline:
+            try:
+                snapshot = self.checkpoint(step=step)
+            except JournalShipError:
+                shipped = False
+        ended = time.monotonic()
+        return (
+            Drained(
+                running=running,
+                progress_records=0,
+                synced_seconds=synced - began,
+                shipped=shipped,
+                checkpointed=snapshot is not None,
+                seconds=ended - began,
+                in_time=ended <= deadline,
+            ),
+            snapshot,
+        )
+
+    @property
+    def draining(self) -> bool:
+        """A termination notice came (``drain``): nothing more is dealt."""
+        return self._draining
 
     def compact(self, checkpoint_id: int) -> int:
         """The checkpoint ``checkpoint_id`` is durable: rewrite the journal

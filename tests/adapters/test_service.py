@@ -306,6 +306,42 @@ def test_the_checkpoint_marks_the_journal_and_a_resume_reuses_it(tmp_path: Path)
     assert all(x.attempt >= r.floor for x in (g0.leases[2], *g1.leases[1:]))
 
 
+def test_a_drain_stops_dealing_and_its_state_resumes_what_was_reported(tmp_path: Path) -> None:
+    """A termination notice: ``drain`` deals nothing more, makes every
+    accepted seal and progress report durable, and hands back a
+    checkpoint's state that a new incarnation resumes exactly, even with
+    the process killed right after (nothing compacted, nothing pending)."""
+    s = service(tmp_path)
+    a = s.take(6)  # groups 0 and 1, three siblings each
+    seal_all(s, [a.tasks[0], a.tasks[1], a.tasks[3]])
+    s.report(progress=[(a.tasks[2].lease, tokens(0, 2, 4))])
+    drained, snap = s.drain(step=7, seconds=30.0)
+    assert snap is not None and snap.state["step"] == 7
+    assert (drained.running, drained.shipped, drained.checkpointed, drained.in_time) == (
+        3, True, True, True,
+    )  # fmt: skip
+    assert s.draining and s.take(6).tasks == ()
+    # A worker's late answer still counts, and is journaled.
+    assert s.report(sealed=[(a.tasks[4].lease, sample(a.tasks[4]))]).sealed == 1
+    crash(s)
+    r = service(tmp_path, state=snap.state)
+    b = r.take(2)
+    assert b.version == 7 and not r.draining
+    # What the drain made durable comes back; the seal after it comes back
+    # too (journaled), the rest is generated.
+    assert [(x.ordinal, x.sibling) for x in b.leases] == [(0, 2), (1, 2)]
+    assert list(b.tasks[0].prefix.tokens()) == expected(0, 2)[:4]  # type: ignore[union-attr]
+    assert seal_all(r, b.tasks).landed == (0, 1)
+
+
+def test_drain_refuses_a_bad_step_or_time(tmp_path: Path) -> None:
+    s = service(tmp_path)
+    for bad in ({"step": -1}, {"step": 1, "seconds": 0}, {"step": "1"}):
+        with pytest.raises(ValueError, match="drain"):
+            s.drain(**bad)  # type: ignore[arg-type]
+    assert not s.draining and s.take(1).tasks
+
+
 def test_compaction_after_the_checkpoint_keeps_what_a_resume_needs(tmp_path: Path) -> None:
     s = service(tmp_path)
     a = s.take(6)
