@@ -41,8 +41,8 @@ from ..rollout import (
     ReplayBuffer,
     RolloutLoop,
     continued_prompt,
-    sample_params,
-    vllm_sample_params,
+    sibling_params,
+    vllm_sibling_params,
 )
 from ..torch import TENSOR_PARTS
 from .cpu_engine import CpuEngine, CpuSamplingParams, TinyCausalLM
@@ -101,7 +101,7 @@ def cpu_engine() -> tuple[CpuEngine, Any, Trainer]:
     """The CPU engine, its ``sampling_params(lease, prefix_len)`` (an output
     per token, so that a running sample is journaled) and its trainer."""
     engine = CpuEngine(TinyCausalLM(vocab=VOCAB), token_latency=0.002)
-    params = sample_params(
+    params = sibling_params(
         CpuSamplingParams, max_tokens=NEW_TOKENS, seed=0, output_kind="cumulative"
     )
     return engine, params, Trainer(engine)
@@ -112,7 +112,7 @@ def vllm_engine(private_dir: str) -> tuple[Any, Any, Scorer]:
     loopback and in ``private_dir``: streamed deltas, each token with its
     log-prob."""
     engine = tiny_vllm_engine(private_dir)
-    return engine, vllm_sample_params(max_tokens=NEW_TOKENS, seed=0), Scorer()
+    return engine, vllm_sibling_params(max_tokens=NEW_TOKENS, seed=0), Scorer()
 
 
 async def main(root: Path, steps: int, engine_kind: str, private_dir: str) -> None:

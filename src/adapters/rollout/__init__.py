@@ -1,7 +1,7 @@
 """The rollout binding of frontier_core: an asyncio loop over an engine with
 vLLM's ``AsyncLLM`` contract, and the replay buffer it fills. Imports neither
 torch nor vllm; vllm is imported only by ``VllmEngine``,
-``vllm_sampling_params`` and ``vllm_sample_params``. A CPU engine and a toy
+``vllm_sampling_params`` and ``vllm_sibling_params``. A CPU engine and a toy
 GRPO trainer to run it without a GPU are in ``frontier_adapters.examples``.
 ``STOP``, ``LENGTH`` and ``ABORT`` are the ``finish_reason`` values (vLLM's)
 an engine reports.
@@ -37,7 +37,7 @@ a durable prefix after a resume, on vLLM::
     rollout = RolloutLoop(
         collector, engine, buffer, schedule="sibling", journal=journal, recovered=got,
         prompt_of=lambda row, prefix: continued_prompt(row["ids"], prefix),
-        sampling_params=vllm_sample_params(max_tokens=512, seed=0, stop_token_ids=[eos]))
+        sampling_params=vllm_sibling_params(max_tokens=512, seed=0, stop_token_ids=[eos]))
 """
 
 from __future__ import annotations
@@ -69,10 +69,10 @@ from ._vllm import VllmEngine as VllmEngine
 from ._vllm import continued_prompt as continued_prompt
 from ._vllm import loopback_environ as loopback_environ
 from ._vllm import remaining_tokens as remaining_tokens
-from ._vllm import sample_params as sample_params
 from ._vllm import sample_seed as sample_seed
-from ._vllm import vllm_sample_params as vllm_sample_params
+from ._vllm import sibling_params as sibling_params
 from ._vllm import vllm_sampling_params as vllm_sampling_params
+from ._vllm import vllm_sibling_params as vllm_sibling_params
 
 __all__ = [
     "ABORT",
@@ -102,8 +102,8 @@ __all__ = [
     "loopback_environ",
     "remaining_tokens",
     "request_id_of",
-    "sample_params",
+    "sibling_params",
     "sample_seed",
-    "vllm_sample_params",
+    "vllm_sibling_params",
     "vllm_sampling_params",
 ]

@@ -27,7 +27,7 @@ What is used:
   continued from a durable prefix): ``TokensPrompt`` (a ``TypedDict``: ``{"prompt_token_ids":
   prompt + prefix}``, ``continued_prompt``) and ``SamplingParams(n=1,
   max_tokens=max_tokens - len(prefix), logprobs=0, seed=...)``
-  (``vllm_sample_params``); vLLM counts the prefix as prompt tokens.
+  (``vllm_sibling_params``); vLLM counts the prefix as prompt tokens.
 
 ``AsyncLLM`` already satisfies ``AsyncEngine``; ``VllmEngine`` adds
 construction, the event-loop check, weight loading and shutdown, so
@@ -88,8 +88,9 @@ def vllm_sampling_params(
     output_kind: str = "final_only",
     **kwargs: Any,
 ) -> Any:
-    """``vllm.SamplingParams`` for one GRPO group per request: ``n``
-    samples, delivered together in one final output (``output_kind
+    """``vllm.SamplingParams`` for one GRPO group per request
+    (``RolloutLoop(schedule="group")``; the sibling schedule's are
+    ``vllm_sibling_params``): ``n`` samples, delivered together in one final output (``output_kind
     "final_only"``, the default), or streamed (``"delta"``: the new tokens
     of each engine step; ``"cumulative"``: every sample's tokens so far),
     in which case the rollout loop reports partial tokens to its
@@ -161,7 +162,7 @@ def sample_seed(seed: int, lease: Lease) -> int:
     return int.from_bytes(hashlib.sha256(key.encode()).digest()[:4], "big") >> 1
 
 
-def sample_params(
+def sibling_params(
     make: Callable[..., _P], *, max_tokens: int, seed: int | None = None, **fixed: Any
 ) -> Callable[[Lease, int], _P]:
     """The ``sampling_params(lease, prefix_len)`` of ``RolloutLoop(schedule="sibling")``
@@ -170,12 +171,12 @@ def sample_params(
     when ``seed`` is ``None``). ``max_tokens`` bounds the whole sample,
     prefix included; a prefix as long raises ``ValueError`` (see
     ``remaining_tokens``), which stops the loop with the sibling left
-    running in the ledger. E.g. ``sample_params(CpuSamplingParams,
+    running in the ledger. E.g. ``sibling_params(CpuSamplingParams,
     max_tokens=12, output_kind="cumulative")``; for vLLM use
-    ``vllm_sample_params``."""
+    ``vllm_sibling_params``."""
     remaining_tokens(max_tokens, 0)  # checks max_tokens now
     if taken := sorted({"n", "max_tokens", "seed"} & set(fixed)):
-        raise TypeError(f"sample_params sets {', '.join(taken)} itself")
+        raise TypeError(f"sibling_params sets {', '.join(taken)} itself")
 
     def params(lease: Lease, prefix_len: int) -> _P:
         return make(
@@ -188,7 +189,7 @@ def sample_params(
     return params
 
 
-def vllm_sample_params(
+def vllm_sibling_params(
     *,
     max_tokens: int,
     temperature: float = 1.0,
@@ -216,7 +217,7 @@ def vllm_sample_params(
     if output_kind not in OUTPUT_KINDS:
         raise ValueError(f"output_kind must be one of {sorted(OUTPUT_KINDS)}, got {output_kind!r}")
     if taken := sorted({"n", "max_tokens", "seed"} & set(kwargs)):
-        raise TypeError(f"vllm_sample_params sets {', '.join(taken)} itself")
+        raise TypeError(f"vllm_sibling_params sets {', '.join(taken)} itself")
     _vllm("vllm.sampling_params")  # fail here, not at the first request
 
     def make(**per: Any) -> Any:
@@ -229,7 +230,7 @@ def vllm_sample_params(
             **per,
         )
 
-    return sample_params(make, max_tokens=max_tokens, seed=seed)
+    return sibling_params(make, max_tokens=max_tokens, seed=seed)
 
 
 class VllmEngine:

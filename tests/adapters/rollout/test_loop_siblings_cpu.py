@@ -2,7 +2,7 @@
 tokens, with per-token log-probs), with a real journal file: groups land
 with their n siblings, one request each; a kill-and-resume continues a
 sibling from its durable prefix (``continued_prompt`` with the prefix,
-``sample_params`` with ``max_tokens`` reduced by its length) and reuses the
+``sibling_params`` with ``max_tokens`` reduced by its length) and reuses the
 sealed siblings without a request; a budget lowered below a durable prefix
 across the resume stops the loop. The same on real vLLM: test_vllm_samples.py."""
 
@@ -31,8 +31,8 @@ from frontier_adapters.rollout import (  # noqa: E402
     continued_prompt,
     remaining_tokens,
     request_id_of,
-    sample_params,
     sample_seed,
+    sibling_params,
 )
 
 from frontier_core import Checkpoint, Lease, LedgerConfig, Status  # noqa: E402
@@ -91,8 +91,8 @@ def budgets(
     others, no stop token: fixed lengths, so a test knows which siblings
     seal first."""
     fixed: dict[str, Any] = {"seed": SEED, "stop_token_ids": (), "output_kind": "cumulative"}
-    quick = sample_params(CpuSamplingParams, max_tokens=4, **fixed)
-    slow = sample_params(CpuSamplingParams, max_tokens=long_tokens, **fixed)
+    quick = sibling_params(CpuSamplingParams, max_tokens=4, **fixed)
+    slow = sibling_params(CpuSamplingParams, max_tokens=long_tokens, **fixed)
     return lambda lease, k: (quick if (lease.ordinal, lease.sibling) in short else slow)(lease, k)
 
 
@@ -100,7 +100,7 @@ def budgets(
 
 
 def test_the_sample_params_reduce_the_budget_and_seed_each_attempt() -> None:
-    params = sample_params(CpuSamplingParams, max_tokens=12, seed=SEED, output_kind="cumulative")
+    params = sibling_params(CpuSamplingParams, max_tokens=12, seed=SEED, output_kind="cumulative")
     p = params(Lease(3, 1, 5), 0)
     assert (p.n, p.max_tokens, p.seed, p.output_kind) == (
         1,
@@ -113,14 +113,14 @@ def test_the_sample_params_reduce_the_budget_and_seed_each_attempt() -> None:
         sample_seed(SEED, Lease(o, s, a)) for o in range(4) for s in range(4) for a in range(3)
     }
     assert len(seeds) == 48 and all(0 <= x < 2**31 for x in seeds)
-    assert sample_params(CpuSamplingParams, max_tokens=12)(Lease(0, 0, 0), 0).seed is None
+    assert sibling_params(CpuSamplingParams, max_tokens=12)(Lease(0, 0, 0), 0).seed is None
     with pytest.raises(ValueError, match=r"durable prefix of .* has 12 tokens"):
         params(Lease(3, 1, 5), 12)
     assert remaining_tokens(12, 11) == 1
     with pytest.raises(ValueError, match="max_tokens"):
-        sample_params(CpuSamplingParams, max_tokens=0)
+        sibling_params(CpuSamplingParams, max_tokens=0)
     with pytest.raises(TypeError, match="sets n itself"):
-        sample_params(CpuSamplingParams, max_tokens=4, n=2)
+        sibling_params(CpuSamplingParams, max_tokens=4, n=2)
     assert continued_prompt([1, 2], (3,)) == {"prompt_token_ids": [1, 2, 3]}
     assert continued_prompt((1,), [], cache_salt="x") == {
         "prompt_token_ids": [1],
@@ -140,7 +140,7 @@ def test_groups_land_with_n_siblings_each_from_its_own_request_with_its_logprobs
     engine, sink = Recording(m), Sink()
     c = collector(4)
     journal = RolloutJournal(tmp_path / "journal", fingerprint=FP, lineage="L", progress_every=2)
-    params = sample_params(CpuSamplingParams, max_tokens=10, seed=SEED, output_kind="cumulative")
+    params = sibling_params(CpuSamplingParams, max_tokens=10, seed=SEED, output_kind="cumulative")
 
     async def main() -> None:
         async with RolloutLoop(
@@ -314,7 +314,7 @@ def test_a_resume_continues_a_sibling_from_its_durable_prefix_on_the_cpu_engine(
 
 def test_a_budget_lowered_below_a_durable_prefix_stops_the_loop(tmp_path: Path) -> None:
     """Prompt 1's killed siblings hold 6 durable tokens; the resume asks for
-    samples of at most 6: ``sample_params`` refuses before any request is
+    samples of at most 6: ``sibling_params`` refuses before any request is
     sent, which stops the loop (not a failed sample: no attempt is burned,
     nothing is dropped), and prompt 1 stays outstanding for a resume with a
     budget that fits. Prompt 0 (every sibling sealed) lands regardless."""

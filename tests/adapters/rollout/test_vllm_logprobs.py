@@ -7,7 +7,7 @@ distribution the token was sampled from. vLLM's default engine setting
 whatever the temperature; ``logprobs_mode="processed_logprobs"`` reports
 the distribution after temperature (and top-k/top-p). Both are checked here
 against transformers on the same weights at temperature 0.7, where the two
-differ, through ``RolloutLoop`` with ``vllm_sample_params``.
+differ, through ``RolloutLoop`` with ``vllm_sibling_params``.
 
 Its own module: the processed-log-prob engine is a second engine start, and
 it must not run beside ``test_vllm_samples.py``'s (one engine at a time on
@@ -28,7 +28,7 @@ require_vllm()
 
 import torch  # noqa: E402
 from frontier_adapters.examples import tiny_llm  # noqa: E402
-from frontier_adapters.rollout import RolloutLoop, VllmEngine, vllm_sample_params  # noqa: E402
+from frontier_adapters.rollout import RolloutLoop, VllmEngine, vllm_sibling_params  # noqa: E402
 
 from ._sample_support import Sink, prompt_of  # noqa: E402
 from .test_vllm_samples import PROMPTS, SEED, collector  # noqa: E402
@@ -64,7 +64,7 @@ def reference(model: Any, prompt: list[int], sample: list[int]) -> tuple[list[fl
 
 def generate(engine: VllmEngine) -> Sink:
     sink, c = Sink(), collector(GROUPS)
-    params = vllm_sample_params(max_tokens=12, temperature=TEMPERATURE, seed=SEED)
+    params = vllm_sibling_params(max_tokens=12, temperature=TEMPERATURE, seed=SEED)
 
     async def main() -> None:
         async with RolloutLoop(

@@ -3,7 +3,7 @@
 samples and progress journaled to a real journal file; then a kill and a
 resume on which a sibling continues from its durable prefix through a
 ``TokensPrompt`` of the prompt then the prefix with ``max_tokens`` reduced
-by the prefix's length (``continued_prompt``, ``vllm_sample_params``).
+by the prefix's length (``continued_prompt``, ``vllm_sibling_params``).
 
 Runs where ``test_vllm.py`` runs (``scripts/test.sh``: ``.venv-vllm`` with
 FRONTIER_REQUIRE_VLLM=1). One engine for the module (its start is most of
@@ -42,7 +42,7 @@ from frontier_adapters.rollout import (  # noqa: E402
     VllmEngine,
     request_id_of,
     sample_seed,
-    vllm_sample_params,
+    vllm_sibling_params,
 )
 
 from frontier_core import Checkpoint, Lease, LedgerConfig, Status  # noqa: E402
@@ -168,7 +168,7 @@ def test_each_sibling_is_its_own_request_with_vllms_logprobs_journaled(
 ) -> None:
     rec, sink, c = Recording(engine), Sink(), collector(4)
     journal = RolloutJournal(tmp_path / "journal", fingerprint=FP, lineage="L", progress_every=4)
-    params = vllm_sample_params(max_tokens=16, seed=SEED, output_kind=kind, flat_logprobs=flat)
+    params = vllm_sibling_params(max_tokens=16, seed=SEED, output_kind=kind, flat_logprobs=flat)
 
     async def main() -> None:
         async with RolloutLoop(
@@ -230,8 +230,8 @@ SHORT_TOKENS, LONG_TOKENS, EVERY = 6, 40, 4
 def budgets() -> Callable[[Lease, int], Any]:
     """6 tokens for the siblings in ``SHORT``, 40 for prompt 1's siblings 1
     and 2; ``ignore_eos`` so that the lengths are the budgets."""
-    quick = vllm_sample_params(max_tokens=SHORT_TOKENS, seed=SEED, ignore_eos=True)
-    slow = vllm_sample_params(max_tokens=LONG_TOKENS, seed=SEED, ignore_eos=True)
+    quick = vllm_sibling_params(max_tokens=SHORT_TOKENS, seed=SEED, ignore_eos=True)
+    slow = vllm_sibling_params(max_tokens=LONG_TOKENS, seed=SEED, ignore_eos=True)
     return lambda lease, k: (quick if (lease.ordinal, lease.sibling) in SHORT else slow)(lease, k)
 
 
