@@ -276,7 +276,6 @@ def test_the_bare_ledger_wired_either_way_passes(integration: type[Integration])
 
 
 # The same machine, collected by pytest as a unittest TestCase (zarr style).
-TestBareLedgerMachine = integration_machine(BareLedger, settings=FAST).TestCase
 TestBareSampleLedgerMachine = integration_machine(BareSampleLedger, settings=FAST).TestCase
 
 

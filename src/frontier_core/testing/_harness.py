@@ -102,10 +102,10 @@ class Integration(abc.ABC):
 
     A new instance is built for every test case and ``start()`` begins a
     fresh run. The harness calls the hooks only with legal arguments that it
-    derives from its own record: ``land``, ``fail``, ``fail_sample`` (for a
-    current lease) and ``train`` receive groups that are outstanding or
-    buffered in this process life; the results it delivers name leases that
-    a ``dispatch`` returned in some life of the run (current or not). Any
+    derives from its own record: ``land``, ``fail`` and ``train`` receive
+    groups that are outstanding or buffered in this process life; the
+    results it delivers (``seal``, ``fail_sample``) name leases that a
+    ``dispatch`` returned in some life of the run (current or not). Any
     exception a hook raises fails the test with the program that led to it.
 
     Results come back one of two ways, and the harness tells which from the
@@ -257,16 +257,15 @@ class CoverageViolation(AssertionError):
 
 @attrs.frozen
 class _Lineage:
-    """The harness's own record of the surviving run: training steps (and
-    the samples they trained), drops, failures of each ordinal, the groups
-    the buffer holds and the samples each landed with (one per sibling;
-    none for a wiring of whole groups). A value: a checkpoint keeps a
-    reference, and a crash goes back to it."""
+    """The harness's own record of the surviving run: training steps,
+    drops, failures of each ordinal, the groups the buffer holds and the
+    samples each landed with (one per sibling; none for a wiring of whole
+    groups). A value: a checkpoint keeps a reference, and a crash goes back
+    to it."""
 
     steps: tuple[tuple[int, ...], ...] = ()
     dropped: tuple[int, ...] = ()
     failures: tuple[tuple[int, int], ...] = ()
-    samples: tuple[Lease, ...] = ()
     buffered: frozenset[int] = frozenset()
     landed: frozenset[Lease] = frozenset()
 
@@ -595,19 +594,20 @@ class IntegrationMachine(RuleBasedStateMachine):
 
     def _record_step(self, ordinals: list[int], trained: object) -> None:
         self._fresh(ordinals, "trained")
-        samples = self._trained(ordinals, trained) if self.by_sibling else []
+        if self.by_sibling:
+            self._check_trained(ordinals, trained)
         step = set(ordinals)
         lineage = self.lineage
         self.lineage = attrs.evolve(
             lineage,
             steps=(*lineage.steps, tuple(ordinals)),
-            samples=(*lineage.samples, *samples),
             buffered=lineage.buffered - step,
             landed=frozenset(x for x in lineage.landed if x.ordinal not in step),
         )
 
-    def _trained(self, ordinals: list[int], trained: object) -> list[Lease]:
-        """The samples ``train`` returned for these groups, checked."""
+    def _check_trained(self, ordinals: list[int], trained: object) -> None:
+        """Check the samples ``train`` returned for these groups: exactly
+        the n each landed with."""
         if not isinstance(trained, Iterable):
             raise TypeError(f"train returned {trained!r:.80}, not the samples it trained")
         samples = self._leases(trained, "train")
@@ -649,7 +649,6 @@ class IntegrationMachine(RuleBasedStateMachine):
             "attempt superseded since: its group failed whole, or its held sibling was "
             "generated again)",
         )
-        return samples
 
     def _pick(self, data: st.DataObject, pool: Iterable[int]) -> list[int]:
         return data.draw(st.lists(st.sampled_from(sorted(pool)), unique=True, min_size=1))
