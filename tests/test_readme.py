@@ -47,17 +47,6 @@ def test_rollout_example_runs_and_audits_clean(
     assert sorted(trained + dropped) == list(range(64))
 
 
-def test_harness_example_runs_and_stays_under_30_lines() -> None:
-    pytest.importorskip("hypothesis")
-    (block,) = [
-        b
-        for b in python_blocks("testing.md")
-        if "Integration" in b and "SampleIntegration" not in b
-    ]
-    assert len([line for line in block.splitlines() if line.strip()]) <= 30
-    exec(compile(block, filename("testing.md"), "exec"), {"__name__": "readme_harness"})
-
-
 def test_durable_rollouts_example_runs_and_its_assertions_hold() -> None:
     """The durable rollouts example, as written: a crash after three of
     four samples sealed; the resume reuses them and generates only one."""

@@ -4,10 +4,9 @@
 (groups of n samples, n = 1 by default); ``explore_journal``
 checks the rollout journal's core (encoder, decoder, replay, compaction),
 torn tails included. ``run_integration_test``
-drives a framework's wiring of the ledger (an ``Integration``) through
-random runs with crashes, and ``run_sample_integration_test`` a wiring of
-the sample-level ledger (a ``SampleIntegration``). Nothing here is imported
-by ``import frontier_core``.
+drives a framework's wiring of the ledger (an ``Integration``: whole groups,
+or sibling by sibling) through random runs with stale results and crashes.
+Nothing here is imported by ``import frontier_core``.
 """
 
 from ._explore import Bounds as Bounds
@@ -23,10 +22,6 @@ from ._harness import Integration as Integration
 from ._harness import IntegrationMachine as IntegrationMachine
 from ._harness import integration_machine as integration_machine
 from ._harness import run_integration_test as run_integration_test
-from ._sample_harness import SampleIntegration as SampleIntegration
-from ._sample_harness import SampleIntegrationMachine as SampleIntegrationMachine
-from ._sample_harness import run_sample_integration_test as run_sample_integration_test
-from ._sample_harness import sample_integration_machine as sample_integration_machine
 
 __all__ = [
     "DEFAULT_SETTINGS",
@@ -38,12 +33,8 @@ __all__ = [
     "JournalBounds",
     "JournalReport",
     "Report",
-    "SampleIntegration",
-    "SampleIntegrationMachine",
     "explore",
     "explore_journal",
     "integration_machine",
     "run_integration_test",
-    "run_sample_integration_test",
-    "sample_integration_machine",
 ]

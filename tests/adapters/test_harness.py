@@ -1,5 +1,5 @@
-"""The sample-level integration harness on this project's own adapter: a
-``StreamCollector`` over a ``SequenceSource`` (two epochs, batches of 3),
+"""The integration harness, sibling by sibling, on this project's own
+adapter: a ``StreamCollector`` over a ``SequenceSource`` (two epochs, batches of 3),
 with a sample store and a replay buffer saved next to the collector state
 in one JSON checkpoint, and the attempt counter reserved on "disk" (it
 survives the crash, as the rollout journal's reserve does). The harness sees
@@ -17,7 +17,7 @@ from frontier_adapters import SequenceSource, StreamCollector
 from hypothesis import HealthCheck, settings
 
 from frontier_core import Effect, FailurePolicy, Granularity, Lease, LedgerConfig, Status
-from frontier_core.testing import SampleIntegration, run_sample_integration_test
+from frontier_core.testing import Integration, run_integration_test
 
 ROWS = 4
 EPOCHS = 2
@@ -31,7 +31,7 @@ SETTINGS = settings(
 )
 
 
-class CollectorIntegration(SampleIntegration):
+class CollectorIntegration(Integration):
     """A trainer's wiring of ``StreamCollector``: every accepted sample goes
     to a store keyed by sibling, a group that lands moves to the replay
     buffer with what the store holds of it, and both are saved with the
@@ -194,6 +194,6 @@ class ThreeSamples(CollectorIntegration):
     "integration", [CollectorIntegration, Journaled, GroupGranularity, ThreeSamples]
 )
 def test_the_sample_collector_trains_every_group_once_with_its_samples(
-    integration: type[SampleIntegration],
+    integration: type[Integration],
 ) -> None:
-    run_sample_integration_test(integration, settings=SETTINGS)
+    run_integration_test(integration, settings=SETTINGS)
