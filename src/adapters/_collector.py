@@ -228,11 +228,11 @@ class StreamCollector:
         return self._rows[ordinal]
 
     @_exclusive
-    def attempts(self, ordinal: int) -> int:
+    def failures(self, ordinal: int) -> int:
         """The ledger's count of failed attempts (failures and stale
         evictions) of an unresolved ``ordinal``; checkpointed, so it carries
         on across a resume. 0 for one that never failed."""
-        return self._ledger.attempts(ordinal)
+        return self._ledger.failures(ordinal)
 
     # -- the stream ---------------------------------------------------------
 

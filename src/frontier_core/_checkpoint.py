@@ -125,10 +125,11 @@ class Checkpoint:
     disjoint from its neighbours; trained and dropped ordinals lie strictly
     above ``cut`` (the cut itself is unresolved by definition); retained
     ordinals lie at or above it and are neither trained nor dropped;
-    ``attempts`` lists ``(ordinal, count)`` for unresolved ordinals at or
-    above the cut with ``count >= 1``, ascending; with a ``stream_len``,
+    ``failures`` lists ``(ordinal, count)`` for unresolved ordinals at or
+    above the cut with ``count >= 1``, ascending (saved under the key
+    ``"attempts"``, its name before attempts came to mean leases); with a ``stream_len``,
     nothing lies beyond it; no ordinal reaches ``LIMIT`` (2**64) and no
-    number exceeds it. The checks cost O(ranges + attempts + sealed), never
+    number exceeds it. The checks cost O(ranges + failures + sealed), never
     the number of ordinals the ranges span.
 
     The siblings' part: ``samples`` is the group size, ``next_attempt`` the
@@ -153,7 +154,7 @@ class Checkpoint:
     trained_above_cut: tuple[Range, ...] = attrs.field(default=(), converter=_pairs)
     dropped_above_cut: tuple[Range, ...] = attrs.field(default=(), converter=_pairs)
     retained: tuple[Range, ...] = attrs.field(default=(), converter=_pairs)
-    attempts: tuple[tuple[int, int], ...] = attrs.field(default=(), converter=_pairs)
+    failures: tuple[tuple[int, int], ...] = attrs.field(default=(), converter=_pairs)
     fingerprint: str = ""
     stream_len: int | None = None
     samples: int = 1
@@ -181,7 +182,7 @@ class Checkpoint:
                 len(self.trained_above_cut)
                 + len(self.dropped_above_cut)
                 + len(self.retained)
-                + len(self.attempts)
+                + len(self.failures)
             )
             + 2
             + 3 * len(self.sealed)
@@ -290,7 +291,7 @@ class Checkpoint:
                 for r in (self.trained_above_cut, self.dropped_above_cut, self.retained)
                 if r
             ]
-            + [o for o, _ in self.attempts]
+            + [o for o, _ in self.failures]
         )
 
     @property
@@ -311,7 +312,7 @@ def groups_record(c: Checkpoint) -> dict[str, Any]:
         KEY_TRAINED: _encode(c.trained_above_cut, floor=c.cut + 1, span=True),
         KEY_DROPPED: _encode(c.dropped_above_cut, floor=c.cut + 1, span=True),
         KEY_RETAINED: _encode(c.retained, floor=c.cut, span=True),
-        KEY_ATTEMPTS: _encode(c.attempts, floor=c.cut, span=False),
+        KEY_ATTEMPTS: _encode(c.failures, floor=c.cut, span=False),
     }
     body[KEY_CHECKSUM] = _checksum(body)
     return body
@@ -374,7 +375,7 @@ def read_groups_record(record: Mapping[str, Any], *, fingerprint: str | None = N
         trained_above_cut=trained,
         dropped_above_cut=dropped,
         retained=retained,
-        attempts=attempts,
+        failures=attempts,
         fingerprint=found,
         stream_len=stream_len,
     )
@@ -451,7 +452,7 @@ def _validate(c: Checkpoint) -> None:
         # Retained ranges may touch (one buffered group after another);
         # resolved ranges are maximal, so touching ones would have merged.
     floor = c.cut
-    for o, n in c.attempts:
+    for o, n in c.failures:
         _check_int(KEY_ATTEMPTS, o, top=LIMIT - 1)
         _check_int(KEY_ATTEMPTS, n)
         if o < floor or n < 1:
@@ -469,7 +470,7 @@ def _validate(c: Checkpoint) -> None:
             raise CheckpointCorruptError(
                 f"checkpoint lists ordinal {clash} in both {a_name!r} and {b_name!r}"
             )
-    for o, _ in c.attempts:
+    for o, _ in c.failures:
         if _contains(c.trained_above_cut, o) or _contains(c.dropped_above_cut, o):
             raise CheckpointCorruptError(
                 f"checkpoint keeps attempts for ordinal {o}, which is already resolved"

@@ -217,7 +217,7 @@ def _configure_simulate(parser: argparse.ArgumentParser) -> None:
         default=d.on_failure.value,
         help="what a tolerated failure or a stale eviction does",
     )
-    parser.add_argument("--max-attempts", type=pos, default=d.max_attempts)
+    parser.add_argument("--max-failures", type=pos, default=d.max_failures)
     parser.add_argument(
         "--no-buffer-restore",
         action="store_true",
@@ -384,7 +384,7 @@ def _run_simulate(args: argparse.Namespace) -> int:
             checkpoint_every=args.checkpoint_every,
             failure_rate=args.failure_rate,
             on_failure=FailurePolicy(args.on_failure),
-            max_attempts=args.max_attempts,
+            max_failures=args.max_failures,
             load_replay_buffer=not args.no_buffer_restore,
             kills=args.kills,
             torn_kills=args.torn_kills,

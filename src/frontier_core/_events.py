@@ -43,7 +43,7 @@ class FailurePolicy(enum.Enum):
 
     ``DROP`` resolves the ordinal as dropped at once (recorded, never silent).
     ``RETRY`` sends it back to be generated again until its attempts reach
-    ``max_attempts``; only then is it dropped.
+    ``max_failures``; only then is it dropped.
     """
 
     DROP = "drop"

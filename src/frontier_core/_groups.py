@@ -15,7 +15,7 @@ monotonic across epochs. From then on an ordinal moves through
     PENDING --dispatch--> OUTSTANDING --buffer--> BUFFERED --train--> TRAINED
 
 and a failure (``fail`` while outstanding, ``evict`` while buffered) sends it
-either to DROPPED or, under the ``retry`` policy and below ``max_attempts``,
+either to DROPPED or, under the ``retry`` policy and below ``max_failures``,
 back to be generated again. TRAINED and DROPPED are *resolved*. Before its
 stamp an ordinal is UNSTAMPED: the source has not stamped it in this life of
 the run, so nobody holds its row. Most UNSTAMPED ordinals are just ahead of
@@ -23,7 +23,7 @@ the source and have no entry; the ledger keeps one only for an ordinal that
 carries failures (restored from a checkpoint, or sent back by a retry
 after a resume and before the source re-stamped it), and the stamp makes it
 PENDING with its failures. (A group's *failures* count its failed
-generations, against ``max_attempts``; an *attempt* is the run-wide identity
+generations, against ``max_failures``; an *attempt* is the run-wide identity
 of one try of one sibling, the ledger's.) ``_transitions`` holds every move and the rules
 that pick its target.
 
@@ -209,12 +209,12 @@ class LedgerConfig:
 
     ``samples`` is the size of a prompt's group (GRPO's n, 1 by default) and
     ``granularity`` what a failed sample fails; the group table does not
-    read them, the ledger does. ``max_attempts`` bounds the failures of
+    read them, the ledger does. ``max_failures`` bounds the failures of
     a group, a failed sample being one.
     """
 
     on_failure: FailurePolicy = attrs.field(default=FailurePolicy.DROP, converter=FailurePolicy)
-    max_attempts: int = attrs.field(default=3, validator=_positive)
+    max_failures: int = attrs.field(default=3, validator=_positive)
     stream_len: int | None = attrs.field(default=None, validator=_stream_len)
     fingerprint: str = attrs.field(default="", validator=attrs.validators.instance_of(str))
     max_window: int = attrs.field(default=1 << 20, validator=_positive)
@@ -382,7 +382,7 @@ class GroupTable:
             )
         restored = retained - evicted if load_replay_buffer else frozenset()
 
-        failures = dict(checkpoint.attempts)
+        failures = dict(checkpoint.failures)
         changes: list[tuple[int, int | None]] = []
         noted: list[tuple[int, int | None]] = []
         counts = [0] * len(Status)
@@ -581,7 +581,7 @@ class GroupTable:
             trained_above_cut=to_ranges(trained),
             dropped_above_cut=to_ranges(dropped),
             retained=to_ranges(retained),
-            attempts=tuple(failures),
+            failures=tuple(failures),
             fingerprint=self.config.fingerprint,
             stream_len=self.config.stream_len,
         )
@@ -740,7 +740,7 @@ class GroupTable:
         if the caller has read them already."""
         entries = self._entries
         policy = self.config.on_failure
-        max_attempts = self.config.max_attempts
+        max_failures = self.config.max_failures
         counts = list(self._counts)
         changes: list[tuple[int, int | None]] = []
         illegal: list[tuple[int, str]] = []
@@ -772,12 +772,12 @@ class GroupTable:
                 # An ordinal below the source's position was stamped in this
                 # life; one at or above it was restored and not re-stamped.
                 status, failures = failure_outcome(
-                    policy, max_attempts, failures, stamped=o < next_ordinal
+                    policy, max_failures, failures, stamped=o < next_ordinal
                 )
                 target = int(status)
                 reported[target].append(o)
             elif target == _SETBACK:
-                status, failures = setback_outcome(policy, max_attempts, failures)
+                status, failures = setback_outcome(policy, max_failures, failures)
                 target = int(status)
                 if status is Status.DROPPED:
                     dropped.append(o)

@@ -385,9 +385,9 @@ class Ledger:
         ``UNSTAMPED``."""
         return self._groups.status(ordinal)
 
-    def attempts(self, ordinal: int) -> int:
+    def failures(self, ordinal: int) -> int:
         """The failures so far of an unresolved group (0 if none), its
-        failed samples included: the count ``max_attempts`` bounds (not an
+        failed samples included: the count ``max_failures`` bounds (not an
         attempt number, which names one try of one sibling)."""
         return self._groups.failures(ordinal)
 

@@ -94,7 +94,7 @@ _MOVES: dict[str, type[Dispatch | Buffer | Fail | Evict | Train]] = {
 
 # op -> (required keys, optional keys), "op" itself aside.
 _SCHEMA: dict[str, tuple[frozenset[str], frozenset[str]]] = {
-    "config": (frozenset(), frozenset({"stream_len", "on_failure", "max_attempts"})),
+    "config": (frozenset(), frozenset({"stream_len", "on_failure", "max_failures"})),
     "stamp": (frozenset({"count"}), frozenset()),
     "checkpoint": (frozenset(), frozenset({"save_buffer"})),
     "kill": (frozenset(), frozenset()),
@@ -287,9 +287,9 @@ class Replayer:
             raise TraceError(
                 line, f"on_failure must be 'drop' or 'retry', got {shown(on_failure, 40)}"
             )
-        max_attempts = _int(op.get("max_attempts", 3), "max_attempts", line)
-        if max_attempts < 1:
-            raise TraceError(line, f"max_attempts must be >= 1, got {max_attempts}")
+        max_failures = _int(op.get("max_failures", 3), "max_failures", line)
+        if max_failures < 1:
+            raise TraceError(line, f"max_failures must be >= 1, got {max_failures}")
         samples = _int(op.get("samples", 1), "samples", line)
         if not 1 <= samples <= MAX_SAMPLES:
             raise TraceError(
@@ -302,7 +302,7 @@ class Replayer:
             )
         self.config = LedgerConfig(
             on_failure=FailurePolicy(on_failure),
-            max_attempts=max_attempts,
+            max_failures=max_failures,
             stream_len=stream_len,
             samples=samples,
             granularity=Granularity(granularity),

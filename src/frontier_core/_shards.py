@@ -583,7 +583,7 @@ def merge_shards(
         )
         dropped.append(list(c.dropped_above_cut))
         retained.append(list(c.retained))
-        attempts.extend((share.global_ordinal(o), n) for o, n in c.attempts)
+        attempts.extend((share.global_ordinal(o), n) for o, n in c.failures)
         if c.stream_len is None or c.cut < c.stream_len:
             g = share.global_ordinal(c.cut)
             cut = g if cut is None else min(cut, g)
@@ -613,7 +613,7 @@ def merge_shards(
         trained_above_cut=_above(_subtract(all_resolved, all_dropped), floor),
         dropped_above_cut=all_dropped,
         retained=_above(interleave(retained, base, world), cut),
-        attempts=attempts,
+        failures=attempts,
         fingerprint=global_fp,
         stream_len=stream_len,
         samples=sizes.pop(),
@@ -648,7 +648,7 @@ def split_checkpoint(
     dropped = deal(checkpoint.dropped_above_cut, base, world)
     retained = deal(checkpoint.retained, base, world)
     attempts: list[list[tuple[int, int]]] = [[] for _ in range(world)]
-    for o, n in checkpoint.attempts:
+    for o, n in checkpoint.failures:
         row, r = divmod(o - base, world)
         attempts[r].append((row, n))
     sealed: list[list[tuple[int, int, int]]] = [[] for _ in range(world)]
@@ -673,7 +673,7 @@ def split_checkpoint(
             trained_above_cut=t[i:],
             dropped_above_cut=d[j:],
             retained=retained[share.rank],
-            attempts=attempts[share.rank],
+            failures=attempts[share.rank],
             fingerprint=share.fingerprint(checkpoint.fingerprint),
             stream_len=share.local_len(checkpoint.stream_len),
             samples=checkpoint.samples,

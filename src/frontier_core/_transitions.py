@@ -104,14 +104,14 @@ COVERED: Final = RESOLVED | {Status.BUFFERED}
 
 
 def failure_outcome(
-    policy: FailurePolicy, max_attempts: int, failures: int, *, stamped: bool
+    policy: FailurePolicy, max_failures: int, failures: int, *, stamped: bool
 ) -> tuple[Status, int]:
     """Where a failed generation (``fail``) or a stale eviction (``evict``)
     sends an ordinal that had failed ``failures`` times, and its failure
     count after: ``(status, failures)``.
 
     Each failure counts one. Under ``drop``, or under ``retry`` once the
-    failures reach ``max_attempts``, the ordinal is ``DROPPED``: resolved,
+    failures reach ``max_failures``, the ordinal is ``DROPPED``: resolved,
     so it keeps no count. Otherwise ``retry`` sends it back to
     be generated again: to ``PENDING`` if the source ``stamped`` it in this
     life of the run (the caller holds its row), or to ``UNSTAMPED`` if not
@@ -119,23 +119,23 @@ def failure_outcome(
     the source has its row; the stamp makes it pending).
     """
     failures += 1
-    if policy is FailurePolicy.RETRY and failures < max_attempts:
+    if policy is FailurePolicy.RETRY and failures < max_failures:
         return (Status.PENDING if stamped else Status.UNSTAMPED), failures
     return Status.DROPPED, 0
 
 
-def setback_outcome(policy: FailurePolicy, max_attempts: int, failures: int) -> tuple[Status, int]:
+def setback_outcome(policy: FailurePolicy, max_failures: int, failures: int) -> tuple[Status, int]:
     """Where a failed sample (``setback``) sends an outstanding group that
     had failed ``failures`` times, and its failure count after.
 
     The same count and limit as ``failure_outcome``: a failed sample is one
-    failure of its group. Under ``retry`` below ``max_attempts`` the
+    failure of its group. Under ``retry`` below ``max_failures`` the
     group stays ``OUTSTANDING`` (its other samples go on; only the failed one
     is generated again); otherwise it is ``DROPPED``, since it can no longer
     land with all its samples.
     """
     failures += 1
-    if policy is FailurePolicy.RETRY and failures < max_attempts:
+    if policy is FailurePolicy.RETRY and failures < max_failures:
         return Status.OUTSTANDING, failures
     return Status.DROPPED, 0
 

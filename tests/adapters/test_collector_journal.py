@@ -16,7 +16,7 @@ from frontier_core import FailurePolicy, IllegalTransitionError, Lease, LedgerCo
 from frontier_core.journal import Reserve, Reuse
 
 CONFIG = LedgerConfig(
-    stream_len=12, samples=3, fingerprint="fp", on_failure=FailurePolicy.RETRY, max_attempts=9
+    stream_len=12, samples=3, fingerprint="fp", on_failure=FailurePolicy.RETRY, max_failures=9
 )
 
 

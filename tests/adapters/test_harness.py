@@ -38,7 +38,7 @@ class CollectorIntegration(Integration):
     collector state (``save_sealed``: the record names the store's
     siblings)."""
 
-    stream_len, samples, max_attempts = ROWS * EPOCHS, 2, 2
+    stream_len, samples, max_failures = ROWS * EPOCHS, 2, 2
     granularity = Granularity.SIBLING
 
     def _collector(self) -> StreamCollector:
@@ -46,7 +46,7 @@ class CollectorIntegration(Integration):
             stream_len=self.stream_len,
             samples=self.samples,
             on_failure=FailurePolicy.RETRY,
-            max_attempts=self.max_attempts,
+            max_failures=self.max_failures,
             granularity=self.granularity,
         )
         source = SequenceSource([f"p{i}" for i in range(ROWS)], epochs=EPOCHS, batch_size=3)

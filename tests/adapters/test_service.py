@@ -55,7 +55,7 @@ def config(n: int = 8, samples: int = 3, attempts: int = 5, **kw: Any) -> Ledger
         samples=samples,
         fingerprint="t",
         on_failure=FailurePolicy.RETRY,
-        max_attempts=attempts,
+        max_failures=attempts,
         **kw,
     )
 
@@ -89,7 +89,7 @@ def bare(n: int = 16, samples: int = 1, policy: str = "retry", **kw: Any) -> Led
         stream_len=n,
         samples=samples,
         on_failure=FailurePolicy(policy),
-        max_attempts=kw.pop("attempts", 3),
+        max_failures=kw.pop("attempts", 3),
         fingerprint="t",
     )
     return LedgerService(SequenceSource(list(range(100, 100 + n)), batch_size=4), cfg, **kw)

@@ -94,7 +94,7 @@ class Model:
             self.attempts[o] += 1
             self.failures[o] += 1
             retry = self.config.on_failure is FailurePolicy.RETRY
-            if retry and self.attempts[o] < self.config.max_attempts:
+            if retry and self.attempts[o] < self.config.max_failures:
                 # Not yet re-yielded after a resume: forget it until the
                 # source yields it again.
                 if o < self.position:
@@ -176,7 +176,7 @@ def deep(model: Model) -> Model:
 def _failures(ledger: Ledger | GroupTable, ordinal: int) -> int:
     """A group's failures, from the ledger or (sample-level checks) its
     group table."""
-    return ledger.failures(ordinal) if isinstance(ledger, GroupTable) else ledger.attempts(ordinal)
+    return ledger.failures(ordinal)
 
 
 def check_model_agree(ledger: Ledger, model: Model) -> None:
@@ -237,7 +237,7 @@ def check_no_duplicate(ledger: Ledger, model: Model) -> None:
 def check_retry_bound(ledger: Ledger, model: Model) -> None:
     if model.config.on_failure is FailurePolicy.RETRY:
         for o in model.dropped:
-            assert model.failures[o] >= model.config.max_attempts, (o, model.failures[o])
+            assert model.failures[o] >= model.config.max_failures, (o, model.failures[o])
 
 
 def check_counts(ledger: Ledger, model: Model) -> None:

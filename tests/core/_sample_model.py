@@ -159,7 +159,7 @@ class SampleModel:
             self.groups.attempts[o] += 1
             self.groups.failures[o] += 1
             retry = self.config.on_failure is FailurePolicy.RETRY
-            if retry and self.groups.attempts[o] < self.config.max_attempts:
+            if retry and self.groups.attempts[o] < self.config.max_failures:
                 self.siblings[(o, x.sibling)] = (Sibling.UNSTARTED, x.attempt)
                 out["restart"].append((o, x.sibling))
             else:
@@ -350,11 +350,11 @@ def check_reuse_sound(ledger: Ledger, model: SampleModel) -> None:
 
 
 def check_sample_retry_bound(ledger: Ledger, model: SampleModel) -> None:
-    """Under ``retry`` a group is dropped only after ``max_attempts``
+    """Under ``retry`` a group is dropped only after ``max_failures``
     failures, failed samples included."""
     if model.config.on_failure is FailurePolicy.RETRY:
         for o in model.groups.dropped:
-            assert model.groups.failures[o] >= model.config.max_attempts, o
+            assert model.groups.failures[o] >= model.config.max_failures, o
 
 
 SAMPLE_INVARIANT_CHECKS: dict[str, Callable[[Ledger, SampleModel], None]] = {

@@ -9,7 +9,7 @@ from frontier_core import FailurePolicy, Granularity, Lease, Ledger, LedgerConfi
 configs = st.builds(
     LedgerConfig,
     on_failure=st.sampled_from(FailurePolicy),
-    max_attempts=st.integers(1, 4),
+    max_failures=st.integers(1, 4),
     stream_len=st.one_of(st.none(), st.integers(0, 64)),
     fingerprint=st.sampled_from(["", "ds-v1"]),
 )
@@ -48,7 +48,7 @@ def ledgers(draw: st.DrawFn, max_ops: int = 40) -> Ledger:
 sample_configs = st.builds(
     LedgerConfig,
     on_failure=st.sampled_from(FailurePolicy),
-    max_attempts=st.integers(1, 4),
+    max_failures=st.integers(1, 4),
     stream_len=st.one_of(st.none(), st.integers(0, 24)),
     fingerprint=st.sampled_from(["", "ds-v1"]),
     samples=st.integers(1, 3),

@@ -233,7 +233,7 @@ def test_record_size_and_resolved_count_are_exact() -> None:
         trained_above_cut=((1, 3),),
         dropped_above_cut=((4, 5), (6, 9)),
         retained=((10, 11), (12, 13), (14, 15)),
-        attempts=((16, 1), (17, 2), (18, 1), (19, 3)),
+        failures=((16, 1), (17, 2), (18, 1), (19, 3)),
     )
     assert saved.size() == 2 * (1 + 2 + 3 + 4) + 2
     assert Checkpoint(cut=7).size() == 2
@@ -250,7 +250,7 @@ def test_a_record_keeping_attempts_of_a_resolved_ordinal_is_refused() -> None:
             assert str(info.value) == (
                 f"checkpoint keeps attempts for ordinal {o}, which is already resolved"
             )
-    fine = Checkpoint(cut=0, trained_above_cut=((5, 7),), attempts=((4, 1), (7, 1)))
+    fine = Checkpoint(cut=0, trained_above_cut=((5, 7),), failures=((4, 1), (7, 1)))
     assert Checkpoint.from_state_dict(fine.state_dict()) == fine
 
 
@@ -346,12 +346,12 @@ def test_the_record_level_refusals_say_what_they_found() -> None:
 def test_the_highest_ordinal_of_an_empty_record_is_below_the_cut() -> None:
     assert Checkpoint(cut=11).highest_ordinal() == 10
     assert Checkpoint(cut=0).highest_ordinal() == -1
-    assert Checkpoint(cut=2, retained=((4, 6),), attempts=((3, 1),)).highest_ordinal() == 5
-    assert Checkpoint(cut=2, attempts=((9, 1),), dropped_above_cut=((3, 4),)).highest_ordinal() == 9
+    assert Checkpoint(cut=2, retained=((4, 6),), failures=((3, 1),)).highest_ordinal() == 5
+    assert Checkpoint(cut=2, failures=((9, 1),), dropped_above_cut=((3, 4),)).highest_ordinal() == 9
 
 
 def test_attempts_are_delta_coded_one_ordinal_apart() -> None:
-    saved = Checkpoint(cut=3, attempts=((5, 2), (9, 1), (10, 3)))
+    saved = Checkpoint(cut=3, failures=((5, 2), (9, 1), (10, 3)))
     assert groups_record(saved)["attempts"] == [[2, 2], [3, 1], [0, 3]]
     assert Checkpoint.from_state_dict(saved.state_dict()) == saved
 
@@ -419,7 +419,7 @@ def test_a_hand_built_checkpoint_normalises_its_pairs_and_lets_groups_touch() ->
     built = Checkpoint(cut=3, trained_above_cut=[[7, 8]], retained=[(4, 5), (5, 6)])
     assert built.trained_above_cut == ((7, 8),) and built.retained == ((4, 5), (5, 6))
     assert Checkpoint.from_state_dict(built.state_dict()) == built
-    assert Checkpoint(cut=3, attempts=[(3, 1), (4, 2)]).attempts == ((3, 1), (4, 2))
+    assert Checkpoint(cut=3, failures=[(3, 1), (4, 2)]).failures == ((3, 1), (4, 2))
 
 
 def test_a_record_that_is_not_json_is_refused_with_the_reason_cut_short() -> None:
@@ -516,4 +516,4 @@ def test_a_hand_built_pair_that_is_not_a_sequence_is_refused(item: object) -> No
     """A dict of two keys passed the length check and raised ``KeyError``
     on ``item[0]``; a set, ``TypeError``."""
     with pytest.raises(CheckpointCorruptError, match="expected a pair"):
-        Checkpoint(cut=3, attempts=[item])  # type: ignore[list-item]
+        Checkpoint(cut=3, failures=[item])  # type: ignore[list-item]

@@ -70,7 +70,7 @@ def workloads(draw: st.DrawFn, *, drops: bool) -> Workload:
         checkpoint_every=draw(st.sampled_from([1, 1, 2, 3, 5])),
         failure_rate=draw(st.sampled_from([0.02, 0.1, 0.3])) if drops else 0.0,
         on_failure=draw(st.sampled_from(FailurePolicy)),
-        max_attempts=draw(st.integers(1, 4)),
+        max_failures=draw(st.integers(1, 4)),
         load_replay_buffer=draw(st.booleans()),
         kills=draw(st.integers(1, 6)),
         torn_kills=draw(st.integers(0, 2)),

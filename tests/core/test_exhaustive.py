@@ -35,14 +35,14 @@ LONG = os.environ.get("FRONTIER_EXPLORE_LEN")
 def test_small_scope_exploration_keeps_every_invariant(policy: FailurePolicy) -> None:
     """The mutation run's workhorse: the same checker at bounds small enough
     for about a second a mutant."""
-    report = explore(Bounds(stream_len=2, batch=2, on_failure=policy, max_attempts=2))
+    report = explore(Bounds(stream_len=2, batch=2, on_failure=policy, max_failures=2))
     assert report.drained_states >= 1 and report.checkpoints_checked > 10
 
 
 @pytest.mark.parametrize("policy", list(FailurePolicy))
 def test_every_reachable_state_keeps_every_invariant(policy: FailurePolicy) -> None:
     bounds = Bounds(
-        stream_len=int(LONG or 3), batch=2, samples=1, on_failure=policy, max_attempts=2
+        stream_len=int(LONG or 3), batch=2, samples=1, on_failure=policy, max_failures=2
     )
     report = explore(bounds)
     print(f"\n{policy.value}: {report}")
@@ -68,14 +68,14 @@ def _mutants() -> dict[str, object]:
         if not self.count(groups_module.Status.OUTSTANDING):
             return c
         return attrs.evolve(
-            c, cut=c.cut + 1, trained_above_cut=(), dropped_above_cut=(), retained=(), attempts=()
+            c, cut=c.cut + 1, trained_above_cut=(), dropped_above_cut=(), retained=(), failures=()
         )
 
     def forget_trained(cls: type[GroupTable], config, checkpoint, **kw):  # type: ignore[no-untyped-def]
         return original_resume(cls, config, attrs.evolve(checkpoint, trained_above_cut=()), **kw)
 
     def forget_attempts(self: GroupTable, *, save_buffer: bool = True) -> Checkpoint:
-        return attrs.evolve(original_checkpoint(self, save_buffer=save_buffer), attempts=())
+        return attrs.evolve(original_checkpoint(self, save_buffer=save_buffer), failures=())
 
     return {
         "checkpoint cuts above an outstanding prompt": ("checkpoint", cut_one_too_high),

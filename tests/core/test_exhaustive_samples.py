@@ -24,7 +24,7 @@ SIBLING, GROUP = Granularity.SIBLING, Granularity.GROUP
 #: per distinct record, held siblings and floor of the ledger that first
 #: reaches a state, which is one of the ledgers equal up to a renaming of
 #: attempts: the count follows the order of the moves.)
-CI_BOUND = {"stream_len": 2, "batch": 1, "samples": 2, "max_attempts": 2}
+CI_BOUND = {"stream_len": 2, "batch": 1, "samples": 2, "max_failures": 2}
 CI_COUNTS = {
     (RETRY, SIBLING): (2589, 47582, 20190),
     (RETRY, GROUP): (1761, 33230, 13217),
@@ -59,7 +59,7 @@ def test_one_group_explored_keeps_every_invariant(
             batch=1,
             samples=samples,
             on_failure=policy,
-            max_attempts=2,
+            max_failures=2,
             granularity=granularity,
         )
     )
@@ -76,7 +76,7 @@ def test_every_reachable_sample_state_keeps_every_invariant(
             batch=2,
             samples=2,
             on_failure=policy,
-            max_attempts=2,
+            max_failures=2,
             granularity=granularity,
         )
         print(f"\n{policy.value} {granularity.value}: {explore(bounds)}")
@@ -108,7 +108,7 @@ def test_single_sample_groups_keep_every_invariant(
         batch=1,
         samples=1,
         on_failure=policy,
-        max_attempts=2,
+        max_failures=2,
         granularity=granularity,
     )
     report = explore(bounds)

@@ -185,7 +185,7 @@ def trace_lines(draw: st.DrawFn) -> bytes:
                             "ordinals",
                             "stream_len",
                             "on_failure",
-                            "max_attempts",
+                            "max_failures",
                             "save_buffer",
                             "load_replay_buffer",
                             "evicted_on_restore",

@@ -38,11 +38,11 @@ from frontier_core.testing import (
 
 # -- docs/testing.md's example: an outside integration tested in under 30 lines --
 # example-start
-CONFIG = LedgerConfig(stream_len=10, on_failure=FailurePolicy.RETRY, max_attempts=2)
+CONFIG = LedgerConfig(stream_len=10, on_failure=FailurePolicy.RETRY, max_failures=2)
 
 
 class BareLedger(Integration):
-    stream_len, max_attempts = 10, 2
+    stream_len, max_failures = 10, 2
 
     def start(self): self.ledger = Ledger.start(CONFIG)  # fmt: skip
 
@@ -85,7 +85,7 @@ class WholeGroupsOfThree(BareLedger):
     protocol at any n (the harness checks the groups, not their samples)."""
 
     samples = 3
-    config = LedgerConfig(stream_len=10, samples=3, on_failure=FailurePolicy.RETRY, max_attempts=2)
+    config = LedgerConfig(stream_len=10, samples=3, on_failure=FailurePolicy.RETRY, max_failures=2)
 
     def start(self) -> None:
         self.ledger = Ledger.start(self.config)
@@ -105,15 +105,15 @@ class BareSampleLedger(Integration):
     a journal's reserve does), so that a resume fences every attempt of the
     crashed run."""
 
-    stream_len, samples, max_attempts = 7, 2, 2
+    stream_len, samples, max_failures = 7, 2, 2
     granularity = Granularity.SIBLING
 
     def config(self) -> LedgerConfig:
         return LedgerConfig(
             stream_len=self.stream_len,
             samples=self.samples,
-            on_failure=FailurePolicy.RETRY if self.max_attempts > 1 else FailurePolicy.DROP,
-            max_attempts=self.max_attempts,
+            on_failure=FailurePolicy.RETRY if self.max_failures > 1 else FailurePolicy.DROP,
+            max_failures=self.max_failures,
             granularity=self.granularity,
         )
 
@@ -205,7 +205,7 @@ class GroupGranularity(BareSampleLedger):
 
 
 class DropPolicy(BareSampleLedger):
-    stream_len, samples, max_attempts = 6, 3, 1
+    stream_len, samples, max_failures = 6, 3, 1
 
 
 class OneSample(BareSampleLedger):

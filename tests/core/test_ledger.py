@@ -138,7 +138,7 @@ def test_a_setback_keeps_the_group_outstanding_until_the_attempt_limit(
     """A failed sample is one failed attempt of its group: under retry the
     group stays outstanding (and a checkpoint counts the attempt); at the
     limit, or at once under drop, the group is dropped on record."""
-    config = LedgerConfig(on_failure=policy, max_attempts=3, stream_len=4)
+    config = LedgerConfig(on_failure=policy, max_failures=3, stream_len=4)
     ledger = Ledger.start(config).stamp(4).ledger.dispatch([0, 1]).ledger
     step = ledger.setback([1])
     if policy is FailurePolicy.DROP:
@@ -147,10 +147,10 @@ def test_a_setback_keeps_the_group_outstanding_until_the_attempt_limit(
         return
     assert step.effect.dropped == ()
     ledger = step.ledger
-    assert ledger.status(1) is Status.OUTSTANDING and ledger.attempts(1) == 1
-    assert roundtrip(ledger.checkpoint()).attempts == ((1, 1),)
+    assert ledger.status(1) is Status.OUTSTANDING and ledger.failures(1) == 1
+    assert roundtrip(ledger.checkpoint()).failures == ((1, 1),)
     ledger = ledger.setback([1]).ledger
-    assert ledger.attempts(1) == 2
+    assert ledger.failures(1) == 2
     # A group failure counts on the same attempts.
     step = ledger.setback([1])
     assert step.effect.dropped == (1,) and step.ledger.status(1) is Status.DROPPED
@@ -223,13 +223,13 @@ def test_transitions_never_change_the_value_they_start_from() -> None:
 
 
 def test_retry_requeues_until_max_attempts_then_drops() -> None:
-    config = LedgerConfig(on_failure=FailurePolicy.RETRY, max_attempts=3, stream_len=1)
+    config = LedgerConfig(on_failure=FailurePolicy.RETRY, max_failures=3, stream_len=1)
     ledger = Ledger.start(config).stamp(1).ledger
     for attempt in (1, 2):
         step = ledger.dispatch([0]).ledger.fail([0])
         assert step.effect.requeued == (0,) and step.effect.dropped == ()
         ledger = step.ledger
-        assert ledger.status(0) == Status.PENDING and ledger.attempts(0) == attempt
+        assert ledger.status(0) == Status.PENDING and ledger.failures(0) == attempt
     step = ledger.dispatch([0]).ledger.fail([0])
     assert step.effect.dropped == (0,)
     assert step.ledger.drained
@@ -245,15 +245,15 @@ def test_drop_policy_drops_at_the_first_failure_and_the_drop_resolves() -> None:
 
 
 def test_attempts_survive_a_crash() -> None:
-    config = LedgerConfig(on_failure=FailurePolicy.RETRY, max_attempts=2, stream_len=4)
+    config = LedgerConfig(on_failure=FailurePolicy.RETRY, max_failures=2, stream_len=4)
     ledger = Ledger.start(config).stamp(4).ledger.dispatch([2]).ledger
     ledger = ledger.fail([2]).ledger
     checkpoint = roundtrip(ledger.checkpoint())
-    assert checkpoint.attempts == ((2, 1),)
+    assert checkpoint.failures == ((2, 1),)
     resumed = Ledger.resume(config, checkpoint, load_replay_buffer=True).ledger
-    assert resumed.status(2) == Status.UNSTAMPED and resumed.attempts(2) == 1
+    assert resumed.status(2) == Status.UNSTAMPED and resumed.failures(2) == 1
     resumed = resumed.stamp(4).ledger
-    assert resumed.attempts(2) == 1
+    assert resumed.failures(2) == 1
     step = resumed.dispatch([2]).ledger.fail([2])
     assert step.effect.dropped == (2,)  # the second attempt overall
 
@@ -275,7 +275,7 @@ def test_evicted_on_restore_is_regenerated_without_counting_an_attempt() -> None
     checkpoint = roundtrip(ledger.checkpoint())
     resumed = Ledger.resume(config, checkpoint, evicted_on_restore=[3], load_replay_buffer=True)
     assert resumed.covered == (1,)
-    assert resumed.ledger.attempts(3) == 0
+    assert resumed.ledger.failures(3) == 0
     assert resumed.ledger.stamp(4).effect.kept == (0, 2, 3)
 
 
@@ -369,7 +369,7 @@ def test_healthy_long_run_checkpoints_as_a_handful_of_integers() -> None:
 
 # -- resume: every refusal names the event, the ordinals and the reason -------
 
-CONFIG = LedgerConfig(stream_len=10, on_failure=FailurePolicy.RETRY, max_attempts=3)
+CONFIG = LedgerConfig(stream_len=10, on_failure=FailurePolicy.RETRY, max_failures=3)
 
 
 def _refusal(checkpoint: Checkpoint, **kw: object) -> IllegalTransitionError:
@@ -436,7 +436,7 @@ def test_a_resumed_ledger_holds_exactly_what_the_record_says() -> None:
         trained_above_cut=((3, 5),),
         dropped_above_cut=((6, 7),),
         retained=((7, 9),),
-        attempts=((2, 1), (8, 2), (9, 1)),
+        failures=((2, 1), (8, 2), (9, 1)),
         stream_len=12,
     )
     config = attrs.evolve(CONFIG, stream_len=12)
@@ -458,7 +458,7 @@ def test_a_resumed_ledger_holds_exactly_what_the_record_says() -> None:
         10: Status.UNSTAMPED,
         11: Status.UNSTAMPED,
     }
-    assert [ledger.attempts(o) for o in range(2, 12)] == [1, 0, 0, 0, 0, 0, 2, 1, 0, 0]
+    assert [ledger.failures(o) for o in range(2, 12)] == [1, 0, 0, 0, 0, 0, 2, 1, 0, 0]
     expected = {
         Status.UNSTAMPED: 2,  # 2 and 9 carry attempts; 7 was evicted on restore with none
         Status.PENDING: 0,
@@ -475,7 +475,7 @@ def test_a_resumed_ledger_holds_exactly_what_the_record_says() -> None:
     unrestored = Ledger.resume(config, saved, load_replay_buffer=False)
     assert unrestored.covered == (3, 4, 6)
     assert unrestored.ledger.status(8) is Status.UNSTAMPED
-    assert unrestored.ledger.attempts(8) == 2
+    assert unrestored.ledger.failures(8) == 2
     # And the checkpoint it writes is the record it came from.
     assert Ledger.resume(config, saved, load_replay_buffer=True).ledger.checkpoint() == saved
 
@@ -521,35 +521,35 @@ def test_an_illegal_move_names_what_it_needs_and_what_it_found() -> None:
 
 
 def test_failure_effects_and_attempts_are_exact() -> None:
-    ledger = _ledger(max_attempts=2).stamp(3).ledger.dispatch([0, 1, 2]).ledger
+    ledger = _ledger(max_failures=2).stamp(3).ledger.dispatch([0, 1, 2]).ledger
     step = ledger.fail([2, 0])
     assert step.effect == Effect(event="fail", requeued=(2, 0))
-    assert [step.ledger.attempts(o) for o in range(3)] == [1, 0, 1]
+    assert [step.ledger.failures(o) for o in range(3)] == [1, 0, 1]
     step = step.ledger.dispatch([0]).ledger.fail([0])
     assert step.effect == Effect(event="fail", dropped=(0,))
     assert step.ledger.status(0) is None and step.ledger.cut == 1  # dropped, passed
     assert step.ledger.count(Status.DROPPED) == 0  # forgotten below the cut
     evict = step.ledger.buffer([1]).ledger.evict([1])
     assert evict.effect == Effect(event="evict", requeued=(1,))
-    assert evict.ledger.attempts(1) == 1 and evict.ledger.status(1) is Status.PENDING
+    assert evict.ledger.failures(1) == 1 and evict.ledger.status(1) is Status.PENDING
     # Under drop, the first failure drops, and the attempt is not kept.
     dropped = _ledger(on_failure=FailurePolicy.DROP).stamp(2).ledger.dispatch([1]).ledger.fail([1])
     assert dropped.effect == Effect(event="fail", dropped=(1,))
-    assert dropped.ledger.status(1) is Status.DROPPED and dropped.ledger.attempts(1) == 0
+    assert dropped.ledger.status(1) is Status.DROPPED and dropped.ledger.failures(1) == 0
     assert dropped.ledger.count(Status.DROPPED) == 1 and dropped.ledger.cut == 0
 
 
 def test_a_restored_ordinal_that_fails_before_its_restamp_waits_unstamped() -> None:
-    saved = Checkpoint(cut=0, retained=((0, 2),), attempts=((1, 1),), stream_len=10)
+    saved = Checkpoint(cut=0, retained=((0, 2),), failures=((1, 1),), stream_len=10)
     ledger = Ledger.resume(CONFIG, saved, load_replay_buffer=True).ledger
     step = ledger.evict([1, 0])
     assert step.effect == Effect(event="evict", unstamped=(1, 0))
     assert [step.ledger.status(o) for o in (0, 1)] == [Status.UNSTAMPED] * 2
-    assert [step.ledger.attempts(o) for o in (0, 1)] == [1, 2]
+    assert [step.ledger.failures(o) for o in (0, 1)] == [1, 2]
     assert step.ledger.count(Status.UNSTAMPED) == 2
     again = step.ledger.stamp(1)
     assert again.effect.kept == (0,) and again.ledger.count(Status.UNSTAMPED) == 1
-    assert again.ledger.attempts(0) == 1
+    assert again.ledger.failures(0) == 1
 
 
 def test_the_cut_passes_exactly_the_resolved_prefix() -> None:
@@ -590,13 +590,13 @@ def test_the_filter_drops_covered_and_holds_buffered_ordinals() -> None:
         trained_above_cut=((2, 3),),
         dropped_above_cut=((4, 5),),
         retained=((5, 6),),
-        attempts=((3, 2),),
+        failures=((3, 2),),
         stream_len=10,
     )
     resumed = Ledger.resume(CONFIG, saved, rewind_to=0, load_replay_buffer=True).ledger
     step = resumed.stamp(4)
     assert step.effect == Effect(event="stamp", stamped=range(4), kept=(1, 3), buffered=())
-    assert step.ledger.attempts(3) == 2 and step.ledger.count(Status.UNSTAMPED) == 0
+    assert step.ledger.failures(3) == 2 and step.ledger.count(Status.UNSTAMPED) == 0
     assert step.ledger.count(Status.PENDING) == 2 and step.ledger.filtering
     step = step.ledger.stamp(3)
     assert step.effect == Effect(event="stamp", stamped=range(4, 7), kept=(6,), buffered=(5,))
@@ -618,7 +618,7 @@ def test_a_resolved_ordinal_forgets_its_attempts() -> None:
         .ledger.train([1])
         .ledger
     )
-    assert retried.status(1) is Status.TRAINED and retried.attempts(1) == 0
+    assert retried.status(1) is Status.TRAINED and retried.failures(1) == 0
     assert retried != direct and retried.next_attempt == 2 and direct.next_attempt == 1
     direct = direct.with_attempt_limit(None, floor=2)
     assert retried == direct and hash(retried) == hash(direct)
@@ -632,15 +632,15 @@ def test_a_resolved_ordinal_forgets_its_attempts() -> None:
 
 def test_config_refuses_bad_values_by_name() -> None:
     for kw, message in (
-        ({"max_attempts": 0}, "max_attempts must be an int >= 1, got 0"),
-        ({"max_attempts": True}, "max_attempts must be an int >= 1, got True"),
+        ({"max_failures": 0}, "max_failures must be an int >= 1, got 0"),
+        ({"max_failures": True}, "max_failures must be an int >= 1, got True"),
         ({"stream_len": -1}, "stream_len must be None or an int >= 0, got -1"),
         ({"stream_len": 2.0}, "stream_len must be None or an int >= 0, got 2.0"),
     ):
         with pytest.raises(ValueError) as info:
             LedgerConfig(**kw)  # type: ignore[arg-type]
         assert str(info.value) == message
-    assert LedgerConfig(max_attempts=1, stream_len=0).stream_len == 0
+    assert LedgerConfig(max_failures=1, stream_len=0).stream_len == 0
 
 
 def test_a_fresh_ledger_filters_nothing_and_counts_its_window() -> None:
@@ -676,7 +676,7 @@ def test_ledgers_that_differ_only_in_the_filter_horizon_are_equal() -> None:
     wider_ledger = wider.ledger.evict([3]).ledger
     narrower = Ledger.resume(
         CONFIG,
-        Checkpoint(cut=0, retained=((1, 2),), attempts=((3, 1),), stream_len=10),
+        Checkpoint(cut=0, retained=((1, 2),), failures=((3, 1),), stream_len=10),
         load_replay_buffer=True,
     ).ledger
     assert (wider_ledger.filter_horizon, narrower.filter_horizon) == (4, 2)

@@ -73,17 +73,17 @@ class LedgerMachine(RuleBasedStateMachine):
         target=checkpoints,
         stream_len=st.integers(0, 24),
         policy=st.sampled_from(FailurePolicy),
-        max_attempts=st.integers(1, 3),
+        max_failures=st.integers(1, 3),
     )
-    def start(self, stream_len: int, policy: FailurePolicy, max_attempts: int) -> object:
+    def start(self, stream_len: int, policy: FailurePolicy, max_failures: int) -> object:
         config = LedgerConfig(
-            on_failure=policy, max_attempts=max_attempts, stream_len=stream_len, fingerprint="fp"
+            on_failure=policy, max_failures=max_failures, stream_len=stream_len, fingerprint="fp"
         )
         self.ledger = Ledger.start(config)
         self.model = Model(config)
         note(
             f"config = LedgerConfig(on_failure=FailurePolicy.{policy.name}, "
-            f"max_attempts={max_attempts}, stream_len={stream_len}, fingerprint='fp')"
+            f"max_failures={max_failures}, stream_len={stream_len}, fingerprint='fp')"
         )
         note("ledger = Ledger.start(config)")
         # A run that dies before its first checkpoint restarts from nothing.

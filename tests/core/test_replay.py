@@ -74,7 +74,7 @@ def test_seed_scenario_through_the_console_script(tmp_path: Path) -> None:
 
 def test_kill_loses_training_steps_after_the_checkpoint(tmp_path: Path) -> None:
     ops = [
-        {"op": "config", "stream_len": 4, "on_failure": "retry", "max_attempts": 2},
+        {"op": "config", "stream_len": 4, "on_failure": "retry", "max_failures": 2},
         {"op": "stamp", "count": 4},
         {"op": "dispatch", "ordinals": [0, 1, 2, 3]},
         {"op": "buffer", "ordinals": [0, 1]},
@@ -109,7 +109,7 @@ def test_kill_loses_training_steps_after_the_checkpoint(tmp_path: Path) -> None:
 
 def test_drops_and_evictions_under_both_policies(tmp_path: Path) -> None:
     ops = [
-        {"op": "config", "stream_len": 3, "on_failure": "retry", "max_attempts": 2},
+        {"op": "config", "stream_len": 3, "on_failure": "retry", "max_failures": 2},
         {"op": "stamp", "count": 3},
         {"op": "dispatch", "ordinals": [2, 0, 1]},
         {"op": "fail", "ordinals": [0]},
@@ -286,7 +286,7 @@ def test_a_hostile_line_is_exit_2_naming_it_after_the_good_lines(
     [
         {"stream_len": 2**64 + 1},
         {"stream_len": 10**300},
-        {"max_attempts": 10**300},
+        {"max_failures": 10**300},
         {"on_failure": ["drop"] * 10**4},
         {"granularity": {"sibling": 1}},
     ],

@@ -115,7 +115,7 @@ def test_seal_lands_a_group_at_its_last_sibling_and_fences_a_second_answer() -> 
 def test_fail_sample_under_sibling_granularity_restarts_only_that_sibling() -> None:
     out = run(
         [
-            *group_of(2, on_failure="retry", max_attempts=3),
+            *group_of(2, on_failure="retry", max_failures=3),
             {"op": "fail_sample", "leases": [[0, 1, 1]]},
             {"op": "seal", "leases": [[0, 1, 1]]},  # late: the attempt failed
             {"op": "restart", "siblings": [[0, 1]]},
@@ -653,7 +653,7 @@ def test_a_random_legal_program_drains_with_a_clean_report(
             "samples": n,
             "granularity": granularity,
             "on_failure": "retry" if retry else "drop",
-            "max_attempts": 3,
+            "max_failures": 3,
         },
     )
     for _ in range(steps):
@@ -852,7 +852,7 @@ def test_the_attempts_a_trace_starts_are_bounded_across_ops(
     lines = [
         json.dumps(op)
         for op in [
-            {"op": "config", "samples": MAX_SAMPLES, "on_failure": "retry", "max_attempts": 99},
+            {"op": "config", "samples": MAX_SAMPLES, "on_failure": "retry", "max_failures": 99},
             {"op": "stamp", "count": len(groups)},
             *[{"op": name, "ordinals": groups} for _ in range(20) for name in ("dispatch", "fail")],
         ]

@@ -57,12 +57,12 @@ def config(
     *,
     policy: FailurePolicy = RETRY,
     granularity: Granularity = SIBLING,
-    max_attempts: int = 3,
+    max_failures: int = 3,
     stream_len: int | None = 8,
 ) -> LedgerConfig:
     return LedgerConfig(
         on_failure=policy,
-        max_attempts=max_attempts,
+        max_failures=max_failures,
         stream_len=stream_len,
         fingerprint="fp",
         samples=n,
@@ -360,8 +360,8 @@ def test_sibling_granularity_under_retry_regenerates_only_the_failed_sibling() -
     ledger = step.ledger
     # The group stays outstanding with one failed attempt counted.
     assert ledger.status(0) is Status.OUTSTANDING
-    assert ledger.attempts(0) == 1
-    assert roundtrip(ledger.checkpoint()).attempts == ((0, 1),)
+    assert ledger.failures(0) == 1
+    assert roundtrip(ledger.checkpoint()).failures == ((0, 1),)
     # Its other siblings go on: the sealed one stays sealed, the running one runs.
     assert detail(ledger, 0) == [
         (SEALED, leases[(0, 0)].attempt),
@@ -393,7 +393,7 @@ def test_under_drop_a_failed_sample_drops_its_group_at_once(granularity: Granula
 
 
 def test_sibling_granularity_at_the_attempt_limit_drops_the_group() -> None:
-    ledger, leases = dispatched(config(2, policy=RETRY, granularity=SIBLING, max_attempts=2), [0])
+    ledger, leases = dispatched(config(2, policy=RETRY, granularity=SIBLING, max_failures=2), [0])
     ledger = ledger.seal([leases[(0, 0)]]).ledger
     first = ledger.fail_sample([leases[(0, 1)]])
     assert first.effect.restart == ((0, 1),) and first.effect.dropped == ()
@@ -410,11 +410,11 @@ def test_sibling_granularity_at_the_attempt_limit_drops_the_group() -> None:
 
 
 def test_two_failed_siblings_of_one_group_in_one_event_are_two_attempts() -> None:
-    ledger, leases = dispatched(config(3, policy=RETRY, granularity=SIBLING, max_attempts=3), [0])
+    ledger, leases = dispatched(config(3, policy=RETRY, granularity=SIBLING, max_failures=3), [0])
     step = ledger.fail_sample([leases[(0, 2)], leases[(0, 0)]])
     assert sorted(step.effect.restart) == [(0, 0), (0, 2)]
     assert step.effect.fenced == ()
-    assert step.ledger.attempts(0) == 2
+    assert step.ledger.failures(0) == 2
     assert step.ledger.status(0) is Status.OUTSTANDING
     assert detail(step.ledger, 0) == [
         (UNSTARTED, None),
@@ -427,7 +427,7 @@ def test_two_failed_siblings_of_one_group_in_one_event_are_two_attempts() -> Non
 
 
 def test_a_failure_that_drops_the_group_fences_its_other_failures_in_the_event() -> None:
-    ledger, leases = dispatched(config(2, policy=RETRY, granularity=SIBLING, max_attempts=2), [0])
+    ledger, leases = dispatched(config(2, policy=RETRY, granularity=SIBLING, max_failures=2), [0])
     ledger = ledger.fail_sample([leases[(0, 0)]]).ledger  # attempts 1 of 2
     new = ledger.restart([(0, 0)]).effect.leases[0]
     ledger = ledger.restart([(0, 0)]).ledger
@@ -445,7 +445,7 @@ def test_one_event_is_the_sequence_of_its_failures(
     granularity: Granularity, policy: FailurePolicy
 ) -> None:
     """Failures listed in one event act as if reported one after another."""
-    cfg = config(2, policy=policy, granularity=granularity, max_attempts=3)
+    cfg = config(2, policy=policy, granularity=granularity, max_failures=3)
     ledger, leases = dispatched(cfg, [0, 1])
     batch = [leases[(0, 1)], leases[(1, 0)], leases[(0, 0)]]
     together = ledger.fail_sample(batch)
@@ -457,17 +457,17 @@ def test_one_event_is_the_sequence_of_its_failures(
 
 
 def test_group_granularity_under_retry_fails_the_whole_group_and_regenerates_it() -> None:
-    ledger, leases = dispatched(config(3, policy=RETRY, granularity=GROUP, max_attempts=2), [0])
+    ledger, leases = dispatched(config(3, policy=RETRY, granularity=GROUP, max_failures=2), [0])
     ledger = ledger.seal([leases[(0, 0)]]).ledger
     step = ledger.fail_sample([leases[(0, 1)]])
     assert step.effect.requeued == (0,) and step.effect.restart == ()
     assert step.effect.dropped == ()
     ledger = step.ledger
-    assert ledger.status(0) is Status.PENDING and ledger.attempts(0) == 1
+    assert ledger.status(0) is Status.PENDING and ledger.failures(0) == 1
     assert ledger.sibling_count() == 0  # the sealed sibling went with its group
     again = ledger.dispatch([0])
     assert again.effect.reused == () and len(again.effect.leases) == 3
-    # The second failure reaches max_attempts 2: dropped, on record.
+    # The second failure reaches max_failures 2: dropped, on record.
     dropped = again.ledger.fail_sample([again.effect.leases[2]])
     assert dropped.effect.dropped == (0,)
     assert dropped.ledger.status(0) is None and dropped.ledger.cut == 1
@@ -477,7 +477,7 @@ def test_group_granularity_counts_two_failed_siblings_in_one_event_once() -> Non
     ledger, leases = dispatched(config(2, policy=RETRY, granularity=GROUP), [0])
     step = ledger.fail_sample([leases[(0, 0)], leases[(0, 1)]])
     assert step.effect.requeued == (0,)
-    assert step.ledger.attempts(0) == 1
+    assert step.ledger.failures(0) == 1
     assert len(step.effect.fenced) == 1
 
 
@@ -486,7 +486,7 @@ def test_a_fenced_failure_changes_nothing() -> None:
     ledger = ledger.seal([leases[(0, 0)]]).ledger
     step = ledger.fail_sample([leases[(0, 0)]])  # sealed already
     assert step.effect.fenced == (leases[(0, 0)],)
-    assert step.ledger.attempts(0) == 0
+    assert step.ledger.failures(0) == 0
     assert fingerprint(step.ledger) == fingerprint(ledger)
 
 
@@ -495,7 +495,7 @@ def test_a_failure_reported_twice_counts_once() -> None:
     once = ledger.fail_sample([leases[(0, 1)]]).ledger
     twice = once.fail_sample([leases[(0, 1)]])
     assert twice.effect.fenced == (leases[(0, 1)],)
-    assert twice.ledger.attempts(0) == 1
+    assert twice.ledger.failures(0) == 1
 
 
 # -- restart ----------------------------------------------------------------------
@@ -503,7 +503,7 @@ def test_a_failure_reported_twice_counts_once() -> None:
 
 def test_restart_gives_each_unstarted_sibling_a_new_attempt() -> None:
     ledger, leases = dispatched(
-        config(3, policy=RETRY, granularity=SIBLING, max_attempts=5), [0, 1]
+        config(3, policy=RETRY, granularity=SIBLING, max_failures=5), [0, 1]
     )
     ledger = ledger.fail_sample([leases[(0, 2)], leases[(1, 0)], leases[(0, 0)]]).ledger
     counter = ledger.next_attempt
@@ -848,7 +848,7 @@ def test_sibling_detail_is_bounded_by_the_outstanding_groups_over_a_long_run() -
     siblings a resume holds for groups not dispatched again, the
     checkpoint's sealed list likewise, and a drained run holds none."""
     n = 4
-    cfg = config(n, policy=RETRY, granularity=SIBLING, max_attempts=4, stream_len=1200)
+    cfg = config(n, policy=RETRY, granularity=SIBLING, max_failures=4, stream_len=1200)
     ledger = Ledger.start(cfg)
     saved = roundtrip(ledger.checkpoint())
     tick = 0
@@ -929,14 +929,14 @@ def _prompt_part(effect: Effect) -> tuple[object, ...]:
 @given(
     data=st.data(),
     policy=st.sampled_from(FailurePolicy),
-    max_attempts=st.integers(1, 3),
+    max_failures=st.integers(1, 3),
     stream_len=st.one_of(st.none(), st.integers(0, 12)),
     granularity=st.sampled_from(Granularity),
 )
 def test_with_one_sample_and_prompt_events_it_is_the_prompt_level_ledger(
     data: st.DataObject,
     policy: FailurePolicy,
-    max_attempts: int,
+    max_failures: int,
     stream_len: int | None,
     granularity: Granularity,
 ) -> None:
@@ -945,7 +945,7 @@ def test_with_one_sample_and_prompt_events_it_is_the_prompt_level_ledger(
     (the inner record) as the prompt-level ledger, across crashes."""
     cfg = LedgerConfig(
         on_failure=policy,
-        max_attempts=max_attempts,
+        max_failures=max_failures,
         stream_len=stream_len,
         fingerprint="fp",
         samples=1,
@@ -1019,7 +1019,7 @@ def test_with_one_sample_and_prompt_events_it_is_the_prompt_level_ledger(
             assert list(sampled.ordinals(status)) == list(plain.ordinals(status))
         top = plain.next_ordinal + 3
         assert [sampled.status(o) for o in range(top)] == [plain.status(o) for o in range(top)]
-        assert [sampled.attempts(o) for o in range(top)] == [plain.failures(o) for o in range(top)]
+        assert [sampled.failures(o) for o in range(top)] == [plain.failures(o) for o in range(top)]
         # The only detail: one running attempt per outstanding group.
         assert sampled.sibling_count() == plain.count(Status.OUTSTANDING)
         assert list(sampled.held()) == []
@@ -1035,7 +1035,7 @@ def test_the_group_queries_are_the_prompt_level_ledgers() -> None:
     inner = ledger._groups
     assert ledger.config is cfg
     assert (ledger.cut, ledger.next_ordinal) == (inner.cut, inner.next_ordinal) == (0, 3)
-    assert ledger.attempts(1) == inner.failures(1) == 1 and ledger.attempts(0) == 0
+    assert ledger.failures(1) == inner.failures(1) == 1 and ledger.failures(0) == 0
     assert [ledger.status(o) for o in range(4)] == [inner.status(o) for o in range(4)]
     assert ledger.exhausted and not ledger.drained
     assert not Ledger.start(cfg).exhausted
@@ -1101,7 +1101,7 @@ def test_attempts_up_to_the_journal_width_keep_their_siblings_apart() -> None:
 
 def test_the_attempt_counter_stops_at_the_journal_width() -> None:
     top = 2**32 - 1
-    cfg = config(2, policy=RETRY, granularity=SIBLING, max_attempts=5)
+    cfg = config(2, policy=RETRY, granularity=SIBLING, max_failures=5)
     saved = Ledger.start(cfg).checkpoint()
 
     def at(floor: int) -> Ledger:
@@ -1137,7 +1137,7 @@ def test_the_attempt_counter_stops_at_the_journal_width() -> None:
 
 
 def test_a_prompt_level_setback_forgets_the_group_only_when_it_drops_it() -> None:
-    cfg = config(2, policy=RETRY, max_attempts=2)
+    cfg = config(2, policy=RETRY, max_failures=2)
     ledger, leases = dispatched(cfg, [0])
     kept = ledger.apply(Setback([0]))
     assert kept.ledger.status(0) is Status.OUTSTANDING
@@ -1224,7 +1224,7 @@ def test_a_ledger_deals_exactly_the_attempts_below_its_limit(
     would deal one at or past the limit is refused with the ledger
     unchanged, and one that fits is never refused; every other transition
     keeps the limit."""
-    cfg = config(2, max_attempts=10)
+    cfg = config(2, max_failures=10)
     if floor > limit:
         with pytest.raises(IllegalTransitionError, match="below attempt_floor"):
             Ledger.start(cfg, attempt_floor=floor, attempt_limit=limit)

@@ -9,7 +9,7 @@ def test_a_sibling_is_not_restarted_when_a_later_failure_in_the_event_drops_its_
     """Two siblings of one group fail in one event; the second failure
     reaches the attempt limit and drops the group: nothing of it is to be
     restarted (found by the Ray sample service)."""
-    config = LedgerConfig(samples=3, on_failure=FailurePolicy.RETRY, max_attempts=2)
+    config = LedgerConfig(samples=3, on_failure=FailurePolicy.RETRY, max_failures=2)
     ledger = Ledger.start(config).stamp(1).ledger
     applied = ledger.dispatch([0])
     leases = applied.effect.leases

@@ -105,7 +105,7 @@ class SampleLedgerMachine(RuleBasedStateMachine):
         samples=st.integers(1, 3),
         policy=st.sampled_from(FailurePolicy),
         granularity=st.sampled_from(Granularity),
-        max_attempts=st.integers(1, 3),
+        max_failures=st.integers(1, 3),
     )
     def start(
         self,
@@ -113,11 +113,11 @@ class SampleLedgerMachine(RuleBasedStateMachine):
         samples: int,
         policy: FailurePolicy,
         granularity: Granularity,
-        max_attempts: int,
+        max_failures: int,
     ) -> object:
         config = LedgerConfig(
             on_failure=policy,
-            max_attempts=max_attempts,
+            max_failures=max_failures,
             stream_len=stream_len,
             fingerprint="fp",
             samples=samples,
@@ -126,8 +126,8 @@ class SampleLedgerMachine(RuleBasedStateMachine):
         self.ledger = Ledger.start(config)
         self.model = SampleModel(config)
         note(
-            f"config = LedgerConfig(on_failure=FailurePolicy.{policy.name}, max_attempts="
-            f"{max_attempts}, stream_len={stream_len}, fingerprint='fp', samples={samples}, "
+            f"config = LedgerConfig(on_failure=FailurePolicy.{policy.name}, max_failures="
+            f"{max_failures}, stream_len={stream_len}, fingerprint='fp', samples={samples}, "
             f"granularity=Granularity.{granularity.name})"
         )
         note("ledger = Ledger.start(config)")

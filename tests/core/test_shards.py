@@ -92,10 +92,10 @@ def test_a_share_refuses_what_it_does_not_own_and_bad_values() -> None:
 
 def test_a_shares_config_is_the_local_stream_of_the_global_one() -> None:
     config = LedgerConfig(
-        on_failure=FailurePolicy.RETRY, max_attempts=4, stream_len=10, fingerprint=FP
+        on_failure=FailurePolicy.RETRY, max_failures=4, stream_len=10, fingerprint=FP
     )
     local = Share(0, 3, 2).config(config)
-    assert local.stream_len == 3 and local.max_attempts == 4
+    assert local.stream_len == 3 and local.max_failures == 4
     assert local.on_failure is FailurePolicy.RETRY
     assert local.fingerprint == f"{FP}#share=0/3/2" != Share(0, 3, 1).config(config).fingerprint
 
@@ -115,7 +115,7 @@ def _shard(
 
 
 def test_a_shard_record_round_trips_and_is_validated() -> None:
-    s = _shard(Share(0, 3, 1), cut=1, trained_above_cut=[(2, 3)], attempts=[(1, 1)])
+    s = _shard(Share(0, 3, 1), cut=1, trained_above_cut=[(2, 3)], failures=[(1, 1)])
     record = s.state_dict()
     assert ShardCheckpoint.from_state_dict(record, fingerprint=FP) == s
     assert s.fingerprint == FP
@@ -203,7 +203,7 @@ def naive_merge(shards: list[ShardCheckpoint], stream_len: int | None) -> dict[s
         resolved |= {g(o) for o in c.trained()} | {g(o) for o in c.dropped()}
         dropped |= {g(o) for o in c.dropped()}
         retained |= {g(o) for o in c.retained_ordinals()}
-        attempts.update({g(o): n for o, n in c.attempts})
+        attempts.update({g(o): n for o, n in c.failures})
     top = stream_len if stream_len is not None else max(resolved | retained | {0}) + 2
     cut = next(g for g in range(top + 1) if g not in resolved or g == top)
     return {
@@ -221,7 +221,7 @@ def summary(c: Checkpoint) -> dict[str, object]:
         "resolved": set(c.trained()) | set(c.dropped()),
         "dropped": set(c.dropped()),
         "retained": set(c.retained_ordinals()),
-        "attempts": dict(c.attempts),
+        "attempts": dict(c.failures),
     }
 
 
@@ -261,7 +261,7 @@ def shard_sets(draw: st.DrawFn) -> tuple[list[ShardCheckpoint], int | None]:
                     trained_above_cut=to_ranges(trained),
                     dropped_above_cut=to_ranges(dropped),
                     retained=to_ranges(retained),
-                    attempts=attempts,
+                    failures=attempts,
                     fingerprint=share.fingerprint(FP),
                     stream_len=n,
                 ),
@@ -352,7 +352,7 @@ def test_merge_and_split_cost_the_ranges_not_the_ordinals_they_span() -> None:
                     cut=10 + share.rank % 3,
                     trained_above_cut=[(20, 40), (50 + lead, 60 + lead)],
                     retained=[(15, 17)],
-                    attempts=[(18, 1)],
+                    failures=[(18, 1)],
                     fingerprint=share.fingerprint(FP),
                 ),
             )
@@ -409,7 +409,7 @@ def test_the_merge_window_is_the_ranks_window_times_the_world() -> None:
     shares = Share.tiling(2)
     shards = [
         _shard(shares[0], None, cut=0, trained_above_cut=[(1, 5)]),
-        _shard(shares[1], None, cut=0, attempts=[(4, 1)]),
+        _shard(shares[1], None, cut=0, failures=[(4, 1)]),
     ]
     merged = merge_shards(shards, max_window=5)
     assert merged.trained_above_cut == ((2, 3), (4, 5), (6, 7), (8, 9))
@@ -499,7 +499,7 @@ class Run:
                     ledger.next_ordinal,
                     ledger.exhausted,
                     tuple(
-                        (ledger.status(o), ledger.attempts(o))
+                        (ledger.status(o), ledger.failures(o))
                         for o in range(ledger.cut, ledger.next_ordinal)
                     ),
                 )
@@ -645,10 +645,10 @@ def check(run: Run, worlds: tuple[int, ...], cache: dict[object, object] | None 
         for o in ledger.ordinals(Status.BUFFERED)
     }
     attempts = {
-        share.global_ordinal(o): ledger.attempts(o)
+        share.global_ordinal(o): ledger.failures(o)
         for share, ledger in zip(run.shares, run.ledgers, strict=True)
         for o in range(ledger.cut, ledger.next_ordinal + 4)
-        if ledger.attempts(o) and ledger.status(o) not in (Status.TRAINED, Status.DROPPED)
+        if ledger.failures(o) and ledger.status(o) not in (Status.TRAINED, Status.DROPPED)
     }
     want = {
         "cut": cut,
@@ -689,7 +689,7 @@ def explore(
     size of ``worlds`` (buffer restored or not, all restored groups evicted
     or none). Crashes are unbounded: a resumed state is explored like any
     other."""
-    config = LedgerConfig(on_failure=policy, max_attempts=2, stream_len=stream_len, fingerprint=FP)
+    config = LedgerConfig(on_failure=policy, max_failures=2, stream_len=stream_len, fingerprint=FP)
     queue: deque[Run] = deque()
     seen: set[tuple[object, ...]] = set()
     for world in start_worlds or worlds:
@@ -749,14 +749,14 @@ def _buggy_merge(shards: list[ShardCheckpoint], **kw: object) -> Checkpoint:
     top = max(s.share.global_ordinal(s.checkpoint.cut) for s in shards)
     top = min(top, merged.stream_len if merged.stream_len is not None else top)
     return attrs.evolve(
-        merged, cut=top, trained_above_cut=(), dropped_above_cut=(), retained=(), attempts=()
+        merged, cut=top, trained_above_cut=(), dropped_above_cut=(), retained=(), failures=()
     )
 
 
 def _buggy_split(checkpoint: Checkpoint, world: int, **kw: object) -> tuple[ShardCheckpoint, ...]:
     """A split that forgets the failed attempts."""
     return tuple(
-        attrs.evolve(s, checkpoint=attrs.evolve(s.checkpoint, attempts=()))
+        attrs.evolve(s, checkpoint=attrs.evolve(s.checkpoint, failures=()))
         for s in _real_split(checkpoint, world, **kw)  # type: ignore[arg-type]
     )
 
@@ -808,7 +808,7 @@ def test_random_runs_with_reshards_train_every_ordinal_exactly_once(
     last checkpoint on a random world size (buffer restored or not), until
     the stream is drained: every ordinal resolved exactly once."""
     rng = random.Random(seed)
-    config = LedgerConfig(on_failure=policy, max_attempts=2, stream_len=stream_len, fingerprint=FP)
+    config = LedgerConfig(on_failure=policy, max_failures=2, stream_len=stream_len, fingerprint=FP)
     run = Run.start(config, world)
     saved = run.records(save_buffer=True)
     saved_run = run

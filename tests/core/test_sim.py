@@ -108,9 +108,9 @@ def test_seed_miniature_through_the_backends() -> None:
 # -- the torture sweep ---------------------------------------------------
 
 CONFIGS = {
-    "retry": dict(failure_rate=0.2, on_failure=FailurePolicy.RETRY, max_attempts=3),
+    "retry": dict(failure_rate=0.2, on_failure=FailurePolicy.RETRY, max_failures=3),
     "drop": dict(failure_rate=0.2, on_failure=FailurePolicy.DROP),
-    "retry-once": dict(failure_rate=0.3, on_failure=FailurePolicy.RETRY, max_attempts=1),
+    "retry-once": dict(failure_rate=0.3, on_failure=FailurePolicy.RETRY, max_failures=1),
     "interleaved": dict(max_age=4, batch_size=5, prompts_per_step=7),
     "gap-fill": dict(batch_size=13, prompts_per_step=4, failure_rate=0.1),
     "no-buffer": dict(load_replay_buffer=False, failure_rate=0.1),

@@ -71,20 +71,20 @@ LIFECYCLE: dict[tuple[type[Move], Status], Status | str] = {
 
 
 def expected_failure(
-    policy: FailurePolicy, max_attempts: int, attempts: int, stamped: bool
+    policy: FailurePolicy, max_failures: int, attempts: int, stamped: bool
 ) -> tuple[Status, int]:
     """Each failure is an attempt; ``retry`` generates the prompt again while
     attempts are left, from the source if the caller has no row for it."""
-    left = max_attempts - (attempts + 1)
+    left = max_failures - (attempts + 1)
     if policy is RETRY and left > 0:
         return (P, attempts + 1) if stamped else (U, attempts + 1)
     return (D, 0)  # dropped, on record; a resolved ordinal keeps no count
 
 
-def expected_setback(policy: FailurePolicy, max_attempts: int, attempts: int) -> tuple[Status, int]:
+def expected_setback(policy: FailurePolicy, max_failures: int, attempts: int) -> tuple[Status, int]:
     """A failed sample is an attempt of its group, which goes on generating
     its other samples while attempts are left and is dropped after."""
-    if policy is RETRY and attempts + 1 < max_attempts:
+    if policy is RETRY and attempts + 1 < max_failures:
         return (OUT, attempts + 1)
     return (D, 0)
 
@@ -93,7 +93,7 @@ def expected_move(
     event: type[Move],
     status: Status,
     policy: FailurePolicy,
-    max_attempts: int,
+    max_failures: int,
     attempts: int,
     stamped: bool,
 ) -> tuple[Status, int] | None:
@@ -102,9 +102,9 @@ def expected_move(
     if target is None:
         return None
     if target == "policy":
-        return expected_failure(policy, max_attempts, attempts, stamped)
+        return expected_failure(policy, max_failures, attempts, stamped)
     if target == "sample policy":
-        return expected_setback(policy, max_attempts, attempts)
+        return expected_setback(policy, max_failures, attempts)
     assert isinstance(target, Status)
     return (target, 0) if target is T else (target, attempts)
 
@@ -144,9 +144,9 @@ def cases() -> Iterator[tuple[type[Move], Status, FailurePolicy, int, int, bool]
     for event, status, policy, stamped in itertools.product(
         EVENTS, Status, FailurePolicy, (True, False)
     ):
-        for max_attempts in range(1, 5):
-            for attempts in range(max_attempts):
-                yield event, status, policy, max_attempts, attempts, stamped
+        for max_failures in range(1, 5):
+            for attempts in range(max_failures):
+                yield event, status, policy, max_failures, attempts, stamped
 
 
 # -- the rules alone -------------------------------------------------------------
@@ -161,30 +161,30 @@ def test_the_table_lists_exactly_the_lifecycle() -> None:
 
 def test_every_move_is_the_stated_one() -> None:
     checked = 0
-    for event, status, policy, max_attempts, attempts, stamped in cases():
+    for event, status, policy, max_failures, attempts, stamped in cases():
         target = TRANSITIONS.get((event, status))
         got: tuple[Status, int] | None
         if target is None:
             got = None
         elif target is FAILURE:
-            got = failure_outcome(policy, max_attempts, attempts, stamped=stamped)
+            got = failure_outcome(policy, max_failures, attempts, stamped=stamped)
         elif target is SETBACK:
-            got = setback_outcome(policy, max_attempts, attempts)
+            got = setback_outcome(policy, max_failures, attempts)
         else:
             assert isinstance(target, Status)
             got = (target, 0 if target in RESOLVED else attempts)
-        want = expected_move(event, status, policy, max_attempts, attempts, stamped)
-        assert got == want, (event.name, status, policy, max_attempts, attempts, stamped)
+        want = expected_move(event, status, policy, max_failures, attempts, stamped)
+        assert got == want, (event.name, status, policy, max_failures, attempts, stamped)
         checked += 1
     assert checked == len(EVENTS) * len(Status) * 2 * 2 * (1 + 2 + 3 + 4)
 
 
 def test_the_failure_outcome_under_each_policy() -> None:
     for policy, stamped in itertools.product(FailurePolicy, (True, False)):
-        for max_attempts in range(1, 6):
-            for attempts in range(max_attempts + 2):
-                got = failure_outcome(policy, max_attempts, attempts, stamped=stamped)
-                assert got == expected_failure(policy, max_attempts, attempts, stamped)
+        for max_failures in range(1, 6):
+            for attempts in range(max_failures + 2):
+                got = failure_outcome(policy, max_failures, attempts, stamped=stamped)
+                assert got == expected_failure(policy, max_failures, attempts, stamped)
     # Spelled out: retry with 3 attempts requeues twice, then drops.
     assert failure_outcome(RETRY, 3, 0, stamped=True) == (P, 1)
     assert failure_outcome(RETRY, 3, 1, stamped=True) == (P, 2)
@@ -197,10 +197,10 @@ def test_the_failure_outcome_under_each_policy() -> None:
 
 def test_the_setback_outcome_under_each_policy() -> None:
     for policy in FailurePolicy:
-        for max_attempts in range(1, 6):
-            for attempts in range(max_attempts + 2):
-                got = setback_outcome(policy, max_attempts, attempts)
-                assert got == expected_setback(policy, max_attempts, attempts)
+        for max_failures in range(1, 6):
+            for attempts in range(max_failures + 2):
+                got = setback_outcome(policy, max_failures, attempts)
+                assert got == expected_setback(policy, max_failures, attempts)
     assert setback_outcome(RETRY, 3, 0) == (OUT, 1)
     assert setback_outcome(RETRY, 3, 2) == (D, 0)
     assert setback_outcome(DROP, 3, 0) == (D, 0)
@@ -245,8 +245,8 @@ def test_noting_is_derived_from_the_table() -> None:
     """A checkpoint starts recording an ordinal when it lands in the buffer
     or fails; every other move stays inside or outside what it records."""
     assert NOTING == {Buffer, Fail, Setback}
-    for event, status, policy, max_attempts, attempts, stamped in cases():
-        after = expected_move(event, status, policy, max_attempts, attempts, stamped)
+    for event, status, policy, max_failures, attempts, stamped in cases():
+        after = expected_move(event, status, policy, max_failures, attempts, stamped)
         if after is None or recorded(status, attempts):
             continue
         # Dispatch keeps the attempts (zero here), so nothing new is recorded.
@@ -257,19 +257,19 @@ def test_noting_is_derived_from_the_table() -> None:
 
 
 def ledger_with(
-    status: Status, attempts: int, stamped: bool, policy: FailurePolicy, max_attempts: int
+    status: Status, attempts: int, stamped: bool, policy: FailurePolicy, max_failures: int
 ) -> Ledger | None:
     """A ledger whose ordinal 1 is in ``status`` with ``attempts``, stamped in
     this life or not (ordinal 0 pending, so that the cut stays at 0); None if
     no such ledger exists (a pending or outstanding ordinal was stamped)."""
-    config = LedgerConfig(on_failure=policy, max_attempts=max_attempts, stream_len=4)
+    config = LedgerConfig(on_failure=policy, max_failures=max_failures, stream_len=4)
     carried = ((1, attempts),) if attempts else ()
     one = ((1, 2),)
     saved = {
-        U: Checkpoint(cut=0, attempts=carried, stream_len=4),
-        P: Checkpoint(cut=0, attempts=carried, stream_len=4),
-        OUT: Checkpoint(cut=0, attempts=carried, stream_len=4),
-        B: Checkpoint(cut=0, retained=one, attempts=carried, stream_len=4),
+        U: Checkpoint(cut=0, failures=carried, stream_len=4),
+        P: Checkpoint(cut=0, failures=carried, stream_len=4),
+        OUT: Checkpoint(cut=0, failures=carried, stream_len=4),
+        B: Checkpoint(cut=0, retained=one, failures=carried, stream_len=4),
         T: Checkpoint(cut=0, trained_above_cut=one, stream_len=4),
         D: Checkpoint(cut=0, dropped_above_cut=one, stream_len=4),
     }[status]
@@ -288,22 +288,22 @@ def ledger_with(
 
 def test_the_ledger_moves_an_ordinal_exactly_as_stated() -> None:
     checked = 0
-    for event, status, policy, max_attempts, attempts, stamped in cases():
+    for event, status, policy, max_failures, attempts, stamped in cases():
         if status in RESOLVED and attempts:
             continue  # a resolved ordinal keeps no attempts
-        ledger = ledger_with(status, attempts, stamped, policy, max_attempts)
+        ledger = ledger_with(status, attempts, stamped, policy, max_failures)
         if ledger is None:
             continue
-        assert (ledger.status(1), ledger.attempts(1)) == (status, attempts)
-        want = expected_move(event, status, policy, max_attempts, attempts, stamped)
-        case = (event.name, status, policy, max_attempts, attempts, stamped)
+        assert (ledger.status(1), ledger.failures(1)) == (status, attempts)
+        want = expected_move(event, status, policy, max_failures, attempts, stamped)
+        case = (event.name, status, policy, max_failures, attempts, stamped)
         if want is None:
             with pytest.raises(IllegalTransitionError) as info:
                 ledger.apply(event([1]))
             assert (info.value.event, info.value.ordinals) == (event.name, (1,)), case
             continue
         step = ledger.apply(event([1]))
-        assert (step.ledger.status(1), step.ledger.attempts(1)) == want, case
+        assert (step.ledger.status(1), step.ledger.failures(1)) == want, case
         also_pending = 1 if stamped and want[0] is P else 0  # ordinal 0
         assert step.ledger.cut == 0 and step.ledger.count(want[0]) == 1 + also_pending, case
         if event in (Fail, Evict):
@@ -321,7 +321,7 @@ def test_the_ledger_stamps_each_status_as_stated() -> None:
         trained_above_cut=((2, 3),),
         dropped_above_cut=((3, 4),),
         retained=((4, 5),),
-        attempts=((4, 1), (5, 2)),
+        failures=((4, 1), (5, 2)),
         stream_len=8,
     )
     config = LedgerConfig(on_failure=RETRY, stream_len=8)
@@ -333,12 +333,12 @@ def test_the_ledger_stamps_each_status_as_stated() -> None:
     assert step.effect.kept == kept == (1, 5)
     assert step.effect.buffered == (4,)  # filtered, yet live
     assert [step.ledger.status(o) for o in range(1, 6)] == [P, T, D, B, P]
-    assert [step.ledger.attempts(o) for o in range(1, 6)] == [0, 0, 0, 1, 2]
+    assert [step.ledger.failures(o) for o in range(1, 6)] == [0, 0, 0, 1, 2]
     assert step.ledger.count(U) == 0 and step.ledger.count(P) == 2
 
 
 def test_the_ledger_resumes_each_recorded_ordinal_as_stated() -> None:
-    config = LedgerConfig(on_failure=RETRY, max_attempts=9, stream_len=4)
+    config = LedgerConfig(on_failure=RETRY, max_failures=9, stream_len=4)
     for (said, restored, carries), want in RESUMES.items():
         if said in RESOLVED and carries:
             continue  # a record keeps no attempts for resolved ordinals
@@ -349,7 +349,7 @@ def test_the_ledger_resumes_each_recorded_ordinal_as_stated() -> None:
             B: {"retained": ((2, 3),)},
             None: {},
         }[said]
-        saved = Checkpoint(cut=1, attempts=attempts, stream_len=4, **fields)  # type: ignore[arg-type]
+        saved = Checkpoint(cut=1, failures=attempts, stream_len=4, **fields)  # type: ignore[arg-type]
         options = [{"load_replay_buffer": restored}]
         if said is B and not restored:
             options.append({"load_replay_buffer": True, "evicted_on_restore": [2]})
@@ -360,7 +360,7 @@ def test_the_ledger_resumes_each_recorded_ordinal_as_stated() -> None:
                 assert ledger.size() == 0 and ledger.status(2) is U, (said, restored, kw)
             else:
                 assert ledger.status(2) is want and ledger.size() == 1, (said, restored, kw)
-            assert ledger.attempts(2) == (3 if carries else 0)
+            assert ledger.failures(2) == (3 if carries else 0)
             assert resumed.covered == ((2,) if want in COVERED else ())
             assert ledger.filter_horizon == (3 if want in COVERED else 1)
             # What the resume created is what a checkpoint records again.

@@ -192,7 +192,7 @@ class Collector(Protocol):
 
     def take_samples(self, n: int) -> list[Taken]: ...
 
-    def attempts(self, ordinal: int) -> int:
+    def failures(self, ordinal: int) -> int:
         """Failed attempts the ledger counts for an unresolved ``ordinal``."""
 
     def landed(self, ordinals: Iterable[int]) -> None: ...
@@ -816,7 +816,7 @@ class RolloutLoop:
         o = taken.ordinal
         self._stranded.discard(o)  # taken again (the collector resumed)
         if self.schedule is Schedule.GROUP and not taken.complete:
-            attempt = self.collector.attempts(o)
+            attempt = self.collector.failures(o)
             self._start(_Request(o, taken.row, attempt, self.version()))
             return 1
         if not taken.leases and not taken.complete:

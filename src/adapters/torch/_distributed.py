@@ -210,8 +210,8 @@ class RankCollector:
     def row(self, ordinal: int) -> Any:
         return self.collector.row(self.share.local_ordinal(ordinal))
 
-    def attempts(self, ordinal: int) -> int:
-        return self.collector.attempts(self.share.local_ordinal(ordinal))
+    def failures(self, ordinal: int) -> int:
+        return self.collector.failures(self.share.local_ordinal(ordinal))
 
     # -- the stream and its events, in global ordinals -----------------------------------
 

@@ -124,7 +124,7 @@ def run_rank(args: RankArgs) -> int:
     config = LedgerConfig(
         stream_len=args.rows * args.epochs,
         on_failure=FailurePolicy.RETRY,
-        max_attempts=2,
+        max_failures=2,
         fingerprint=fingerprint,
     )
 

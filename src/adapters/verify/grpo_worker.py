@@ -102,7 +102,7 @@ LOG_NAME = "train_log.jsonl"
 CKPT_DIR = "checkpoints"
 SUMMARY_NAME = "summary.json"
 VOCAB = 16
-MAX_ATTEMPTS = 3
+MAX_FAILURES = 3
 
 
 def _unit(*parts: object) -> float:
@@ -198,7 +198,7 @@ class LiveCursorCollector:
             self._rows[o] = row
         return out
 
-    def attempts(self, ordinal: int) -> int:
+    def failures(self, ordinal: int) -> int:
         return self._attempts.get(ordinal, 0)
 
     def take_samples(self, n: int) -> list[Taken]:
@@ -216,7 +216,7 @@ class LiveCursorCollector:
         dropped: list[int] = []
         for o in ordinals:
             n = self._attempts.get(o, 0) + 1
-            if self.retry and n < MAX_ATTEMPTS:
+            if self.retry and n < MAX_FAILURES:
                 self._attempts[o] = n
                 requeued.append(o)
                 self._retry.append((o, self._rows[o]))
@@ -482,7 +482,7 @@ class _Life:
             stream_len=self.args.prompts,
             samples=samples,
             on_failure=FailurePolicy.RETRY,
-            max_attempts=MAX_ATTEMPTS,
+            max_failures=MAX_FAILURES,
             fingerprint=self.fingerprint,
         )
 

@@ -115,7 +115,7 @@ class JobConfig:
     fail_rate: float = 0.02
     crash_rate: float = 0.0
     progress_every: int = 4
-    max_attempts: int = 8
+    max_failures: int = 8
     journal: bool = True
     reuse: str = "everything"
     save_buffer: bool = True
@@ -131,7 +131,7 @@ class JobConfig:
             samples=self.samples,
             fingerprint=self.fingerprint,
             on_failure=FailurePolicy.RETRY,
-            max_attempts=self.max_attempts,
+            max_failures=self.max_failures,
         )
 
 

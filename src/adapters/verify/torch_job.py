@@ -264,7 +264,7 @@ def run(args: RunArgs) -> int:
             stream_len=args.rows * args.epochs,
             samples=n,
             on_failure=FailurePolicy.RETRY,
-            max_attempts=JOURNAL_MAX_ATTEMPTS if journaled else 2,
+            max_failures=JOURNAL_MAX_ATTEMPTS if journaled else 2,
             fingerprint=fingerprint,
         ),
     )

@@ -78,7 +78,7 @@ def rank_ledger(share: Share, config: LedgerConfig, seed: int) -> Ledger:
 
 def records(world: int) -> tuple[list[Ledger], list[ShardCheckpoint]]:
     config = LedgerConfig(
-        on_failure=FailurePolicy.RETRY, max_attempts=3, fingerprint="bench:shards"
+        on_failure=FailurePolicy.RETRY, max_failures=3, fingerprint="bench:shards"
     )
     ledgers = [
         rank_ledger(share, config, seed=world * 100_003 + share.rank)

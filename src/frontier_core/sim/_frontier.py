@@ -33,7 +33,7 @@ class FrontierBackend:
     def __init__(self, workload: Workload) -> None:
         self.config = LedgerConfig(
             on_failure=workload.on_failure,
-            max_attempts=workload.max_attempts,
+            max_failures=workload.max_failures,
             stream_len=workload.stream_len,
             fingerprint=workload.fingerprint,
         )

@@ -25,7 +25,7 @@ class LegacyBackend:
     def __init__(self, workload: Workload) -> None:
         self.stream_len = workload.stream_len
         self.retry = workload.on_failure is FailurePolicy.RETRY
-        self.max_attempts = workload.max_attempts
+        self.max_failures = workload.max_failures
         self.cursor = 0
         self.attempts: dict[int, int] = {}
 
@@ -61,7 +61,7 @@ class LegacyBackend:
         dropped: list[int] = []
         for o in ordinals:
             n = self.attempts.get(o, 0) + 1
-            if self.retry and n < self.max_attempts:
+            if self.retry and n < self.max_failures:
                 self.attempts[o] = n
                 requeued.append(o)
             else:

@@ -183,7 +183,7 @@ def random_workload(seed: int, base: Workload) -> Workload:
         checkpoint_every=rng.choice([1, 1, 2, 3, 5]),
         failure_rate=rng.choice([0.0, 0.0, 0.02, 0.1, 0.3]),
         on_failure=rng.choice([FailurePolicy.DROP, FailurePolicy.RETRY]),
-        max_attempts=rng.randint(1, 4),
+        max_failures=rng.randint(1, 4),
         load_replay_buffer=rng.random() < 0.6,
         kills=rng.randint(0, 6),
         torn_kills=rng.randint(0, 2),

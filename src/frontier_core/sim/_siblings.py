@@ -53,7 +53,7 @@ class SiblingBackend:
         self.name = name
         self.config = LedgerConfig(
             on_failure=workload.on_failure,
-            max_attempts=workload.max_attempts,
+            max_failures=workload.max_failures,
             stream_len=workload.stream_len,
             fingerprint=workload.fingerprint,
             samples=workload.num_generations,

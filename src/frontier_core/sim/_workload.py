@@ -100,7 +100,7 @@ class Workload:
     checkpoint_every: int = attrs.field(default=1, validator=_check_positive)
     failure_rate: float = attrs.field(default=0.0, validator=_check_rate)
     on_failure: FailurePolicy = attrs.field(default=FailurePolicy.DROP, converter=FailurePolicy)
-    max_attempts: int = attrs.field(default=3, validator=_check_positive)
+    max_failures: int = attrs.field(default=3, validator=_check_positive)
     load_replay_buffer: bool = True
     kills: int = attrs.field(default=3, validator=_check_nonneg)
     torn_kills: int = attrs.field(default=1, validator=_check_nonneg)

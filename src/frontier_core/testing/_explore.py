@@ -100,7 +100,7 @@ class Bounds:
     batch: int = 2
     samples: int = 1
     on_failure: FailurePolicy = FailurePolicy.RETRY
-    max_attempts: int = 2
+    max_failures: int = 2
     granularity: Granularity = Granularity.SIBLING
 
 
@@ -257,7 +257,7 @@ def explore(bounds: Bounds) -> Report:
     trace that reaches it (breadth first)."""
     config = LedgerConfig(
         on_failure=bounds.on_failure,
-        max_attempts=bounds.max_attempts,
+        max_failures=bounds.max_failures,
         stream_len=bounds.stream_len,
         fingerprint="explore",
         samples=bounds.samples,
@@ -496,13 +496,13 @@ def _check_sample_failure(
     of the group (``sibling``: only it is generated again, unless
     the policy drops the group) or a failure of the whole group (``group``)."""
     o, s, _ = lease
-    failures = ledger.attempts(o)
+    failures = ledger.failures(o)
     if bounds.granularity is Granularity.SIBLING:
-        status, left = setback_outcome(bounds.on_failure, bounds.max_attempts, failures)
+        status, left = setback_outcome(bounds.on_failure, bounds.max_failures, failures)
         expected_restart = ((o, s),) if status is Status.OUTSTANDING else ()
     else:
         status, left = failure_outcome(
-            bounds.on_failure, bounds.max_attempts, failures, stamped=True
+            bounds.on_failure, bounds.max_failures, failures, stamped=True
         )
         expected_restart = ()
     got = after.status(o)
@@ -517,7 +517,7 @@ def _check_sample_failure(
         )
     kept = [k for k in _detail(after) if k[0] == o]
     if status is Status.OUTSTANDING:
-        if after.sibling(o, s) != (Sibling.UNSTARTED, None) or after.attempts(o) != left:
+        if after.sibling(o, s) != (Sibling.UNSTARTED, None) or after.failures(o) != left:
             raise InvariantViolation("SAMPLE-RETRY-BOUND", f"{(o, s)} not unstarted", trace())
     elif kept:
         raise InvariantViolation(
@@ -713,7 +713,7 @@ def _check_illegal(ledger: Ledger, bounds: Bounds, trace: _Trace) -> int:
     for o in range(bounds.stream_len + 1):
         key: object = ledger.status(o) if o >= ledger.cut else "resolved"
         if o >= ledger.next_ordinal and key == Status.UNSTAMPED:
-            key = ("not yet stamped", ledger.attempts(o) > 0)
+            key = ("not yet stamped", ledger.failures(o) > 0)
         siblings = tuple(detail.get((o, s), (None,))[0] for s in range(n))
         classes.setdefault((key, siblings), o)
     def event(kind: type[Move]) -> Callable[[list[Any]], object]:
@@ -764,10 +764,10 @@ def _retry_bound(
     group fails more often than the policy allows, and under retry none is
     dropped before its limit."""
     lin = lineage.fail((o,))
-    if lin.failures[o] > bounds.max_attempts:
+    if lin.failures[o] > bounds.max_failures:
         raise InvariantViolation(invariant, f"ordinal {o} failed {lin.failures[o]} times", trace())
     if dropped:
-        if bounds.on_failure is FailurePolicy.RETRY and lin.failures[o] < bounds.max_attempts:
+        if bounds.on_failure is FailurePolicy.RETRY and lin.failures[o] < bounds.max_failures:
             raise InvariantViolation(
                 invariant, f"ordinal {o} dropped after {lin.failures[o]} failures", trace()
             )

@@ -49,7 +49,7 @@ ledger calls them held, ``effect.reused``). The checks:
   dropped (NO-SKIP, NO-DUP; SAMPLE-EXACTLY-ONCE sibling by sibling);
 * a resume restores to the buffer only groups that were in it at the
   checkpoint (the others' samples are not there);
-* nothing is dropped before ``max_attempts`` failures of its group in the
+* nothing is dropped before ``max_failures`` failures of its group in the
   lineage, a failed sample being one failure of its group (RETRY-BOUND;
   SAMPLE-RETRY-BOUND);
 * sibling by sibling (SAMPLE-EXACTLY-ONCE): a step trains each of its groups
@@ -133,9 +133,9 @@ class Integration(abc.ABC):
     #: outstanding (requeued, or dropped), as ``fail`` does.
     granularity: Granularity = Granularity.SIBLING
     #: If set, nothing may be dropped before failing this many times in the
-    #: surviving lineage (1 under the ``drop`` policy, ``max_attempts``
+    #: surviving lineage (1 under the ``drop`` policy, ``max_failures``
     #: under ``retry``); ``None`` skips that check.
-    max_attempts: int | None = None
+    max_failures: int | None = None
 
     @abc.abstractmethod
     def start(self) -> None:
@@ -568,7 +568,7 @@ class IntegrationMachine(RuleBasedStateMachine):
         strangers = sorted(set(dropped) - set(ordinals))
         if strangers:
             raise CoverageViolation(self.SKIP, strangers, "fail dropped ordinals it was not given")
-        limit = self.integration.max_attempts
+        limit = self.integration.max_failures
         failures = dict(self.lineage.failures)
         early = [o for o in dropped if limit is not None and failures[o] < limit]
         if early:

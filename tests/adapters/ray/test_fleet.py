@@ -68,7 +68,7 @@ def test_the_binding_reexports_the_services_names_without_twins() -> None:
 
 def _ledger(n: int, samples: int = 1, **kw: Any) -> Any:
     config = LedgerConfig(
-        stream_len=n, samples=samples, on_failure=FailurePolicy.RETRY, max_attempts=5
+        stream_len=n, samples=samples, on_failure=FailurePolicy.RETRY, max_failures=5
     )
     return LedgerActor.remote(SequenceSource([[o] for o in range(n)], batch_size=4), config, **kw)
 
@@ -83,7 +83,7 @@ def _journaled(tmp: Path, *, progress_every: int = 1000, **kw: Any) -> Any:
         progress_every=progress_every,
     )
     config = LedgerConfig(
-        stream_len=8, samples=4, fingerprint="t", on_failure=FailurePolicy.RETRY, max_attempts=5
+        stream_len=8, samples=4, fingerprint="t", on_failure=FailurePolicy.RETRY, max_failures=5
     )
     source = SequenceSource([[o] for o in range(8)], batch_size=4)
     return LedgerActor.remote(source, config, journal=journal, **kw)
@@ -292,7 +292,7 @@ def test_cpu_engine_rollout_actors_survive_a_kill(cluster: str) -> None:
     are released and generated again, and every prompt lands once."""
     pytest.importorskip("torch")
     n = 12
-    config = LedgerConfig(stream_len=n, on_failure=FailurePolicy.RETRY, max_attempts=5)
+    config = LedgerConfig(stream_len=n, on_failure=FailurePolicy.RETRY, max_failures=5)
     rows = SequenceSource([[2 + o % 5, 3, 4] for o in range(n)], batch_size=4)
     ledger = LedgerActor.remote(rows, config)
     fleet = RolloutFleet(

@@ -51,7 +51,7 @@ class HeldEngine:
 
     def expected_id(self, ordinal: int, sampling_params: Any) -> str:
         if sampling_params is None:  # a group's request
-            return f"o{ordinal}-a{self.collector.attempts(ordinal)}"
+            return f"o{ordinal}-a{self.collector.failures(ordinal)}"
         status, attempt = self.collector.ledger.sibling(ordinal, 0)
         return f"o{ordinal}-s0-a{attempt}" if status is Sibling.RUNNING else "not running"
 
@@ -97,7 +97,7 @@ class Sink:
 
 class RolloutIntegration(Integration):
     stream_len = N
-    max_attempts = 2
+    max_failures = 2
     schedule = "group"
 
     def start(self) -> None:
@@ -107,7 +107,7 @@ class RolloutIntegration(Integration):
             LedgerConfig(
                 stream_len=N,
                 on_failure=FailurePolicy.RETRY,
-                max_attempts=2,
+                max_failures=2,
                 granularity=Granularity.GROUP,
             ),
         )

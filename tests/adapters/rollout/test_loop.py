@@ -102,11 +102,11 @@ def make(
     script: dict[str, str] | None = None,
     *,
     policy: FailurePolicy = FailurePolicy.RETRY,
-    max_attempts: int = 2,
+    max_failures: int = 2,
     **kw: Any,
 ) -> tuple[StreamCollector, ScriptEngine, Sink, RolloutLoop, list[RolloutEvent], list[int]]:
     collector = StreamCollector(
-        ListSource(n), LedgerConfig(stream_len=n, on_failure=policy, max_attempts=max_attempts)
+        ListSource(n), LedgerConfig(stream_len=n, on_failure=policy, max_failures=max_failures)
     )
     engine = ScriptEngine(collector, script)
     sink = Sink()
@@ -171,7 +171,7 @@ def test_failure_requeues_then_the_retry_lands_under_a_new_request_id() -> None:
         ]  # fmt: skip
         assert engine.submitted.count("o1-a1") == 1
         assert sorted(sink.groups) == [0, 1] and sink.groups[1].attempt == 1
-        assert collector.ledger.attempts(1) == 1 and dropped == []
+        assert collector.ledger.failures(1) == 1 and dropped == []
 
     arun(main())
 
@@ -179,7 +179,7 @@ def test_failure_requeues_then_the_retry_lands_under_a_new_request_id() -> None:
 def test_failure_past_max_attempts_is_dropped_on_record() -> None:
     async def main() -> None:
         script = {"o0-a0": "raise", "o0-a1": "raise"}
-        collector, _, sink, loop, events, dropped = make(2, script, max_attempts=2)
+        collector, _, sink, loop, events, dropped = make(2, script, max_failures=2)
         async with loop:
             await loop.until(lambda: loop.idle)
         assert [e.kind for e in events if e.ordinal == 0].count("fail") == 2
@@ -211,7 +211,7 @@ def test_timeout_fails_the_request_and_aborts_it_in_the_engine() -> None:
         assert [(e.ordinal, e.detail) for e in fail] == [(0, "timeout")]
         assert "o0-a0" in engine.cancelled and "o0-a0" in engine.aborted
         assert sorted(sink.groups) == [0] and sink.groups[0].request_id == "o0-a1"
-        assert collector.ledger.attempts(0) == 1
+        assert collector.ledger.failures(0) == 1
 
     arun(main())
 
@@ -248,7 +248,7 @@ def test_shutdown_mid_flight_aborts_requests_and_leaves_them_outstanding() -> No
         # and a resume regenerates exactly 1 and 2.
         for o in (1, 2):
             assert collector.ledger.status(o) is Status.OUTSTANDING
-            assert collector.ledger.attempts(o) == 0
+            assert collector.ledger.failures(o) == 0
         state = collector.checkpoint_state()
         assert state["ledger"]["ledger"]["cut"] == 0
         fresh = StreamCollector(ListSource(4), collector.config)
@@ -275,7 +275,7 @@ def test_checkpoint_between_landing_and_worker_exit_sees_the_group_buffered() ->
         assert kinds(events, 0) == ["dispatch", "submit", "land", "exit"]
         assert events[-1].detail == "RuntimeError: worker crashed on its way out"
         assert collector.ledger.status(0) is Status.BUFFERED
-        assert collector.ledger.attempts(0) == 0
+        assert collector.ledger.failures(0) == 0
         assert state["ledger"]["ledger"]["retained"] == [[0, 1]]
         # Resume with the buffer: 0 is covered, nothing to regenerate.
         restored = StreamCollector(ListSource(1), collector.config)
@@ -417,7 +417,7 @@ def test_a_sink_that_refuses_a_group_stops_the_loop_with_the_ordinal_outstanding
         assert engine.submitted == ["o0-a0", "o1-a0"]
         assert await loop.aclose() == (1,) == loop.outstanding
         assert tuple(collector.ledger.ordinals(Status.OUTSTANDING)) == (1,)
-        assert collector.ledger.attempts(1) == 0
+        assert collector.ledger.failures(1) == 0
         fresh = StreamCollector(ListSource(3), config)
         fresh.resume(collector.checkpoint_state(), load_replay_buffer=True, sealed=())
         assert [t.ordinal for t in fresh.take_samples(3)] == [1, 2]
@@ -432,17 +432,17 @@ def test_request_ids_continue_from_the_ledgers_attempts_after_a_resume() -> None
 
     async def main() -> None:
         script = {"o1-a0": "raise", "o1-a1": "hang"}
-        collector, engine, sink, loop, _, _ = make(3, script, max_attempts=4)
+        collector, engine, sink, loop, _, _ = make(3, script, max_failures=4)
         async with loop:
             await eventually(lambda: len(sink) == 2 and "o1-a1" in engine.submitted)
             state = collector.checkpoint_state()  # o1 has failed once
         assert engine.submitted == ["o0-a0", "o1-a0", "o2-a0", "o1-a1"]
-        assert loop.outstanding == (1,) and collector.attempts(1) == 1
+        assert loop.outstanding == (1,) and collector.failures(1) == 1
 
         # The process restarts from the checkpoint, buffer restored.
         resumed = StreamCollector(ListSource(3), collector.config)
         resumed.resume(json.loads(json.dumps(state)), load_replay_buffer=True, sealed=())
-        assert resumed.attempts(1) == 1
+        assert resumed.failures(1) == 1
         engine2 = ScriptEngine(resumed, {"o1-a1": "raise"})
         sink2 = Sink()
         async with RolloutLoop(
@@ -515,7 +515,7 @@ def test_a_dead_engine_stops_the_loop_and_burns_no_attempt() -> None:
         assert not any(e.kind in ("fail", "drop") for e in events) and dropped == []
         for o in range(3):  # outstanding: the restart regenerates them
             assert collector.ledger.status(o) is Status.OUTSTANDING
-            assert collector.ledger.attempts(o) == 0
+            assert collector.ledger.failures(o) == 0
         assert await loop.aclose() == (0, 1, 2)
 
     arun(main())
@@ -549,7 +549,7 @@ def test_aclose_returns_what_a_dead_engine_left_outstanding() -> None:
             raise EngineDead("EngineCore died")
 
     async def main() -> None:
-        config = LedgerConfig(stream_len=6, on_failure=FailurePolicy.RETRY, max_attempts=2)
+        config = LedgerConfig(stream_len=6, on_failure=FailurePolicy.RETRY, max_failures=2)
         collector = StreamCollector(ListSource(6), config)
         engine = Dying(collector)
         sink = Sink()
@@ -570,7 +570,7 @@ def test_aclose_returns_what_a_dead_engine_left_outstanding() -> None:
         assert await loop.aclose() == held  # idempotent
         assert loop.in_flight == 0 and len(engine.submitted) == 4  # no feeding after the death
         assert not any(e.kind in ("fail", "drop", "requeue") for e in events)
-        assert all(collector.ledger.attempts(o) == 0 for o in held)
+        assert all(collector.ledger.failures(o) == 0 for o in held)
         fresh = StreamCollector(ListSource(6), config)
         fresh.resume(collector.checkpoint_state(), load_replay_buffer=True, sealed=())
         assert [t.ordinal for t in fresh.take_samples(6)] == [1, 2, 3, 4, 5]

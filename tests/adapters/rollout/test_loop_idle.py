@@ -114,7 +114,7 @@ def rollout_of(
 @given(
     prompts=st.integers(1, 4),
     samples=st.integers(2, 4),
-    max_attempts=st.integers(1, 4),
+    max_failures=st.integers(1, 4),
     doomed=st.sets(st.integers(0, 3)),
     fail_after=st.lists(st.integers(0, 2), min_size=4, max_size=4),
     max_in_flight=st.integers(1, 12),
@@ -123,7 +123,7 @@ def test_a_loop_whose_groups_all_landed_or_dropped_goes_idle(
     schedule: str,
     prompts: int,
     samples: int,
-    max_attempts: int,
+    max_failures: int,
     doomed: set[int],
     fail_after: list[int],
     max_in_flight: int,
@@ -139,7 +139,7 @@ def test_a_loop_whose_groups_all_landed_or_dropped_goes_idle(
             stream_len=prompts,
             samples=samples,
             on_failure=FailurePolicy.RETRY,
-            max_attempts=max_attempts,
+            max_failures=max_failures,
             fingerprint="deadline",
         ),
     )
@@ -162,8 +162,8 @@ def test_a_loop_whose_groups_all_landed_or_dropped_goes_idle(
     for o, group in sink.groups.items():
         assert collector.ledger.status(o) is Status.BUFFERED
         assert group.completions == tuple((10 * s, 10 * s + 1, 10 * s + 2) for s in range(samples))
-    if schedule == "group":  # one request per try of a group: a doomed one tries max_attempts
-        assert len(engine.submitted) == len(sink.groups) + len(doomed) * max_attempts
+    if schedule == "group":  # one request per try of a group: a doomed one tries max_failures
+        assert len(engine.submitted) == len(sink.groups) + len(doomed) * max_failures
 
 
 def test_the_demo_case_three_siblings_failing_in_one_turn_drop_their_group() -> None:
@@ -177,7 +177,7 @@ def test_the_demo_case_three_siblings_failing_in_one_turn_drop_their_group() -> 
             stream_len=1,
             samples=3,
             on_failure=FailurePolicy.RETRY,
-            max_attempts=3,
+            max_failures=3,
             fingerprint="deadline",
         ),
     )
@@ -235,7 +235,7 @@ def test_a_retry_filed_during_an_abort_stays_filed() -> None:
     loop that forgot it would report idle early and could not cancel it)."""
     collector = StreamCollector(
         SequenceSource([[0], [1]], batch_size=2),
-        LedgerConfig(stream_len=2, on_failure=FailurePolicy.RETRY, max_attempts=3),
+        LedgerConfig(stream_len=2, on_failure=FailurePolicy.RETRY, max_failures=3),
     )
     engine = SlowAbortEngine()
     sink = Sink()
@@ -277,7 +277,7 @@ def test_a_wait_with_a_timeout_ends_with_a_typed_error_and_the_loop_closes(sched
     raises ``RolloutStalledError`` after the timeout; the loop is still
     whole: closing it leaves the ordinal outstanding, as any shutdown."""
     collector = StreamCollector(
-        SequenceSource([[0]], batch_size=1), LedgerConfig(stream_len=1, max_attempts=3)
+        SequenceSource([[0]], batch_size=1), LedgerConfig(stream_len=1, max_failures=3)
     )
     sink = Sink()
 

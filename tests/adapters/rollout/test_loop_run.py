@@ -141,7 +141,7 @@ def test_a_failed_sibling_alone_is_generated_again_through_the_run(tmp_path: Pat
     async def main() -> tuple[Engine, Sink, Run]:
         failing = request_id_of(0, 1, sibling=1)  # sibling 1's first attempt
         engine, sink = Engine(fail={failing}), Sink()
-        run = open_run(tmp_path, 1, on_failure=FailurePolicy.RETRY, max_attempts=3)
+        run = open_run(tmp_path, 1, on_failure=FailurePolicy.RETRY, max_failures=3)
         with run:
             async with loop(run, engine, sink) as rollout:
                 await rollout.until(lambda: len(sink) == 1)
@@ -154,7 +154,7 @@ def test_a_failed_sibling_alone_is_generated_again_through_the_run(tmp_path: Pat
     assert len(again) == 1 and again[0].startswith("o0-s1-a")  # sibling 1 alone
     assert again[0] != ids[1]
     assert sink.groups[0].completions == tuple(tuple(full(0, s)) for s in range(N))
-    assert run.ledger.attempts(0) == 1
+    assert run.ledger.failures(0) == 1
 
 
 async def crash_mid_group(root: Path) -> None:

@@ -244,7 +244,7 @@ def test_a_restart_the_ledger_refuses_stops_the_loop_with_the_group_outstanding(
     ledger refuses it; the group is outstanding with no request left, and
     ``aclose`` returns it."""
     config = LedgerConfig(
-        stream_len=1, samples=2, fingerprint=FP, on_failure=FailurePolicy.RETRY, max_attempts=3
+        stream_len=1, samples=2, fingerprint=FP, on_failure=FailurePolicy.RETRY, max_failures=3
     )
     state = StreamCollector(rows(1), config).checkpoint_state()
 
@@ -320,7 +320,7 @@ def test_max_in_flight_bounds_the_engines_requests_under_the_sibling_schedule(li
     has more than ``max_in_flight`` requests at once, and has that many."""
 
     async def main() -> None:
-        c = collector(4, samples=4, on_failure=FailurePolicy.RETRY, max_attempts=3)
+        c = collector(4, samples=4, on_failure=FailurePolicy.RETRY, max_failures=3)
         failing = {f"o{o}-s{o}-" for o in range(4)}  # a sibling of each group fails once
         engine, sink = Engine(fail_first=failing), Sink()
         async with rollout(c, engine, sink, "sibling", 4, max_in_flight=limit) as loop:

@@ -123,7 +123,7 @@ def test_every_group_lands_with_each_sibling_from_its_own_request() -> None:
 
 def test_a_failed_sibling_alone_is_generated_again() -> None:
     async def main() -> None:
-        c = collector(1, on_failure=FailurePolicy.RETRY, max_attempts=3)
+        c = collector(1, on_failure=FailurePolicy.RETRY, max_failures=3)
         failing = request_id_of(0, 1, sibling=1)  # the first attempt of sibling 1
         engine, sink = StreamEngine(fail={failing}), Sink()
         async with loop(c, engine, sink) as rollout:
@@ -131,7 +131,7 @@ def test_a_failed_sibling_alone_is_generated_again() -> None:
         ids = [rid for rid, _ in engine.submitted]
         assert ids[:3] == [request_id_of(0, s, sibling=s) for s in range(N)]
         assert ids[3:] == [request_id_of(0, 3, sibling=1)]  # only sibling 1, a new attempt
-        assert c.ledger.attempts(0) == 1  # the failed sample counts one attempt of its group
+        assert c.ledger.failures(0) == 1  # the failed sample counts one attempt of its group
         assert sink.groups[0].completions[1] == tuple(full(0, 1))
 
     run_within(main())

@@ -325,4 +325,4 @@ def test_a_budget_lowered_below_a_durable_prefix_stops_the_loop(tmp_path: Path) 
     c, engine, sink = parts["collector"], parts["engine"], parts["sink"]
     assert engine.calls == []
     assert sorted(sink.groups) == [0]
-    assert c.ledger.status(1) is Status.OUTSTANDING and c.ledger.attempts(1) == 0
+    assert c.ledger.status(1) is Status.OUTSTANDING and c.ledger.failures(1) == 0

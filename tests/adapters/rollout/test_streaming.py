@@ -202,7 +202,7 @@ def test_an_observer_that_raises_stops_the_loop_with_the_ordinal_outstanding() -
                 await loop.until(lambda: loop.idle)
         assert await loop.aclose() == (0,)
         assert collector.ledger.status(0) is Status.OUTSTANDING
-        assert collector.ledger.attempts(0) == 0 and not sink.groups
+        assert collector.ledger.failures(0) == 0 and not sink.groups
         assert "fail" not in [e.kind for e in events]
 
     arun(main())

@@ -58,7 +58,7 @@ def collector_of(n: int, *, retry: bool = False) -> StreamCollector:
     policy = FailurePolicy.RETRY if retry else FailurePolicy.DROP
     return StreamCollector(
         SequenceSource(PROMPTS[:n], batch_size=4),
-        LedgerConfig(stream_len=n, on_failure=policy, max_attempts=3),
+        LedgerConfig(stream_len=n, on_failure=policy, max_failures=3),
     )
 
 
@@ -283,7 +283,7 @@ def test_shutdown_mid_flight_aborts_the_real_requests_and_leaves_them_outstandin
     left = runner.run(main())
     assert left == (0, 1, 2, 3) and len(buffer) == 0
     assert all(collector.ledger.status(o) is Status.OUTSTANDING for o in left)
-    assert all(collector.attempts(o) == 0 for o in left)  # a shutdown burns no attempt
+    assert all(collector.failures(o) == 0 for o in left)  # a shutdown burns no attempt
     assert not any(e.kind == "fail" for e in events)
     assert {e.ordinal for e in events if e.kind == "abort"} == {0, 1, 2, 3}
     # The next checkpoint holds them below its cut: a resume regenerates them.
@@ -370,7 +370,7 @@ def test_an_engine_side_abort_ends_in_finish_reason_abort_and_is_retried(
     groups = {g.ordinal: g for g in buffer.take(2)}
     assert sorted(groups) == [0, 1]
     assert groups[0].request_id == "o0-a1" and groups[0].attempt == 1
-    assert collector.ledger.attempts(0) == 1 and collector.ledger.status(0) is Status.BUFFERED
+    assert collector.ledger.failures(0) == 1 and collector.ledger.status(0) is Status.BUFFERED
 
 
 def test_weights_pushed_into_the_running_engine_are_the_ones_it_generates_with(
@@ -562,7 +562,7 @@ def test_a_dead_engine_stops_the_loop_and_aclose_returns_the_in_flight_ordinals(
     generating, left = runner.run(main())
     assert generating == (0, 1, 2, 3) and left == generating
     assert all(collector.ledger.status(o) is Status.OUTSTANDING for o in left)
-    assert all(collector.attempts(o) == 0 for o in left)
+    assert all(collector.failures(o) == 0 for o in left)
     assert not any(e.kind in ("fail", "land") for e in events)
     state = collector.checkpoint_state()
     resumed = collector_of(8, retry=True)

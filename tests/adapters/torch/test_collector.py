@@ -53,7 +53,7 @@ def seekable(
     )
     return StreamCollector(
         SeekableSource(loader),
-        LedgerConfig(stream_len=n * epochs, on_failure=FailurePolicy.RETRY, max_attempts=2),
+        LedgerConfig(stream_len=n * epochs, on_failure=FailurePolicy.RETRY, max_failures=2),
     )
 
 
@@ -80,7 +80,7 @@ def snapshotting(n: int = 14, bs: int = 3) -> StreamCollector:
     loader = StatefulDataLoader(Counting(n), batch_size=bs, collate_fn=list)
     return StreamCollector(
         SnapshotSource(loader, stream_len=n),
-        LedgerConfig(stream_len=n, on_failure=FailurePolicy.RETRY, max_attempts=2),
+        LedgerConfig(stream_len=n, on_failure=FailurePolicy.RETRY, max_failures=2),
     )
 
 
@@ -147,7 +147,7 @@ def test_a_requeued_ordinal_without_its_row_is_refused_not_skipped() -> None:
     with pytest.raises(IllegalTransitionError, match=r"illegal evict of ordinals \[2\]"):
         c.evicted([2])
     assert c.ledger is before and c.pending == pending
-    assert c.ledger.status(1) is Status.OUTSTANDING and c.ledger.attempts(1) == 0
+    assert c.ledger.status(1) is Status.OUTSTANDING and c.ledger.failures(1) == 0
     assert c.failed([0]).requeued == (0,) and c.take(1) == [got[0]]
 
 
@@ -161,7 +161,7 @@ def test_an_evicted_group_not_yet_re_yielded_waits_for_the_source() -> None:
     assert [o for o, _ in d.take(2)] == [1, 2]  # the source is at 3 now
     effect = d.evicted([5])  # restored, not re-yielded: no row here, and no error
     assert (effect.unstamped, effect.requeued, effect.dropped) == ((5,), (), ())
-    assert d.attempts(5) == 1 and d.ledger.status(5) is Status.UNSTAMPED
+    assert d.failures(5) == 1 and d.ledger.status(5) is Status.UNSTAMPED
     assert d.take(3) == [got[3], got[4], got[5]]  # it comes back with the stream
 
 

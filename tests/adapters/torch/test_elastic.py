@@ -103,7 +103,7 @@ def _collector(rows: list[Any], share: Share, *, epochs: int = 2, batch: int = 3
     config = LedgerConfig(
         stream_len=epochs * len(rows),
         on_failure=FailurePolicy.RETRY,
-        max_attempts=2,
+        max_failures=2,
         fingerprint=FP,
     )
     return RankCollector(SeekableSource(loader), config, share)
@@ -120,7 +120,7 @@ def test_a_rank_collector_speaks_global_ordinals() -> None:
     c.landed([2, 5])
     c.trained([2])
     effect = c.failed([8])
-    assert effect.requeued == (8,) and c.attempts(8) == 1
+    assert effect.requeued == (8,) and c.failures(8) == 1
     assert c.row(5) == rows[order.index(5)]
     with pytest.raises(ValueError, match="not in rank 2 of 3"):
         c.trained([3])

@@ -49,12 +49,12 @@ class CollectorIntegration(Integration):
     keyed by ordinal, saved with the collector state."""
 
     stream_len = ROWS * EPOCHS
-    max_attempts = 2
+    max_failures = 2
     snapshot = False
 
     def _collector(self) -> StreamCollector:
         config = LedgerConfig(
-            stream_len=self.stream_len, on_failure=FailurePolicy.RETRY, max_attempts=2
+            stream_len=self.stream_len, on_failure=FailurePolicy.RETRY, max_failures=2
         )
         if self.snapshot:
             loader = StatefulDataLoader(Counting(self.stream_len), batch_size=3, collate_fn=list)
