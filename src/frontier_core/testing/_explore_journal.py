@@ -121,7 +121,7 @@ from ..journal._records import (
     call_key,
 )
 from ..journal._replay import JournalState, TurnState, replay
-from ..journal._reuse import continue_sample
+from ..journal._reuse import Reuse, continue_sample, reusable
 from ._explore import InvariantViolation, _Trace, breadth_first
 
 Key = tuple[int, int]
@@ -207,7 +207,8 @@ class JournalReport:
     attempt ignored, the sequences that leave a call pending (a lost
     answer, as a crash leaves it), and the sequences whose last record
     replay must refuse (``JournalEpisodeError``), counted by the rule it
-    breaks (``episode_errors``)."""
+    breaks (``episode_errors``). ``reuses``: the states whose
+    ``Reuse.within`` was checked, once per limit."""
 
     bounds: JournalBounds
     sequences: int
@@ -231,6 +232,7 @@ class JournalReport:
     answers_fenced: int = 0
     pending: int = 0
     episode_errors: tuple[tuple[str, int], ...] = ()
+    reuses: int = 0
 
 
 # -- the naive model -------------------------------------------------------------
@@ -432,6 +434,55 @@ class _Model:
             for (o, s), v in sorted(self.siblings.items())
             if v.sealed is sealed
         )
+
+    def reuse(self, max_age: int, fork: int, step: int) -> dict[Key, _Sibling]:
+        """What ``Reuse.within(max_age)`` lets a resume at ``fork``, training
+        ``step`` next, take (``Reuse``'s docstring, restated): of a sample,
+        its young prefix (the whole sample, a seal included, if every token
+        is young; a prefix to continue, no reward, if only some leading ones
+        are; nothing if the first is old, or if it has no versions); of an
+        episode, the leading turns whose every token is young, each whole
+        (and, if all are, the young prefix of the turn in progress), unless
+        the episode is sealed and young throughout, its sample and every
+        turn: then it is kept as it is, like a sealed sample."""
+
+        def young(tokens: _Plain) -> int:
+            if not isinstance(tokens, _Tokens):
+                return -1  # no versions to age
+            for n, v in enumerate(tokens.versions):
+                # The age along the lineage: a token of the branch that died
+                # at the fork counts its distance through the fork.
+                if step - (v if v <= fork else 2 * fork - v) > max_age:
+                    return n
+            return len(tokens.ids)
+
+        def prefix(tokens: _Plain) -> _Tokens:
+            n = max(young(tokens), 0)
+            assert isinstance(tokens, _Tokens) or n == 0
+            if not isinstance(tokens, _Tokens):
+                return _NOTHING
+            return _Tokens(tokens.ids[:n], tokens.logprobs[:n], tokens.versions[:n], None)
+
+        def whole(tokens: _Plain) -> bool:
+            return isinstance(tokens, _Tokens) and young(tokens) == len(tokens.ids)
+
+        out: dict[Key, _Sibling] = {}
+        for key, v in self.siblings.items():
+            if not v.turns:
+                if whole(v.payload):
+                    out[key] = v
+                elif young(v.payload) > 0:
+                    out[key] = _Sibling(v.attempt, False, prefix(v.payload))
+                continue
+            if v.sealed and whole(v.payload) and all(whole(t.tokens) for t in v.turns):
+                out[key] = v
+                continue
+            kept = next((n for n, t in enumerate(v.turns) if not whole(t.tokens)), len(v.turns))
+            if kept == 0:
+                continue
+            held = prefix(v.payload) if kept == len(v.turns) and not v.sealed else _NOTHING
+            out[key] = _Sibling(v.attempt, False, held, v.turns[:kept])
+        return out
 
     def compaction(self, window: frozenset[int]) -> list[tuple[object, ...]]:
         """COMPACTION-PRESERVES-WINDOW's records, as ``_Checker.record``
@@ -660,7 +711,7 @@ class _Node:
 
 _COUNTERS: Final = (
     "framed cuts flips zero_tails splices torn_tails refused compactions splits "
-    "extended ignored fenced superseded turn answered continued stale pending"
+    "extended ignored fenced superseded turn answered continued stale pending reuses"
 ).split()
 
 
@@ -751,6 +802,7 @@ def explore_journal(bounds: JournalBounds) -> JournalReport:
         answers_fenced=c["stale"],
         pending=c["pending"],
         episode_errors=tuple(sorted(checker.errors.items())),
+        reuses=c["reuses"],
     )
 
 
@@ -778,6 +830,12 @@ class _Checker:
         self.shapes: dict[str, int] = {}
         self.errors: dict[str, int] = {}
         self._plain: dict[Payload, _Plain] = {}
+        # The limits under which reuse is checked: at a fork past every
+        # version (the oldest tokens dropped, the youngest kept), and at a
+        # fork before the last versions, whose tokens are then of a dead
+        # branch (their age counted through the fork).
+        top = (bounds.length - 1) // 2
+        self.reuses = ((0, top, top), (1, max(top - 1, 0), top))
         self._next = {
             v: TokenPayload.of([_NEXT_ID], [-0.5], v) for v in range(bounds.length // 2 + 2)
         }
@@ -868,6 +926,7 @@ class _Checker:
             )
             state = self.replay(n.records, n.model, trace)
             self.continuation(state, n.model, trace)
+            self.reuse(state, n.model, trace)
             self.compaction(n, state, trace)
         if n.file is not None:
             c["framed"] += 1
@@ -975,6 +1034,23 @@ class _Checker:
                         f"{got}, expected {want}",
                         trace(),
                     )
+
+    def reuse(self, state: JournalState, model: _Model, trace: _Trace) -> None:
+        """REUSE-OFF-POLICY (proofs/SAMPLES.md) and, of an episode,
+        TURN-CONTINUATION-EXACT: what ``Reuse.within`` keeps is the model's,
+        for each of ``_REUSES``."""
+        for max_age, fork, step in self.reuses:
+            self.counters["reuses"] += 1
+            got = self.view(reusable(state, Reuse.within(max_age), fork=fork, step=step))
+            want = model.reuse(max_age, fork, step)
+            if got != want:
+                episode = any(v.turns for v in (*got.values(), *want.values()))
+                raise InvariantViolation(
+                    "TURN-CONTINUATION-EXACT" if episode else "REUSE-OFF-POLICY",
+                    f"Reuse.within({max_age}) at fork {fork}, step {step}: "
+                    + _difference(got, want),
+                    trace(),
+                )
 
     def compaction(self, n: _Node, state: JournalState, trace: _Trace) -> None:
         """COMPACTION-PRESERVES-WINDOW for every window and every split."""

@@ -393,6 +393,23 @@ def test_reuse_within_keeps_the_young_leading_turns_whole() -> None:
     assert reusable(state, Reuse.everything(), fork=5, step=6) == state
 
 
+def test_a_sealed_episode_is_reused_whole_only_if_every_turn_is_young() -> None:
+    """Found by the exhaustive explorer: a sealed episode whose sample is
+    young but whose first turn is old was kept whole, the old turn in the
+    transcript a trainer masks; it is an episode whose leading young turns
+    are none (``Reuse``: a turn is kept whole or not at all)."""
+    old_turn = tp([1], version=0)
+    recs: list[Record] = [
+        Turn(0, 0, 1, 0, old_turn, call("k0")),
+        Answer(0, 0, 1, 0, "k0", JsonPayload.of(0)),
+        Sealed(0, 0, 1, tp([1], version=5)),
+    ]
+    state = replay(recs)
+    assert reusable(state, Reuse.within(1), fork=5, step=5).get(0, 0) is None
+    # Young throughout (the sample and every turn): kept sealed, as it is.
+    assert reusable(state, Reuse.within(5), fork=5, step=5) == state
+
+
 # -- the model and the machine -------------------------------------------------------
 
 

@@ -64,13 +64,13 @@ SCOPES = {
 }
 EPISODES = {"episodes", "episode pairs"}
 #: What each reaches: (sequences, framed, cuts, flips, zero tails, splices,
-#: compactions, compact-then-append splits).
+#: compactions, compact-then-append splits, reuse limits).
 CI_COUNTS = {
-    "siblings": (1925, 44, 3034, 6732, 6189, 215, 7700, 7524),
-    "deep": (13792, 569, 37821, 77040, 222663, 3930, 55168, 107964),
-    "payloads": (3948, 249, 16013, 32712, 91847, 1706, 7896, 15262),
-    "episodes": (14731, 17, 1349, 2725, 2661, 80, 22424, 82958),
-    "episode pairs": (7089, 1, 85, 85, 5, 0, 19964, 38424),
+    "siblings": (1925, 44, 3034, 6732, 6189, 215, 7700, 7524, 3850),
+    "deep": (13792, 569, 37821, 77040, 222663, 3930, 55168, 107964, 27584),
+    "payloads": (3948, 249, 16013, 32712, 91847, 1706, 7896, 15262, 7896),
+    "episodes": (14731, 17, 1349, 2725, 2661, 80, 22424, 82958, 22424),
+    "episode pairs": (7089, 1, 85, 85, 5, 0, 19964, 38424, 9982),
 }
 #: For the episode scopes: (turns appended, answers accepted, episodes
 #: continued by a newer attempt, answers of a fenced attempt, sequences
@@ -121,6 +121,7 @@ def test_every_journal_sequence_keeps_every_invariant(scope: str) -> None:
         report.splices,
         report.compactions,
         report.splits,
+        report.reuses,
     )
     assert counts == CI_COUNTS[scope]
     # Not vacuous: every rule fires, and every torn-tail shape is reached.
@@ -242,6 +243,7 @@ _ORIGINAL_ACCEPTS = _replay.accepts
 _ORIGINAL_EPISODE = _replay._episode
 _ORIGINAL_ADVANCE = _replay.advance
 _ORIGINAL_RECORDS = SiblingState.records
+_ORIGINAL_ALL_YOUNG = _reuse._all_young
 
 
 def _stale_answer_taken(current: SiblingState | None, record: Turn | Answer) -> object:
@@ -429,6 +431,18 @@ SEEDED: dict[str, Seeded] = {
         _keys_made_again,
         {"TOOL-AT-MOST-ONCE"},
     ),
+    "reuse keeps a sealed episode whole when only its sample is young": (
+        _reuse,
+        "_young_whole",
+        lambda st, *limits: _ORIGINAL_ALL_YOUNG(st.payload, *limits),
+        {"TURN-CONTINUATION-EXACT"},
+    ),
+    "reuse keeps a sample whose last token is old": (
+        _reuse,
+        "_young_prefix",
+        lambda payload, *limits: len(payload),
+        {"REUSE-OFF-POLICY", "TURN-CONTINUATION-EXACT"},
+    ),
     "the join of an extend loses its last token": (
         TokenPayload,
         "followed_by",
@@ -445,6 +459,7 @@ def test_the_checker_catches_a_seeded_bug(name: str, monkeypatch: pytest.MonkeyP
     # Each bug in the scope whose alphabet reaches it, shortened.
     episodic = target is _replay and attribute in ("_episode", "advance")
     episodic = episodic or (target is SiblingState and attribute == "records")
+    episodic = episodic or attribute == "_young_whole"
     scope = (
         attrs.evolve(SCOPES["episodes"], length=4, cut_length=0)
         if episodic
