@@ -21,11 +21,56 @@ last version run and some start a new one), and a seal the reward
 ``float(i)`` (0.0 included, which must stay apart from no reward): a token
 duplicated, lost or taken from the wrong record cannot go unseen.
 
+Episodes (``JournalBounds.turns``, issue 24) have an alphabet of their
+own, for every sibling and attempt, resolved against the model as extends
+are: a ``Turn`` with a call at the index of the episode's next turn, at the
+index of its last (for its own attempt a turn out of order; for a newer
+attempt a continuation that keeps the turns before it and replaces that
+one) and one past the next (a gap); a ``Turn`` without a call (the
+episode's last) at the next index; an ``Answer`` at the last turn under its
+call's key (a pending call answered, or one answered again), and an
+``Answer`` that names no pending call (a key no call has, at even
+positions; the pending call's key at the turn after it, at odd ones); and
+the sample records an episode meets: a ``Progress`` of tokens and an
+``Extend`` at the right offset (the tokens of a turn being generated) and a
+``Sealed``. Every call's key is ``call_key`` of its writer's identity, every
+answer position ``i``'s own JSON, with a state at even positions and none at
+odd ones. With two attempts this reaches an episode answered turn by turn,
+a call left pending (the answer lost in a crash), the pending call answered
+by a newer attempt under its stored key, a newer attempt continuing at any
+durable turn, an answer of the stale attempt landing after it (fenced), a
+turn after a turn without a call, and the seal that keeps the transcript.
+Reservations and marks touch no episode and stay out of this alphabet.
+
 The expected results come from a naive model written here, not from the
 code under test: the fencing and continuation rules of proofs/JOURNAL.md
-restated over plain tuples (``_Model``), and the frame sizes restated from
-the layout in ``_format``'s docstring (``_frame_size``). For every sequence
-``r`` of up to ``length`` records:
+and the episode rules of docs/agents.md (TURN-CONTINUATION-EXACT,
+FENCED-ANSWER-NEVER-TRAINED) restated over plain tuples (``_Model``),
+``Reuse``'s rule restated (``_Model.reuse``), and the frame sizes restated
+from the layout in ``_format``'s docstring (``_frame_size``). For every
+sequence ``r`` of up to ``length`` records:
+
+* EPISODES: when the model refuses the last record (a turn that is not the
+  episode's next, a turn while a call is pending or after a turn without a
+  call, a continuation past the answered turns, an answer with no call
+  pending, for an unknown key or for another turn), ``replay(r)`` and
+  ``compact(r, W)`` raise ``JournalEpisodeError`` naming that record's index
+  and episode, and nothing is appended after it (the journal is damaged
+  from there; its writer checks first and never appends one). Otherwise the
+  state's episodes are the model's turn by turn (tokens, call and key,
+  answer, state), its ``pending`` call is the one made, under the key it
+  was made with, and ``answered`` counts the settled turns
+  (TURN-CONTINUATION-EXACT, TOOL-AT-MOST-ONCE: the key a retry re-issues
+  is the stored one); no episode holds an answer of a fenced attempt
+  (FENCED-ANSWER-NEVER-TRAINED). Of episodes, nothing is appended after a
+  record replay ignores either: replay is a fold over the state, which the
+  check of that sequence found unchanged, so what may follow it is what
+  may follow the sequence before it (an argument about replay, not a
+  check; the sample alphabets do append after ignored records).
+* REUSE: ``reusable(replay(r), Reuse.within(k), fork, step)`` is the
+  model's, at a fork past every version and at one whose later versions
+  are of the dead branch: a sample's young prefix, an episode's leading
+  young turns (REUSE-OFF-POLICY in proofs/SAMPLES.md).
 
 * FENCING and CONTINUATION-EXACT: ``replay(r)`` is the model's state: the
   same siblings, each with the model's attempt, seal and payload (for a
@@ -42,7 +87,12 @@ the layout in ``_format``'s docstring (``_frame_size``). For every sequence
   any, and nothing else; it replays to the model's state on ``W`` (and to
   the real ``replay(r).restrict(W)``); and for every split ``r = J + K``,
   ``replay(compact(J, W) + K)`` agrees with the model of ``r`` on ``W``: a
-  compacted journal that is appended to loses nothing the window needs.
+  compacted journal that is appended to loses nothing the window needs
+  (``K`` less the turns and answers of ordinals outside ``W``: a
+  compaction dropped their episodes, and nothing of an ordinal a resume
+  no longer needs is appended after it; replay would refuse them).
+  Compaction keeps an episode as its turns and answers under the current
+  attempt, each call with the key it was made with (TOOL-AT-MOST-ONCE).
 
 For every sequence of up to ``cut_length`` records, over the bytes ``F`` of
 ``encode(header, r)`` (frames ``0..n``, the header first):

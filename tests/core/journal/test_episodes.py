@@ -558,6 +558,37 @@ class EpisodeMachine(RuleBasedStateMachine):
         after = replay(self.durable)
         assert after == before and after.fenced == before.fenced + 1
 
+    @precondition(lambda self: bool(self.life))
+    @rule(data=st.data())
+    def a_bad_turn_or_answer_is_refused(self, data: st.DataObject) -> None:
+        """A turn past the next (a gap), an answer under a key no call has,
+        or one for the turn after the last, by the sibling's current
+        attempt: the writer's check (``advance``) refuses it, and a journal
+        it was appended to (damage, a foreign writer) is refused at replay
+        naming its index, whatever the lives wrote before."""
+        key = data.draw(st.sampled_from(sorted(self.life)))
+        a = self.attempts[key]
+        journal = [*self.durable, *self.unsynced]
+        held = replay(journal).get(*key)
+        if held is not None and (held.attempt > a or held.sealed):
+            return  # not this life's sibling to write
+        turns = () if held is None else held.turns
+        last = turns[-1].call if turns else None
+        bad = data.draw(
+            st.sampled_from(
+                [
+                    Turn(*key, a, len(turns) + 1, tp([9]), call("gap")),
+                    Answer(*key, a, max(len(turns) - 1, 0), "unknown", JsonPayload.of("x")),
+                    Answer(*key, a, len(turns), "k" if last is None else last.key, tp([9])),
+                ]
+            )
+        )
+        with pytest.raises(JournalEpisodeError):
+            advance(held, bad)
+        with pytest.raises(JournalEpisodeError) as info:
+            replay([*journal, bad])
+        assert info.value.index == len(journal) and (info.value.ordinal, info.value.sibling) == key
+
     @rule(window=st.integers(0, 2))
     def compact_journal(self, window: int) -> None:
         self.sync()
