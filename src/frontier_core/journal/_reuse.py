@@ -171,7 +171,16 @@ def reusable(state: JournalState, policy: Reuse, *, fork: int, step: int) -> Jou
 
 
 def _young_whole(st: SiblingState, max_age: int, fork: int, step: int) -> bool:
-    payload = st.payload
+    """Whether every token of a sealed episode is young: its sample's and
+    every turn's. The transcript is trained too (a trainer rebuilds the
+    conversation and its mask from the turns' tokens, docs/agents.md), so
+    a young sample does not make an old turn young."""
+    return _all_young(st.payload, max_age, fork, step) and all(
+        _all_young(t.tokens, max_age, fork, step) for t in st.turns
+    )
+
+
+def _all_young(payload: Payload, max_age: int, fork: int, step: int) -> bool:
     return isinstance(payload, TokenPayload) and _young_prefix(payload, max_age, fork, step) == len(
         payload
     )

@@ -21,11 +21,56 @@ last version run and some start a new one), and a seal the reward
 ``float(i)`` (0.0 included, which must stay apart from no reward): a token
 duplicated, lost or taken from the wrong record cannot go unseen.
 
+Episodes (``JournalBounds.turns``, issue 24) have an alphabet of their
+own, for every sibling and attempt, resolved against the model as extends
+are: a ``Turn`` with a call at the index of the episode's next turn, at the
+index of its last (for its own attempt a turn out of order; for a newer
+attempt a continuation that keeps the turns before it and replaces that
+one) and one past the next (a gap); a ``Turn`` without a call (the
+episode's last) at the next index; an ``Answer`` at the last turn under its
+call's key (a pending call answered, or one answered again), and an
+``Answer`` that names no pending call (a key no call has, at even
+positions; the pending call's key at the turn after it, at odd ones); and
+the sample records an episode meets: a ``Progress`` of tokens and an
+``Extend`` at the right offset (the tokens of a turn being generated) and a
+``Sealed``. Every call's key is ``call_key`` of its writer's identity, every
+answer position ``i``'s own JSON, with a state at even positions and none at
+odd ones. With two attempts this reaches an episode answered turn by turn,
+a call left pending (the answer lost in a crash), the pending call answered
+by a newer attempt under its stored key, a newer attempt continuing at any
+durable turn, an answer of the stale attempt landing after it (fenced), a
+turn after a turn without a call, and the seal that keeps the transcript.
+Reservations and marks touch no episode and stay out of this alphabet.
+
 The expected results come from a naive model written here, not from the
 code under test: the fencing and continuation rules of proofs/JOURNAL.md
-restated over plain tuples (``_Model``), and the frame sizes restated from
-the layout in ``_format``'s docstring (``_frame_size``). For every sequence
-``r`` of up to ``length`` records:
+and the episode rules of docs/agents.md (TURN-CONTINUATION-EXACT,
+FENCED-ANSWER-NEVER-TRAINED) restated over plain tuples (``_Model``),
+``Reuse``'s rule restated (``_Model.reuse``), and the frame sizes restated
+from the layout in ``_format``'s docstring (``_frame_size``). For every
+sequence ``r`` of up to ``length`` records:
+
+* EPISODES: when the model refuses the last record (a turn that is not the
+  episode's next, a turn while a call is pending or after a turn without a
+  call, a continuation past the answered turns, an answer with no call
+  pending, for an unknown key or for another turn), ``replay(r)`` and
+  ``compact(r, W)`` raise ``JournalEpisodeError`` naming that record's index
+  and episode, and nothing is appended after it (the journal is damaged
+  from there; its writer checks first and never appends one). Otherwise the
+  state's episodes are the model's turn by turn (tokens, call and key,
+  answer, state), its ``pending`` call is the one made, under the key it
+  was made with, and ``answered`` counts the settled turns
+  (TURN-CONTINUATION-EXACT, TOOL-AT-MOST-ONCE: the key a retry re-issues
+  is the stored one); no episode holds an answer of a fenced attempt
+  (FENCED-ANSWER-NEVER-TRAINED). Of episodes, nothing is appended after a
+  record replay ignores either: replay is a fold over the state, which the
+  check of that sequence found unchanged, so what may follow it is what
+  may follow the sequence before it (an argument about replay, not a
+  check; the sample alphabets do append after ignored records).
+* REUSE: ``reusable(replay(r), Reuse.within(k), fork, step)`` is the
+  model's, at a fork past every version and at one whose later versions
+  are of the dead branch: a sample's young prefix, an episode's leading
+  young turns (REUSE-OFF-POLICY in proofs/SAMPLES.md).
 
 * FENCING and CONTINUATION-EXACT: ``replay(r)`` is the model's state: the
   same siblings, each with the model's attempt, seal and payload (for a
@@ -42,7 +87,12 @@ the layout in ``_format``'s docstring (``_frame_size``). For every sequence
   any, and nothing else; it replays to the model's state on ``W`` (and to
   the real ``replay(r).restrict(W)``); and for every split ``r = J + K``,
   ``replay(compact(J, W) + K)`` agrees with the model of ``r`` on ``W``: a
-  compacted journal that is appended to loses nothing the window needs.
+  compacted journal that is appended to loses nothing the window needs
+  (``K`` less the turns and answers of ordinals outside ``W``: a
+  compaction dropped their episodes, and nothing of an ordinal a resume
+  no longer needs is appended after it; replay would refuse them).
+  Compaction keeps an episode as its turns and answers under the current
+  attempt, each call with the key it was made with (TOOL-AT-MOST-ONCE).
 
 For every sequence of up to ``cut_length`` records, over the bytes ``F`` of
 ``encode(header, r)`` (frames ``0..n``, the header first):
@@ -101,9 +151,10 @@ import attrs
 
 from .._events import Lease
 from ..journal._compact import compact
-from ..journal._errors import JournalCorruptError, JournalSequenceError
+from ..journal._errors import JournalCorruptError, JournalEpisodeError, JournalSequenceError
 from ..journal._format import FORMAT, Decoded, TornTail, decode, encode
 from ..journal._records import (
+    Answer,
     BytesPayload,
     Extend,
     JournalHeader,
@@ -115,9 +166,12 @@ from ..journal._records import (
     Reserve,
     Sealed,
     TokenPayload,
+    ToolCall,
+    Turn,
+    call_key,
 )
-from ..journal._replay import JournalState, replay
-from ..journal._reuse import continue_sample
+from ..journal._replay import JournalState, TurnState, replay
+from ..journal._reuse import Reuse, continue_sample, reusable
 from ._explore import InvariantViolation, _Trace, breadth_first
 
 Key = tuple[int, int]
@@ -129,6 +183,7 @@ _OVERHEAD: Final = _HEAD + 4  # and the frame check after the body
 _SIBLING_FIELDS: Final = 8 + 4 + 4 + 1  # ordinal, sibling, attempt, payload kind
 _EXTEND_FIELDS: Final = _SIBLING_FIELDS + 4  # and start
 _TOKEN_COUNTS: Final = 4 + 4 + 1 + 8  # n, runs, has_reward, reward
+_EPISODE_FIELDS: Final = 8 + 4 + 4 + 4  # ordinal, sibling, attempt, turn
 
 #: The torn-tail shapes, as ``TornTail.reason`` names them.
 _SHORT_HEAD: Final = "an incomplete frame head"
@@ -150,7 +205,12 @@ class JournalBounds:
     ``length`` appends, the byte checks for those of up to ``cut_length``
     (at most ``length``), ``tokens`` tokens in each non-empty payload, an
     opaque ``Progress`` in the alphabet when ``opaque``, every flipped byte
-    XORed with each of ``masks``, and the header's ``base``."""
+    XORed with each of ``masks``, and the header's ``base``.
+
+    ``turns``: 0 for the alphabet of samples; else the alphabet of episodes
+    of up to ``turns`` turns (turn indexes ``0..turns-1``): ``Turn`` and
+    ``Answer`` records and the sample records that meet an episode (the
+    module docstring)."""
 
     ordinals: int = 2
     siblings: int = 2
@@ -161,6 +221,7 @@ class JournalBounds:
     opaque: bool = False
     masks: tuple[int, ...] = (0xFF,)
     base: int = 0
+    turns: int = 0
 
     def __attrs_post_init__(self) -> None:
         for name in ("ordinals", "siblings", "attempts", "tokens"):
@@ -170,6 +231,8 @@ class JournalBounds:
             raise ValueError(f"cut_length must be in [0, length], got {self.cut_length}")
         if not self.masks or not all(0 < m < 256 for m in self.masks):
             raise ValueError(f"masks must be non-zero bytes, got {self.masks}")
+        if self.turns < 0:
+            raise ValueError(f"turns must be at least 0, got {self.turns}")
 
 
 @attrs.frozen
@@ -185,7 +248,17 @@ class JournalReport:
     ``splits`` ``J + K`` checked with ``J`` compacted; and how often the
     rules under test fired (extends accepted and ignored, other records
     fenced, seals superseded by a newer attempt), so that a vacuous run
-    shows."""
+    shows.
+
+    Episodes (``JournalBounds.turns``): the turns appended by their own
+    attempt, the answers attached to their pending call, the episodes
+    continued by a newer attempt (a turn keeping the leading answered
+    turns, or an answer to the pending call), the answers of a fenced
+    attempt ignored, the sequences that leave a call pending (a lost
+    answer, as a crash leaves it), and the sequences whose last record
+    replay must refuse (``JournalEpisodeError``), counted by the rule it
+    breaks (``episode_errors``). ``reuses``: the states whose
+    ``Reuse.within`` was checked, once per limit."""
 
     bounds: JournalBounds
     sequences: int
@@ -203,6 +276,13 @@ class JournalReport:
     extends_ignored: int
     fenced: int
     seals_superseded: int
+    turns_appended: int = 0
+    answers_accepted: int = 0
+    continuations: int = 0
+    answers_fenced: int = 0
+    pending: int = 0
+    episode_errors: tuple[tuple[str, int], ...] = ()
+    reuses: int = 0
 
 
 # -- the naive model -------------------------------------------------------------
@@ -226,33 +306,83 @@ class _Opaque(NamedTuple):
 
 _Plain = _Tokens | _Opaque
 
+#: What a sibling holds after a turn or an answer: no tokens of the next
+#: turn yet.
+_NOTHING: Final = _Tokens((), (), (), None)
+
+
+class _Call(NamedTuple):
+    """A tool call: the tool's name, its JSON args' text, its idempotency key."""
+
+    name: str
+    args: str
+    key: str
+
+
+class _Turn(NamedTuple):
+    """A durable turn: the policy's tokens, its call (``None``: the
+    episode's last turn), and the answer and environment state once an
+    answer was accepted."""
+
+    tokens: _Tokens
+    call: _Call | None
+    answer: _Plain | None = None
+    state: _Plain | None = None
+
+
+class _Answered(NamedTuple):
+    """An ``Answer`` record's answer and state."""
+
+    answer: _Plain
+    state: _Plain | None
+
 
 class _Sibling(NamedTuple):
     attempt: int
     sealed: bool
     payload: _Plain
+    turns: tuple[_Turn, ...] = ()
+
+
+#: The episode rules a record can break, by name (``JournalReport.episode_errors``).
+_OUT_OF_ORDER: Final = "a turn that is not the episode's next"
+_AFTER_LAST: Final = "a turn after a turn without a call"
+_AFTER_PENDING: Final = "a turn while a call is pending"
+_PAST_ANSWERED: Final = "a continuation past the answered turns"
+_NOT_PENDING: Final = "an answer with no call pending"
+_UNKNOWN_KEY: Final = "an answer for an unknown key"
+_WRONG_TURN: Final = "an answer for another turn"
+_REFUSED: Final = "refused: "
 
 
 @attrs.frozen
 class _Model:
-    """Replay restated over plain values: each sibling's attempt, seal and
-    payload, the highest reservation, and the records ignored."""
+    """Replay restated over plain values: each sibling's attempt, seal,
+    payload and episode, the highest reservation, the records ignored, and
+    the answers of fenced attempts (which no episode may hold)."""
 
     siblings: Mapping[Key, _Sibling] = attrs.field(factory=dict)
     reserved: int = 0
     fenced: int = 0
+    stale: frozenset[_Plain] = frozenset()
 
-    def step(self, record: Record, plain: _Plain | None) -> tuple[_Model, str]:
+    def step(self, record: Record, plain: _Plain | _Turn | _Answered | None) -> tuple[_Model, str]:
         """The model after ``record`` (whose payload is ``plain``), and what
-        happened to the record."""
+        happened to the record (``_REFUSED`` and the rule it breaks, for a
+        record replay must refuse: the model is then unchanged)."""
         if isinstance(record, Mark):
             return self, "mark"
         if isinstance(record, Reserve):
             return attrs.evolve(self, reserved=max(self.reserved, record.below)), "reserve"
-        assert plain is not None
         key = (record.ordinal, record.sibling)
         current = self.siblings.get(key)
+        if isinstance(record, Turn | Answer):
+            return self._episode(key, current, record, plain)
+        assert isinstance(plain, _Tokens | _Opaque)
         ignored = attrs.evolve(self, fenced=self.fenced + 1)
+        # A record of the sibling's own attempt keeps its episode (a seal:
+        # as its transcript); one of a newer attempt starts afresh.
+        turns = current.turns if current is not None and current.attempt == record.attempt else ()
         if isinstance(record, Extend):
             # Only the next tokens of the same running attempt, exactly.
             if (
@@ -271,14 +401,70 @@ class _Model:
                 held.versions + plain.versions,
                 None,
             )
-            return self._with(key, _Sibling(record.attempt, False, joined)), "extended"
+            return self._with(key, _Sibling(record.attempt, False, joined, turns)), "extended"
         if current is None or record.attempt > current.attempt:
             outcome = "superseded" if current is not None and current.sealed else "accepted"
         elif record.attempt == current.attempt and not current.sealed:
             outcome = "accepted"
         else:
             return ignored, "fenced"
-        return self._with(key, _Sibling(record.attempt, isinstance(record, Sealed), plain)), outcome
+        sibling = _Sibling(record.attempt, isinstance(record, Sealed), plain, turns)
+        return self._with(key, sibling), outcome
+
+    def _episode(
+        self,
+        key: Key,
+        current: _Sibling | None,
+        record: Turn | Answer,
+        plain: _Plain | _Turn | _Answered | None,
+    ) -> tuple[_Model, str]:
+        """The episode rules of docs/agents.md and proofs/JOURNAL.md
+        (TURN-CONTINUATION-EXACT, FENCED-ANSWER-NEVER-TRAINED), restated."""
+        a, t = record.attempt, record.turn
+        if current is not None and (
+            a < current.attempt or (current.sealed and a == current.attempt)
+        ):
+            # A stale attempt, or the sealed one: ignored like any of its records.
+            if isinstance(plain, _Answered):
+                stale = self.stale | {plain.answer}
+                return attrs.evolve(self, fenced=self.fenced + 1, stale=stale), "answer fenced"
+            return attrs.evolve(self, fenced=self.fenced + 1), "fenced"
+        turns = current.turns if current is not None else ()
+        newer = current is not None and a > current.attempt
+        last = turns[-1] if turns else None
+        if isinstance(record, Turn):
+            assert isinstance(plain, _Turn)
+            if current is not None and not newer:
+                # Its own attempt: the next turn, after a call that was answered.
+                if t != len(turns):
+                    return self, _REFUSED + _OUT_OF_ORDER
+                if last is not None and last.call is None:
+                    return self, _REFUSED + _AFTER_LAST
+                if last is not None and last.answer is None:
+                    return self, _REFUSED + _AFTER_PENDING
+            else:
+                # A newer attempt (or the first) continues the episode: it
+                # keeps the first t turns, each a call that was answered.
+                if t > len(turns):
+                    return self, _REFUSED + _PAST_ANSWERED
+                if any(x.call is None for x in turns[:t]):
+                    return self, _REFUSED + _AFTER_LAST
+                if any(x.answer is None for x in turns[:t]):
+                    return self, _REFUSED + _PAST_ANSWERED
+            outcome = "continued" if newer and t else "turn"
+            return self._with(key, _Sibling(a, False, _NOTHING, (*turns[:t], plain))), outcome
+        assert isinstance(plain, _Answered)
+        # The pending call of the last turn, under the key it was made with,
+        # by its attempt or a newer one (which takes the episode over).
+        if last is None or last.call is None or last.answer is not None:
+            return self, _REFUSED + _NOT_PENDING
+        if t != len(turns) - 1:
+            return self, _REFUSED + _WRONG_TURN
+        if record.key != last.call.key:
+            return self, _REFUSED + _UNKNOWN_KEY
+        answered = last._replace(answer=plain.answer, state=plain.state)
+        sibling = _Sibling(a, False, _NOTHING, (*turns[:-1], answered))
+        return self._with(key, sibling), "continued" if newer else "answered"
 
     def _with(self, key: Key, sibling: _Sibling) -> _Model:
         siblings = dict(self.siblings)
@@ -299,14 +485,70 @@ class _Model:
             if v.sealed is sealed
         )
 
+    def reuse(self, max_age: int, fork: int, step: int) -> dict[Key, _Sibling]:
+        """What ``Reuse.within(max_age)`` lets a resume at ``fork``, training
+        ``step`` next, take (``Reuse``'s docstring, restated): of a sample,
+        its young prefix (the whole sample, a seal included, if every token
+        is young; a prefix to continue, no reward, if only some leading ones
+        are; nothing if the first is old, or if it has no versions); of an
+        episode, the leading turns whose every token is young, each whole
+        (and, if all are, the young prefix of the turn in progress), unless
+        the episode is sealed and young throughout, its sample and every
+        turn: then it is kept as it is, like a sealed sample."""
+
+        def young(tokens: _Plain) -> int:
+            if not isinstance(tokens, _Tokens):
+                return -1  # no versions to age
+            for n, v in enumerate(tokens.versions):
+                # The age along the lineage: a token of the branch that died
+                # at the fork counts its distance through the fork.
+                if step - (v if v <= fork else 2 * fork - v) > max_age:
+                    return n
+            return len(tokens.ids)
+
+        def prefix(tokens: _Plain) -> _Tokens:
+            n = max(young(tokens), 0)
+            assert isinstance(tokens, _Tokens) or n == 0
+            if not isinstance(tokens, _Tokens):
+                return _NOTHING
+            return _Tokens(tokens.ids[:n], tokens.logprobs[:n], tokens.versions[:n], None)
+
+        def whole(tokens: _Plain) -> bool:
+            return isinstance(tokens, _Tokens) and young(tokens) == len(tokens.ids)
+
+        out: dict[Key, _Sibling] = {}
+        for key, v in self.siblings.items():
+            if not v.turns:
+                if whole(v.payload):
+                    out[key] = v
+                elif young(v.payload) > 0:
+                    out[key] = _Sibling(v.attempt, False, prefix(v.payload))
+                continue
+            if v.sealed and whole(v.payload) and all(whole(t.tokens) for t in v.turns):
+                out[key] = v
+                continue
+            kept = next((n for n, t in enumerate(v.turns) if not whole(t.tokens)), len(v.turns))
+            if kept == 0:
+                continue
+            held = prefix(v.payload) if kept == len(v.turns) and not v.sealed else _NOTHING
+            out[key] = _Sibling(v.attempt, False, held, v.turns[:kept])
+        return out
+
     def compaction(self, window: frozenset[int]) -> list[tuple[object, ...]]:
         """COMPACTION-PRESERVES-WINDOW's records, as ``_Checker.record``
-        views them: one per sibling of the window, ascending, then the
-        reservation if any."""
-        out: list[tuple[object, ...]] = [
-            ("sealed" if v.sealed else "progress", o, s, v.attempt, v.payload)
-            for (o, s), v in sorted(self.on(window).items())
-        ]
+        views them: one per sibling of the window, ascending (for an
+        episode: each turn and its answer under the current attempt, the
+        keys those the calls were made with, then its seal, or its progress
+        if it holds tokens), then the reservation if any."""
+        out: list[tuple[object, ...]] = []
+        for (o, s), v in sorted(self.on(window).items()):
+            a = v.attempt
+            for t, x in enumerate(v.turns):
+                out.append(("turn", o, s, a, t, x.tokens, x.call))
+                if x.call is not None and x.answer is not None:
+                    out.append(("answer", o, s, a, t, x.call.key, x.answer, x.state))
+            if v.sealed or not v.turns or v.payload != _NOTHING:
+                out.append(("sealed" if v.sealed else "progress", o, s, a, v.payload))
         if self.reserved:
             out.append(("reserve", self.reserved))
         return out
@@ -317,13 +559,21 @@ class _Model:
 
 class _Symbol(NamedTuple):
     """A move: what to append, resolved against the model (an extend's
-    offset is relative to what its sibling holds)."""
+    offset is relative to what its sibling holds, a turn's to the turns its
+    episode holds)."""
 
     kind: str
     ordinal: int = 0
     sibling: int = 0
     attempt: int = 0
-    arg: int = 0  # progress: tokens; extend: offset from the right one; reserve: below
+    arg: int = 0  # progress: tokens; extend, turn: offset from the next one; reserve: below
+
+
+#: The calls' tool and the namespace of their keys (``call_key``).
+_TOOL: Final = "tool"
+_NAMESPACE: Final = "explore"
+#: The key of an answer that names no call of the episode.
+_UNKNOWN: Final = "unknown"
 
 
 def _alphabet(bounds: JournalBounds) -> tuple[_Symbol, ...]:
@@ -331,11 +581,26 @@ def _alphabet(bounds: JournalBounds) -> tuple[_Symbol, ...]:
     for o, s, a in itertools.product(
         range(bounds.ordinals), range(bounds.siblings), range(bounds.attempts)
     ):
+        if bounds.turns:
+            # Episodes: the next turn with a call, the same turn again (out
+            # of order for its attempt; for a newer one, a continuation
+            # that replaces it) and the one after it (a gap); the next turn
+            # without a call (the last); the answer to the last call, under
+            # its key, and one under a key no call has; and the sample
+            # records an episode meets: the tokens of a turn being
+            # generated (a snapshot, an extend), and the seal.
+            out += [_Symbol("turn", o, s, a, d) for d in (0, -1, 1)]
+            out += [_Symbol("last turn", o, s, a), _Symbol("answer", o, s, a)]
+            out += [_Symbol("unknown answer", o, s, a), _Symbol("progress", o, s, a, bounds.tokens)]
+            out += [_Symbol("extend", o, s, a, 0), _Symbol("sealed", o, s, a)]
+            continue
         out += [_Symbol("progress", o, s, a, 0), _Symbol("progress", o, s, a, bounds.tokens)]
         if bounds.opaque:
             out.append(_Symbol("opaque", o, s, a))
         out.append(_Symbol("sealed", o, s, a))
         out += [_Symbol("extend", o, s, a, d) for d in (0, 1, -1)]
+    if bounds.turns:
+        return tuple(out)  # reservations and marks touch no episode
     reserves = [_Symbol("reserve", arg=b) for b in (1, bounds.attempts + 1)]
     return (*out, *reserves, _Symbol("mark"))
 
@@ -352,10 +617,10 @@ def _tokens(i: int, n: int, reward: float | None) -> tuple[TokenPayload, _Tokens
 
 def _resolve(
     symbol: _Symbol, model: _Model, i: int, bounds: JournalBounds
-) -> tuple[Record, _Plain | None] | None:
+) -> tuple[Record, _Plain | _Turn | _Answered | None] | None:
     """The record ``symbol`` appends at position ``i``, with its payload as
     plain values; ``None`` for an overlapping extend of a sibling that holds
-    no token."""
+    no token, and for a turn before the first or past the bounds."""
     kind, o, s, a, arg = symbol
     if kind == "reserve":
         return Reserve(arg), None
@@ -371,6 +636,37 @@ def _resolve(
         payload, plain = _tokens(i, bounds.tokens, float(i))
         return Sealed(o, s, a, payload), plain
     current = model.siblings.get((o, s))
+    turns = current.turns if current is not None else ()
+    if kind in ("turn", "last turn"):
+        t = len(turns) + arg
+        if not 0 <= t < bounds.turns:
+            return None
+        payload, plain = _tokens(i, bounds.tokens, None)
+        if kind == "last turn":
+            return Turn(o, s, a, t, payload), _Turn(plain, None)
+        # Each call's own args and its writer's key (the key depends on the
+        # attempt: a continuation that re-issues a call keeps the stored one).
+        key = call_key(_NAMESPACE, o, s, a, t)
+        call = ToolCall(_TOOL, JsonPayload.of(i), key)
+        return Turn(o, s, a, t, payload, call), _Turn(plain, _Call(_TOOL, str(i), key))
+    if kind in ("answer", "unknown answer"):
+        # At the last turn, under its call's key (the tool answers the key
+        # it was called with); an unknown answer: under a key no call has
+        # (at even positions), or at the turn after the last (at odd ones).
+        t = max(len(turns) - 1, 0)
+        last = turns[-1].call if turns else None
+        key = last.key if last is not None else call_key(_NAMESPACE, o, s, a, t)
+        if kind == "unknown answer" and i % 2 == 0:
+            key = _UNKNOWN
+        elif kind == "unknown answer":
+            t = len(turns)
+        # Position i's own answer, and a state every other answer (an
+        # answer's state is optional).
+        state = BytesPayload(bytes([i])) if i % 2 == 0 else None
+        answered = _Answered(
+            _Opaque("json", str(i)), None if state is None else _Opaque("bytes", state.data)
+        )
+        return Answer(o, s, a, t, key, JsonPayload.of(i), state), answered
     held = current.payload if current is not None else None
     start = (len(held.ids) if isinstance(held, _Tokens) else 0) + arg
     if start < 0:
@@ -379,7 +675,15 @@ def _resolve(
     return Extend(o, s, a, start, payload), plain
 
 
-def _label(record: Record, plain: _Plain | None) -> str:
+def _label(record: Record, plain: _Plain | _Turn | _Answered | None) -> str:
+    if isinstance(record, Turn):
+        call = f" call {record.call.key}" if record.call is not None else " no call"
+        what = f"Turn(o{record.ordinal} s{record.sibling} a{record.attempt} t{record.turn}"
+        assert isinstance(plain, _Turn)
+        return f"append {what} tokens {list(plain.tokens.ids)}{call})"
+    if isinstance(record, Answer):
+        what = f"Answer(o{record.ordinal} s{record.sibling} a{record.attempt} t{record.turn}"
+        return f"append {what} key {record.key} {plain})"
     if not isinstance(record, Sealed | Progress | Extend):
         return f"append {record!r}"
     what = f"{type(record).__name__}(o{record.ordinal} s{record.sibling} a{record.attempt}"
@@ -394,19 +698,35 @@ def _label(record: Record, plain: _Plain | None) -> str:
     return f"append {what})"
 
 
+def _payload_size(payload: Payload) -> int:
+    """A payload's bytes in a body, by the layout."""
+    if isinstance(payload, TokenPayload):
+        versions = list(payload.versions())
+        runs = sum(1 for j, v in enumerate(versions) if j == 0 or v != versions[j - 1])
+        return _TOKEN_COUNTS + 8 * len(versions) + 8 * runs
+    if isinstance(payload, BytesPayload):
+        return len(payload.data)
+    return len(payload.text.encode("utf-8"))
+
+
 def _frame_size(record: Record) -> int:
     """A record's frame size by the layout: the head, the body, the check."""
     if isinstance(record, Mark | Reserve):
         return _OVERHEAD + 8
-    payload = record.payload
+    if isinstance(record, Turn):
+        call = record.call
+        called = 1
+        if call is not None:
+            name, key = call.name.encode("utf-8"), call.key.encode("utf-8")
+            called += 1 + len(name) + 1 + len(key) + 4 + len(call.args.text.encode("utf-8"))
+        return _OVERHEAD + _EPISODE_FIELDS + called + _payload_size(record.payload)
+    if isinstance(record, Answer):
+        key = record.key.encode("utf-8")
+        state = 0 if record.state is None else _payload_size(record.state)
+        answer = 1 + 4 + _payload_size(record.payload)  # kind, length, bytes
+        return _OVERHEAD + _EPISODE_FIELDS + 1 + len(key) + answer + 1 + state
     fields = _EXTEND_FIELDS if isinstance(record, Extend) else _SIBLING_FIELDS
-    if isinstance(payload, TokenPayload):
-        versions = list(payload.versions())
-        runs = sum(1 for j, v in enumerate(versions) if j == 0 or v != versions[j - 1])
-        return _OVERHEAD + fields + _TOKEN_COUNTS + 8 * len(versions) + 8 * runs
-    if isinstance(payload, BytesPayload):
-        return _OVERHEAD + fields + len(payload.data)
-    return _OVERHEAD + fields + len(payload.text.encode("utf-8"))
+    return _OVERHEAD + fields + _payload_size(record.payload)
 
 
 def _header_size(header: JournalHeader) -> int:
@@ -416,6 +736,11 @@ def _header_size(header: JournalHeader) -> int:
 
 
 # -- the exploration -------------------------------------------------------------
+
+#: A compaction as the checks hold it: its records, or what it raised (a
+#: seeded bug may raise anything), per window; ``None`` for a sequence
+#: replay must refuse (it has no compaction, and nothing is appended to it).
+_Compacted = Mapping[frozenset[int], "tuple[Record, ...] | Exception"] | None
 
 
 @attrs.frozen
@@ -431,13 +756,26 @@ class _Node:
     outcome: str = attrs.field(eq=False)
     file: bytes | None = attrs.field(eq=False)
     parent_file: bytes | None = attrs.field(eq=False)
-    compacted: tuple[Mapping[frozenset[int], tuple[Record, ...]], ...] = attrs.field(eq=False)
+    compacted: tuple[_Compacted, ...] = attrs.field(eq=False)
 
 
 _COUNTERS: Final = (
     "framed cuts flips zero_tails splices torn_tails refused compactions splits "
-    "extended ignored fenced superseded"
+    "extended ignored fenced superseded turn answered continued stale pending reuses"
 ).split()
+
+
+#: What the model calls a record replay ignores.
+_IGNORED: Final = frozenset({"fenced", "answer fenced", "extend ignored"})
+
+
+def _compaction(
+    records: tuple[Record, ...], window: frozenset[int]
+) -> tuple[Record, ...] | Exception:
+    try:
+        return compact(records, window)
+    except Exception as exc:  # a seeded bug may raise anything: report it
+        return exc
 
 
 def explore_journal(bounds: JournalBounds) -> JournalReport:
@@ -455,7 +793,9 @@ def explore_journal(bounds: JournalBounds) -> JournalReport:
         outcome: str,
         parent: _Node | None,
     ) -> _Node:
-        compacted = {w: compact(records, w) for w in checker.windows}
+        compacted: _Compacted = None
+        if not outcome.startswith(_REFUSED):
+            compacted = {w: _compaction(records, w) for w in checker.windows}
         return _Node(
             records,
             model,
@@ -467,7 +807,12 @@ def explore_journal(bounds: JournalBounds) -> JournalReport:
         )
 
     def successors(parent: _Node, trace: _Trace) -> Iterator[tuple[str, _Node]]:
-        if len(parent.records) == bounds.length:
+        # Nothing follows a record replay refuses: the journal is damaged
+        # from there on (and its writer never appends one). Of episodes,
+        # nothing follows a record replay ignores either (module docstring).
+        if len(parent.records) == bounds.length or parent.outcome.startswith(_REFUSED):
+            return
+        if bounds.turns and parent.outcome in _IGNORED:
             return
         i = len(parent.records)
         for symbol in alphabet:
@@ -501,6 +846,13 @@ def explore_journal(bounds: JournalBounds) -> JournalReport:
         extends_ignored=c["ignored"],
         fenced=c["fenced"],
         seals_superseded=c["superseded"],
+        turns_appended=c["turn"],
+        answers_accepted=c["answered"],
+        continuations=c["continued"],
+        answers_fenced=c["stale"],
+        pending=c["pending"],
+        episode_errors=tuple(sorted(checker.errors.items())),
+        reuses=c["reuses"],
     )
 
 
@@ -526,7 +878,14 @@ class _Checker:
         )
         self.counters = dict.fromkeys(_COUNTERS, 0)
         self.shapes: dict[str, int] = {}
+        self.errors: dict[str, int] = {}
         self._plain: dict[Payload, _Plain] = {}
+        # The limits under which reuse is checked: at a fork past every
+        # version (the oldest tokens dropped, the youngest kept), and at a
+        # fork before the last versions, whose tokens are then of a dead
+        # branch (their age counted through the fork).
+        top = (bounds.length - 1) // 2
+        self.reuses = ((0, top, top), (1, max(top - 1, 0), top))
         self._next = {
             v: TokenPayload.of([_NEXT_ID], [-0.5], v) for v in range(bounds.length // 2 + 2)
         }
@@ -554,17 +913,47 @@ class _Checker:
 
     def view(self, state: JournalState) -> dict[Key, _Sibling]:
         return {
-            (o, s): _Sibling(x.attempt, x.sealed, self.plain(x.payload))
+            (o, s): _Sibling(
+                x.attempt, x.sealed, self.plain(x.payload), tuple(self.turn(t) for t in x.turns)
+            )
             for o, s, x in state.siblings()
         }
+
+    def turn(self, turn: TurnState) -> _Turn:
+        tokens = self.plain(turn.tokens)
+        assert isinstance(tokens, _Tokens)
+        return _Turn(
+            tokens,
+            self.call(turn.call),
+            None if turn.answer is None else self.plain(turn.answer),
+            None if turn.state is None else self.plain(turn.state),
+        )
+
+    @staticmethod
+    def call(call: ToolCall | None) -> _Call | None:
+        return None if call is None else _Call(call.name, call.args.text, call.key)
 
     def record(self, record: Record) -> tuple[object, ...]:
         if isinstance(record, Reserve):
             return ("reserve", record.below)
         if isinstance(record, Mark):
             return ("mark", record.checkpoint)
+        o, s, a = record.ordinal, record.sibling, record.attempt
+        if isinstance(record, Turn):
+            return (
+                "turn",
+                o,
+                s,
+                a,
+                record.turn,
+                self.plain(record.payload),
+                self.call(record.call),
+            )
+        if isinstance(record, Answer):
+            state = None if record.state is None else self.plain(record.state)
+            return ("answer", o, s, a, record.turn, record.key, self.plain(record.payload), state)
         kind = "extend" if isinstance(record, Extend) else type(record).__name__.lower()
-        return (kind, record.ordinal, record.sibling, record.attempt, self.plain(record.payload))
+        return (kind, o, s, a, self.plain(record.payload))
 
     # The checks.
 
@@ -572,22 +961,67 @@ class _Checker:
         c = self.counters
         c["extended"] += n.outcome == "extended"
         c["ignored"] += n.outcome == "extend ignored"
-        c["fenced"] += n.outcome == "fenced"
+        c["fenced"] += n.outcome in ("fenced", "answer fenced")
+        c["stale"] += n.outcome == "answer fenced"
         c["superseded"] += n.outcome == "superseded"
-        state = self.replay(n.records, n.model, trace)
-        self.continuation(state, n.model, trace)
-        self.compaction(n, state, trace)
+        c["turn"] += n.outcome == "turn"
+        c["answered"] += n.outcome == "answered"
+        c["continued"] += n.outcome == "continued"
+        if n.outcome.startswith(_REFUSED):
+            self.refusal(n, trace)
+        else:
+            c["pending"] += any(
+                v.turns and v.turns[-1].call and v.turns[-1].answer is None
+                for v in n.model.siblings.values()
+            )
+            state = self.replay(n.records, n.model, trace)
+            self.continuation(state, n.model, trace)
+            self.reuse(state, n.model, trace)
+            self.compaction(n, state, trace)
         if n.file is not None:
             c["framed"] += 1
             _Bytes(self, n, trace).check()
 
+    def refusal(self, n: _Node, trace: _Trace) -> None:
+        """The episode rules: a turn or an answer the model refuses is a
+        ``JournalEpisodeError`` naming its index and its episode, from
+        replay and from compaction alike (nothing of a damaged journal is
+        replayed)."""
+        reason = n.outcome[len(_REFUSED) :]
+        self.errors[reason] = self.errors.get(reason, 0) + 1
+        last = n.records[-1]
+        assert isinstance(last, Turn | Answer)
+        everything = frozenset(range(self.bounds.ordinals))
+        for what, run in (("replay", replay), ("compact", lambda r: compact(r, everything))):
+            try:
+                run(n.records)
+            except JournalEpisodeError as exc:
+                where = (exc.index, exc.ordinal, exc.sibling)
+                if where == (len(n.records) - 1, last.ordinal, last.sibling):
+                    continue
+                detail = f"raised {exc!r}, expected the index {len(n.records) - 1}"
+            except Exception as exc:  # a seeded bug may raise anything: report it
+                detail = f"raised {exc!r}, not a JournalEpisodeError"
+            else:
+                detail = "accepted it"
+            raise InvariantViolation(
+                "TURN-CONTINUATION-EXACT", f"{what} of {reason}: {detail}", trace()
+            )
+
     def replay(self, records: tuple[Record, ...], model: _Model, trace: _Trace) -> JournalState:
-        """FENCING and CONTINUATION-EXACT: replay is the model."""
-        state = replay(records)
+        """FENCING, CONTINUATION-EXACT and the episode invariants: replay is
+        the model; a pending call is the one made, under its stored key."""
+        try:
+            state = replay(records)
+        except Exception as exc:  # a seeded bug may raise anything: report it
+            invariant = (
+                "TURN-CONTINUATION-EXACT" if isinstance(exc, JournalEpisodeError) else "FENCING"
+            )
+            raise InvariantViolation(invariant, f"replay raised {exc!r}", trace()) from None
         got = self.view(state)
         if got != model.siblings:
             raise InvariantViolation(
-                _which(got, model.siblings), _difference(got, model.siblings), trace()
+                _which(got, model.siblings, model.stale), _difference(got, model.siblings), trace()
             )
         facts = (state.fenced, state.reserved, state.next_attempt, state.sealed(), state.progress())
         want = (
@@ -604,6 +1038,17 @@ class _Checker:
                 f"expected {want}",
                 trace(),
             )
+        for o, s, x in state.siblings():
+            turns = model.siblings[(o, s)].turns
+            last = turns[-1] if turns else None
+            pending = last.call if last is not None and last.answer is None else None
+            if self.call(x.pending) != pending or x.answered != len(turns) - (pending is not None):
+                raise InvariantViolation(
+                    "TOOL-AT-MOST-ONCE",
+                    f"sibling {(o, s)}: pending {x.pending}, {x.answered} turns settled; "
+                    f"expected {pending}, {len(turns) - (pending is not None)}",
+                    trace(),
+                )
         return state
 
     def continuation(self, state: JournalState, model: _Model, trace: _Trace) -> None:
@@ -640,21 +1085,46 @@ class _Checker:
                         trace(),
                     )
 
+    def reuse(self, state: JournalState, model: _Model, trace: _Trace) -> None:
+        """REUSE-OFF-POLICY (proofs/SAMPLES.md) and, of an episode,
+        TURN-CONTINUATION-EXACT: what ``Reuse.within`` keeps is the model's,
+        for each of ``_REUSES``."""
+        for max_age, fork, step in self.reuses:
+            self.counters["reuses"] += 1
+            got = self.view(reusable(state, Reuse.within(max_age), fork=fork, step=step))
+            want = model.reuse(max_age, fork, step)
+            if got != want:
+                episode = any(v.turns for v in (*got.values(), *want.values()))
+                raise InvariantViolation(
+                    "TURN-CONTINUATION-EXACT" if episode else "REUSE-OFF-POLICY",
+                    f"Reuse.within({max_age}) at fork {fork}, step {step}: "
+                    + _difference(got, want),
+                    trace(),
+                )
+
     def compaction(self, n: _Node, state: JournalState, trace: _Trace) -> None:
         """COMPACTION-PRESERVES-WINDOW for every window and every split."""
         records, model = n.records, n.model
+        compactions = n.compacted[-1]
+        assert compactions is not None
         for window in self.windows:
             self.counters["compactions"] += 1
-            compacted = n.compacted[-1][window]
+            compacted = compactions[window]
+            if isinstance(compacted, Exception):
+                raise InvariantViolation(
+                    "COMPACTION-PRESERVES-WINDOW",
+                    f"compact(records, {set(window)}) raised {compacted!r}",
+                    trace(),
+                )
             got = [self.record(r) for r in compacted]
             want = model.compaction(window)
             if got != want:
                 raise InvariantViolation(
-                    "COMPACTION-PRESERVES-WINDOW",
+                    _compaction_invariant(got, want),
                     f"compact(records, {set(window)}) is {got}, expected {want}",
                     trace(),
                 )
-            again = replay(compacted)
+            again = self.replay_of(compacted, f"compact(records, {set(window)})", trace)
             if self.view(again) != model.on(window) or again.reserved != model.reserved:
                 raise InvariantViolation(
                     "COMPACTION-PRESERVES-WINDOW",
@@ -669,19 +1139,41 @@ class _Checker:
                     trace(),
                 )
             # Compacted after the first j records, then appended to: the
-            # same state on the window as the whole journal.
+            # same state on the window as the whole journal. A turn or an
+            # answer of an ordinal the compaction dropped is never appended
+            # after it (the window holds every ordinal a resume can still
+            # need): replay would refuse it, its episode gone.
             for j in range(1, len(records)):
                 self.counters["splits"] += 1
-                later = replay(n.compacted[j][window] + records[j:])
+                before = n.compacted[j]
+                assert before is not None
+                prefix = before[window]
+                assert not isinstance(prefix, Exception)  # checked when it was visited
+                after = tuple(
+                    r
+                    for r in records[j:]
+                    if not isinstance(r, Turn | Answer) or r.ordinal in window
+                )
+                what = f"compacted to {set(window)} after {j} records, then appended to"
+                later = self.replay_of(prefix + after, what, trace)
                 on = {k: v for k, v in self.view(later).items() if k[0] in window}
                 if on != model.on(window) or later.reserved != model.reserved:
                     raise InvariantViolation(
                         "COMPACTION-PRESERVES-WINDOW",
-                        f"compacted to {set(window)} after {j} records, then appended to: "
+                        f"{what}: "
                         + _difference(on, model.on(window))
                         + f", reserved {later.reserved}",
                         trace(),
                     )
+
+    @staticmethod
+    def replay_of(records: tuple[Record, ...], what: str, trace: _Trace) -> JournalState:
+        try:
+            return replay(records)
+        except Exception as exc:  # a seeded bug may raise anything: report it
+            raise InvariantViolation(
+                "COMPACTION-PRESERVES-WINDOW", f"{what}: replay raised {exc!r}", trace()
+            ) from None
 
 
 def _difference(got: Mapping[Key, _Sibling], want: Mapping[Key, _Sibling]) -> str:
@@ -691,14 +1183,52 @@ def _difference(got: Mapping[Key, _Sibling], want: Mapping[Key, _Sibling]) -> st
     return "the siblings agree"
 
 
-def _which(got: Mapping[Key, _Sibling], want: Mapping[Key, _Sibling]) -> str:
-    """CONTINUATION-EXACT when every sibling has its expected attempt and
-    seal and only running samples differ; FENCING otherwise."""
-    if set(got) == set(want) and all(
-        got[k][:2] == want[k][:2] and (got[k] == want[k] or not want[k].sealed) for k in want
-    ):
+def _keyless(turns: tuple[_Turn, ...]) -> tuple[_Turn, ...]:
+    """``turns`` with every call's key blanked."""
+    return tuple(t if t.call is None else t._replace(call=t.call._replace(key="")) for t in turns)
+
+
+def _which(
+    got: Mapping[Key, _Sibling], want: Mapping[Key, _Sibling], stale: frozenset[_Plain]
+) -> str:
+    """The invariant a replay that is not the model's breaks:
+    FENCED-ANSWER-NEVER-TRAINED when an episode holds an answer of a fenced
+    attempt; when every sibling has its expected attempt and seal,
+    TOOL-AT-MOST-ONCE when a call's key is not the one it was made with,
+    TURN-CONTINUATION-EXACT when an episode differs otherwise, and
+    CONTINUATION-EXACT when only running samples differ; FENCING otherwise."""
+    if any(t.answer in stale for v in got.values() for t in v.turns):
+        return "FENCED-ANSWER-NEVER-TRAINED"
+    if set(got) != set(want) or any(got[k][:2] != want[k][:2] for k in want):
+        return "FENCING"
+    differ = [k for k in want if got[k].turns != want[k].turns]
+    if differ:
+        if all(_keyless(got[k].turns) == _keyless(want[k].turns) for k in differ):
+            return "TOOL-AT-MOST-ONCE"
+        return "TURN-CONTINUATION-EXACT"
+    if all(got[k] == want[k] or not want[k].sealed for k in want):
         return "CONTINUATION-EXACT"
     return "FENCING"
+
+
+def _compaction_invariant(got: list[tuple[object, ...]], want: list[tuple[object, ...]]) -> str:
+    """TOOL-AT-MOST-ONCE when a compaction keeps the calls and answers but
+    not under the keys they were made with; COMPACTION-PRESERVES-WINDOW
+    otherwise."""
+
+    def keyless(records: list[tuple[object, ...]]) -> list[tuple[object, ...]]:
+        out = []
+        for r in records:
+            if r[0] == "turn" and isinstance(r[6], _Call):
+                r = (*r[:6], r[6]._replace(key=""))
+            elif r[0] == "answer":
+                r = (*r[:5], "", *r[6:])
+            out.append(r)
+        return out
+
+    if got != want and keyless(got) == keyless(want):
+        return "TOOL-AT-MOST-ONCE"
+    return "COMPACTION-PRESERVES-WINDOW"
 
 
 def _decoded(data: bytes) -> Decoded | Exception:

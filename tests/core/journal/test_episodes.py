@@ -393,6 +393,23 @@ def test_reuse_within_keeps_the_young_leading_turns_whole() -> None:
     assert reusable(state, Reuse.everything(), fork=5, step=6) == state
 
 
+def test_a_sealed_episode_is_reused_whole_only_if_every_turn_is_young() -> None:
+    """Found by the exhaustive explorer: a sealed episode whose sample is
+    young but whose first turn is old was kept whole, the old turn in the
+    transcript a trainer masks; it is an episode whose leading young turns
+    are none (``Reuse``: a turn is kept whole or not at all)."""
+    old_turn = tp([1], version=0)
+    recs: list[Record] = [
+        Turn(0, 0, 1, 0, old_turn, call("k0")),
+        Answer(0, 0, 1, 0, "k0", JsonPayload.of(0)),
+        Sealed(0, 0, 1, tp([1], version=5)),
+    ]
+    state = replay(recs)
+    assert reusable(state, Reuse.within(1), fork=5, step=5).get(0, 0) is None
+    # Young throughout (the sample and every turn): kept sealed, as it is.
+    assert reusable(state, Reuse.within(5), fork=5, step=5) == state
+
+
 # -- the model and the machine -------------------------------------------------------
 
 
@@ -540,6 +557,37 @@ class EpisodeMachine(RuleBasedStateMachine):
         self.durable.append(record)
         after = replay(self.durable)
         assert after == before and after.fenced == before.fenced + 1
+
+    @precondition(lambda self: bool(self.life))
+    @rule(data=st.data())
+    def a_bad_turn_or_answer_is_refused(self, data: st.DataObject) -> None:
+        """A turn past the next (a gap), an answer under a key no call has,
+        or one for the turn after the last, by the sibling's current
+        attempt: the writer's check (``advance``) refuses it, and a journal
+        it was appended to (damage, a foreign writer) is refused at replay
+        naming its index, whatever the lives wrote before."""
+        key = data.draw(st.sampled_from(sorted(self.life)))
+        a = self.attempts[key]
+        journal = [*self.durable, *self.unsynced]
+        held = replay(journal).get(*key)
+        if held is not None and (held.attempt > a or held.sealed):
+            return  # not this life's sibling to write
+        turns = () if held is None else held.turns
+        last = turns[-1].call if turns else None
+        bad = data.draw(
+            st.sampled_from(
+                [
+                    Turn(*key, a, len(turns) + 1, tp([9]), call("gap")),
+                    Answer(*key, a, max(len(turns) - 1, 0), "unknown", JsonPayload.of("x")),
+                    Answer(*key, a, len(turns), "k" if last is None else last.key, tp([9])),
+                ]
+            )
+        )
+        with pytest.raises(JournalEpisodeError):
+            advance(held, bad)
+        with pytest.raises(JournalEpisodeError) as info:
+            replay([*journal, bad])
+        assert info.value.index == len(journal) and (info.value.ordinal, info.value.sibling) == key
 
     @rule(window=st.integers(0, 2))
     def compact_journal(self, window: int) -> None:
