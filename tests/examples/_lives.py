@@ -24,17 +24,26 @@ LIFE_DEADLINE = 240.0
 
 
 def life(
-    argv: Sequence[str], kill_after: int | None, *, deadline: float = LIFE_DEADLINE
+    argv: Sequence[str],
+    kill_after: int | None,
+    *,
+    deadline: float = LIFE_DEADLINE,
+    sig: int = signal.SIGKILL,
+    env: dict[str, str] | None = None,
 ) -> tuple[bool, list[str]]:
-    """Run ``python argv`` as one life; SIGKILL it once it has printed
-    ``kill_after`` more lines starting with ``step`` (the kill then lands
-    inside the next step), or let it end (``None``, or a life that ends
-    first). Returns whether it was killed and the lines it printed."""
+    """Run ``python argv`` as one life (``env`` added to the environment);
+    once it has printed ``kill_after`` more lines starting with ``step``,
+    SIGKILL its whole process group (the kill then lands inside the next
+    step), or, with ``sig=signal.SIGTERM``, send it a termination notice,
+    which it must drain and answer by exiting 143; or let it end (``None``,
+    or a life that ends first). Returns whether it was stopped and the
+    lines it printed."""
     child = subprocess.Popen(
         [sys.executable, *argv],
         start_new_session=True,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
+        env=None if env is None else {**os.environ, **env},
     )
     assert child.stdout is not None
     ends = time.monotonic() + deadline
@@ -56,10 +65,16 @@ def life(
                 break
             buffered += chunk
         if kill_after is not None and steps() >= kill_after:
-            os.killpg(child.pid, signal.SIGKILL)
-            child.wait(timeout=30)
+            if sig == signal.SIGKILL:
+                os.killpg(child.pid, signal.SIGKILL)
+                child.wait(timeout=30)
+                gone(child.pid)
+                return True, buffered.decode().splitlines()
+            os.kill(child.pid, sig)
+            out, err = child.communicate(timeout=max(ends - time.monotonic(), 1))
+            assert child.returncode == 143, (child.returncode, err.decode()[-3000:])
             gone(child.pid)
-            return True, buffered.decode().splitlines()
+            return True, (buffered + out).decode().splitlines()
         out, err = child.communicate(timeout=max(ends - time.monotonic(), 1))
         buffered += out
     finally:

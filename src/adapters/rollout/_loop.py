@@ -128,7 +128,7 @@ import asyncio
 import enum
 import sys
 from collections import deque
-from collections.abc import Callable, Hashable, Iterable, Sequence
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from typing import Any, Protocol, cast
 
 import attrs
@@ -138,6 +138,7 @@ from frontier_core.journal import Reuse, SiblingState, TokenPayload, lineage_ver
 
 from .. import Run, Taken
 from ..journal import Recovered, RolloutJournal, resumed_sample
+from ..run import Drained
 from ._engine import (
     ABORT,
     USABLE,
@@ -678,6 +679,35 @@ class RolloutLoop:
         await asyncio.gather(*tasks, return_exceptions=True)
         self._notify()
         return self.outstanding
+
+    async def drain(
+        self,
+        *,
+        step: int | None = None,
+        json_parts: Mapping[str, Any] | None = None,
+        tensor_parts: Mapping[str, Any] | None = None,
+    ) -> Drained:
+        """A termination notice, on a ``Run``: stop the loop (``aclose``:
+        the requests are aborted, nothing is failed), hand the run every
+        running sample's tokens so far (each, not only those a progress
+        record was due for), then ``Run.drain`` them (journaled, synced,
+        shipped, a checkpoint at ``step`` with your parts if the notice's
+        time allows) and close the run. Returns ``Run.drain``'s report.
+        Drain through the loop, not the run alone: the run's drain closes
+        it, and a loop still generating would report to a closed run."""
+        if self.run is None:
+            raise RuntimeError("drain is a run's: build the loop with RolloutLoop(run, ...)")
+        running = [
+            req
+            for req in self._requests.values()
+            if req.lease is not None and not req.landed and not req.released
+        ]
+        await self.aclose()
+        for req in running:
+            lease = req.lease
+            if lease is not None and req.tokens.get(0) and self.run.collector.current(lease):
+                self.run.progress(lease, self._payload(req))
+        return self.run.drain(step=step, json_parts=json_parts, tensor_parts=tensor_parts)
 
     def wake(self) -> None:
         """Re-run the feeder: room was freed or ordinals were requeued."""

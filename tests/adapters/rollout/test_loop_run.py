@@ -256,6 +256,41 @@ def test_after_a_termination_notice_the_loop_takes_nothing_and_drain_keeps_the_t
     assert continued == {f"o0-s{s}": tuple(full(0, s)[:2]) for s in range(N)}
 
 
+def test_the_loops_drain_keeps_tokens_streamed_before_the_notice(tmp_path: Path) -> None:
+    """Tokens below the progress cadence, none after the notice: the loop's
+    ``drain`` stops the requests, hands the run every running sample's
+    tokens and drains it (no report reaches the closed run after), and the
+    next life continues each sample from them."""
+
+    async def main() -> tuple[Any, Engine]:
+        engine = Engine(fed=True)
+        source = SequenceSource([(o, f"r{o}") for o in range(2)], batch_size=2)
+        cfg = LedgerConfig(stream_len=2, samples=N, fingerprint=FP)
+        run = Run.open(tmp_path, source, cfg, progress_every=100)
+        async with loop(run, engine, Sink(), max_in_flight=N) as rollout:
+            await engine.feed(2)
+            await streamed(
+                lambda: [len(t) for t in rollout.partial(0).values()] == [2] * N
+            )
+            run.notice(60)
+            drained = await rollout.drain()
+        return drained, engine
+
+    drained, _ = run_within(main())
+    assert (drained.running, drained.progress_records) == (N, N)
+
+    async def life2() -> Engine:
+        engine, sink = Engine(), Sink()
+        with open_run(tmp_path) as run:
+            async with loop(run, engine, sink) as rollout:
+                await rollout.until(lambda: len(sink) == 2)
+        return engine
+
+    again = run_within(life2())
+    continued = {rid.split("-a")[0]: p for rid, p in again.submitted if rid.startswith("o0")}
+    assert continued == {f"o0-s{s}": tuple(full(0, s)[:2]) for s in range(N)}
+
+
 def test_a_preempted_run_leaves_the_loop_idle_with_nothing_taken(tmp_path: Path) -> None:
     async def main() -> Engine:
         engine = Engine()
