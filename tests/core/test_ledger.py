@@ -222,7 +222,7 @@ def test_transitions_never_change_the_value_they_start_from() -> None:
     assert list(ledger.ordinals(Status.PENDING)) == [0, 1, 2, 3, 4]
 
 
-def test_retry_requeues_until_max_attempts_then_drops() -> None:
+def test_retry_requeues_until_max_failures_then_drops() -> None:
     config = LedgerConfig(on_failure=FailurePolicy.RETRY, max_failures=3, stream_len=1)
     ledger = Ledger.start(config).stamp(1).ledger
     for attempt in (1, 2):

@@ -34,8 +34,9 @@ construction; nothing else private is overridden or read. The
 trainer refuses what it cannot make exact: several processes, an iterable
 dataset, ``remove_unused_columns=True`` (it would strip the ordinal
 column), ``max_steps`` set by hand (the stream defines the run) and
-``save_total_limit=1`` (the Trainer deletes the previous checkpoint before
-the coverage checkpoint of the new one exists).
+``save_total_limit=1``, or below 3 with a best model (the Trainer deletes
+the previous checkpoint before the coverage checkpoint of the new one
+exists).
 """
 
 from __future__ import annotations
@@ -268,10 +269,22 @@ class FrontierGRPOMixin:
             raise ValueError(
                 f"num_train_epochs must be a whole number, got {targs.num_train_epochs}"
             )
-        if targs.save_total_limit == 1:
+        limit = targs.save_total_limit
+        best = bool(targs.load_best_model_at_end or targs.metric_for_best_model)
+        if limit is not None and (limit == 1 or (best and limit < 3)):
+            # The Trainer rotates old folders inside its save, before the
+            # coverage checkpoint of the new folder exists; it always keeps
+            # the newest and, with a best model, the best: so the folder the
+            # run's newest coverage checkpoint pairs with must be a third.
             raise ValueError(
-                "save_total_limit=1 lets the Trainer delete the last complete checkpoint before "
-                "the new one is complete: use 2 or more (or None)"
+                f"save_total_limit={limit} lets the Trainer delete the last complete checkpoint "
+                "before the new one is complete: use "
+                + (
+                    "3 or more with a best model (load_best_model_at_end or metric_for_best_model)"
+                    if best and limit != 1
+                    else "2 or more"
+                )
+                + " (or None)"
             )
 
     def _frontier_layout(self) -> Layout:

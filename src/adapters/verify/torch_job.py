@@ -96,7 +96,7 @@ JOURNAL_NAME = "journal"
 #: At the journal level a group fails whole only after this many failed
 #: samples: the injected failures restart siblings (and fence their
 #: attempts) but drop nothing.
-JOURNAL_MAX_ATTEMPTS = 64
+JOURNAL_MAX_FAILURES = 64
 #: ``--reuse``: what a resume takes from the journal (``nothing``: coverage
 #: only, every unfinished sample is generated again from nothing).
 REUSE = {"everything": Reuse.everything(), "nothing": Reuse.nothing()}
@@ -264,7 +264,7 @@ def run(args: RunArgs) -> int:
             stream_len=args.rows * args.epochs,
             samples=n,
             on_failure=FailurePolicy.RETRY,
-            max_failures=JOURNAL_MAX_ATTEMPTS if journaled else 2,
+            max_failures=JOURNAL_MAX_FAILURES if journaled else 2,
             fingerprint=fingerprint,
         ),
     )

@@ -176,7 +176,7 @@ def test_failure_requeues_then_the_retry_lands_under_a_new_request_id() -> None:
     arun(main())
 
 
-def test_failure_past_max_attempts_is_dropped_on_record() -> None:
+def test_failure_past_max_failures_is_dropped_on_record() -> None:
     async def main() -> None:
         script = {"o0-a0": "raise", "o0-a1": "raise"}
         collector, _, sink, loop, events, dropped = make(2, script, max_failures=2)

@@ -1,6 +1,6 @@
 """The TRL kill test (CI size): real GRPO lives on the tiny offline Llama,
 SIGKILLed in checkpoint saves (after the model file, after the optimizer,
-after the Trainer's files, inside the frontier state file's write), after
+after the Trainer's files, inside the coverage checkpoint's write), after
 steps, in a generation and at random times from outside, across the epoch
 boundary with shuffle on; resumed until done. The audit of the library's
 log must find every prompt trained exactly once, and the probe (what the
@@ -52,7 +52,7 @@ def test_sigkilled_lives_train_every_prompt_exactly_once(tmp_path: Path) -> None
 
 #: Every point a kill can land before the first complete checkpoint (with
 #: ``save_steps=2`` that is ``checkpoint-2``): after a step, in a generation,
-#: and inside the first save, before the frontier state file is renamed.
+#: and inside the first save, before the coverage checkpoint is published.
 BEFORE_THE_FIRST_CHECKPOINT = (
     Kill(1, "step"),
     Kill(1, "generate"),

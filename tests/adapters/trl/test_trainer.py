@@ -151,6 +151,11 @@ def test_what_cannot_be_exact_is_refused(parts: tuple[Any, Any], tmp_path: Path)
         trainer(parts, tmp_path, remove_unused_columns=True)
     with pytest.raises(ValueError, match="save_total_limit"):
         trainer(parts, tmp_path, save_total_limit=1)
+    # With a best model the Trainer keeps the newest and the best folder:
+    # a third is needed for the one the newest coverage checkpoint pairs with.
+    with pytest.raises(ValueError, match="3 or more with a best model"):
+        trainer(parts, tmp_path, save_total_limit=2, metric_for_best_model="loss")
+    trainer(parts, tmp_path, save_total_limit=3, metric_for_best_model="loss")
     with pytest.raises(ValueError, match="whole number"):
         trainer(parts, tmp_path, num_train_epochs=1.5)
 
