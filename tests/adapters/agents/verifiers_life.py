@@ -215,7 +215,7 @@ def main(root: Path, report: Path, engine_kind: str) -> None:
             asyncio.run(episodes(run, counted, params, decoding, prompts, make_task, restore, done))
     finally:
         if hasattr(engine, "shutdown"):
-            engine.shutdown()
+            engine.shutdown(timeout=1)  # vLLM's default grace is ~5 s of idle wait
 
 
 if __name__ == "__main__":
