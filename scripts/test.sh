@@ -4,6 +4,8 @@
 # tests, and run the real-vLLM tests in .venv-vllm, where FRONTIER_REQUIRE_VLLM=1
 # turns a missing vllm into a failure instead of a skip. Arguments go to the
 # main pytest run; FRONTIER_VLLM_TESTS=0 leaves out the vLLM venv and tests.
+# .venv-vllm also holds verifiers: the verifiers kill test on real vLLM runs
+# there, with FRONTIER_REQUIRE_VERIFIERS=1 too.
 # The TRL binding's tests run the same way in ./.venv-trl (scripts/setup-trl.sh,
 # FRONTIER_REQUIRE_TRL=1); FRONTIER_TRL_TESTS=0 leaves them out. The verifiers
 # binding's tests run in ./.venv-agents (scripts/setup-agents.sh,
@@ -36,10 +38,12 @@ NO_MKDOCS_2_WARNING=1 .venv/bin/mkdocs build --strict --quiet --site-dir "$docs_
 # `weed`) on loopback: here one that cannot start fails the run, not a skip.
 FRONTIER_REQUIRE_S3=1 .venv/bin/python -m pytest "$@"
 if [ "$vllm_tests" != 0 ]; then
-    FRONTIER_REQUIRE_VLLM=1 .venv-vllm/bin/python -m pytest -p no:cacheprovider \
+    FRONTIER_REQUIRE_VLLM=1 FRONTIER_REQUIRE_VERIFIERS=1 .venv-vllm/bin/python -m pytest \
+        -p no:cacheprovider \
         tests/adapters/rollout/test_vllm.py tests/adapters/rollout/test_vllm_kill.py \
         tests/adapters/rollout/test_vllm_samples.py tests/adapters/rollout/test_vllm_logprobs.py \
-        tests/adapters/rollout/test_vllm_example.py
+        tests/adapters/rollout/test_vllm_example.py \
+        tests/adapters/agents/test_verifiers_vllm_kill.py
 fi
 if [ "$trl_tests" != 0 ]; then
     # One intra-op thread: two on these shared cores made GRPO steps ~50x slower.

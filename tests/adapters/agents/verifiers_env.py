@@ -1,7 +1,8 @@
 """A user's verifiers 0.4.0 environment, unchanged by the binding: a Task
 whose Toolset adds to cells of the project's tool server (a keyed sandbox
 that executes each idempotency key at most once and records it). The tool
-declares ``call_key``: the endpoint fills it with the call's key.
+declares ``call_key``: the endpoint fills it with the call's key. A tool's
+answer is the JSON of the tool server's answer.
 
 Importable as a module (verifiers starts each Toolset as ``python -m`` of
 its module, hence the ``run()`` line at the end). ``FRONTIER_TOOL_URL`` is
@@ -11,6 +12,7 @@ executes, creates that file and stalls (the test kills the life there)."""
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 from pathlib import Path
 from typing import Any
@@ -49,7 +51,7 @@ class KvToolset(vf.Toolset[vf.ToolsetConfig, KvState]):
         )
         await _stall(call_key)
         self.state.keys.append(call_key)
-        return str(answer)
+        return json.dumps(answer)
 
     @vf.tool
     async def get(self, k: str, call_key: str) -> str:
@@ -59,7 +61,7 @@ class KvToolset(vf.Toolset[vf.ToolsetConfig, KvState]):
         )
         await _stall(call_key)
         self.state.keys.append(call_key)
-        return str(answer)
+        return json.dumps(answer)
 
 
 class KvTask(vf.Task[vf.TaskData, KvState]):
