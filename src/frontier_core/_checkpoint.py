@@ -473,7 +473,7 @@ def _validate(c: Checkpoint) -> None:
     for o, _ in c.failures:
         if _contains(c.trained_above_cut, o) or _contains(c.dropped_above_cut, o):
             raise CheckpointCorruptError(
-                f"checkpoint keeps attempts for ordinal {o}, which is already resolved"
+                f"checkpoint keeps failures for ordinal {o}, which is already resolved"
             )
     if c.stream_len is not None and (c.cut > c.stream_len or c.highest_ordinal() >= c.stream_len):
         raise CheckpointCorruptError(

@@ -246,9 +246,9 @@ def test_a_record_keeping_attempts_of_a_resolved_ordinal_is_refused() -> None:
     for field in ("trained_above_cut", "dropped_above_cut"):
         for o in (5, 6):
             with pytest.raises(CheckpointCorruptError) as info:
-                Checkpoint(cut=0, **{field: ((5, 7),), "attempts": ((o, 1),)})  # type: ignore[arg-type]
+                Checkpoint(cut=0, **{field: ((5, 7),), "failures": ((o, 1),)})  # type: ignore[arg-type]
             assert str(info.value) == (
-                f"checkpoint keeps attempts for ordinal {o}, which is already resolved"
+                f"checkpoint keeps failures for ordinal {o}, which is already resolved"
             )
     fine = Checkpoint(cut=0, trained_above_cut=((5, 7),), failures=((4, 1), (7, 1)))
     assert Checkpoint.from_state_dict(fine.state_dict()) == fine
@@ -380,8 +380,8 @@ _ASCENDING = "ordinals ascending from the cut, counts >= 1"
         ({"stream_len": -1}, "'stream_len' must be an int >= 0, got -1"),
         ({"trained_above_cut": 5}, "expected a sequence of pairs, got int"),
         ({"retained": "ab"}, "expected a sequence of pairs, got str"),
-        ({"attempts": [5]}, "expected a pair, got 5"),
-        ({"attempts": ["ab"]}, "expected a pair, got 'ab'"),
+        ({"failures": [5]}, "expected a pair, got 5"),
+        ({"failures": ["ab"]}, "expected a pair, got 'ab'"),
         ({"retained": [(4, 5, 6)]}, "expected a pair, got (4, 5, 6)"),
         ({"trained_above_cut": [("x", 5)]}, "'trained_above_cut' must be an int >= 0, got 'x'"),
         ({"dropped_above_cut": [(4, "y")]}, "'dropped_above_cut' must be an int >= 0, got 'y'"),
@@ -398,12 +398,12 @@ _ASCENDING = "ordinals ascending from the cut, counts >= 1"
         ({"dropped_above_cut": [(4, 6), (5, 7)]},
          "'dropped_above_cut' holds [5, 7): ordinals must be >= 7"),
         ({"retained": [(4, 6), (5, 7)]}, "'retained' holds [5, 7): ordinals must be >= 6"),
-        ({"attempts": [("x", 1)]}, "'attempts' must be an int >= 0, got 'x'"),
-        ({"attempts": [(5, None)]}, "'attempts' must be an int >= 0, got None"),
-        ({"attempts": [(5, 0)]}, f"'attempts' holds (5, 0): {_ASCENDING}"),
-        ({"attempts": [(2, 1)]}, f"'attempts' holds (2, 1): {_ASCENDING}"),
-        ({"attempts": [(5, 1), (5, 2)]}, f"'attempts' holds (5, 2): {_ASCENDING}"),
-        ({"attempts": [(5, 1), (4, 1)]}, f"'attempts' holds (4, 1): {_ASCENDING}"),
+        ({"failures": [("x", 1)]}, "'attempts' must be an int >= 0, got 'x'"),
+        ({"failures": [(5, None)]}, "'attempts' must be an int >= 0, got None"),
+        ({"failures": [(5, 0)]}, f"'attempts' holds (5, 0): {_ASCENDING}"),
+        ({"failures": [(2, 1)]}, f"'attempts' holds (2, 1): {_ASCENDING}"),
+        ({"failures": [(5, 1), (5, 2)]}, f"'attempts' holds (5, 2): {_ASCENDING}"),
+        ({"failures": [(5, 1), (4, 1)]}, f"'attempts' holds (4, 1): {_ASCENDING}"),
     ],
 )  # fmt: skip
 def test_a_hand_built_checkpoint_is_refused_with_its_exact_reason(

@@ -383,7 +383,7 @@ def _forged_set(**rank0: object) -> list[ShardCheckpoint]:
         {"trained_above_cut": [(1, 1_100_000)]},  # a huge range in one column
         {"cut": 1_100_000},  # a cut far past the other rank's
         {"retained": [(0, 1_100_000)]},
-        {"attempts": [(10**12, 1)]},
+        {"failures": [(10**12, 1)]},
     ],
     ids=["range", "cut", "retained", "attempt"],
 )
@@ -405,7 +405,7 @@ def test_a_forged_rank_record_is_refused_before_the_merge(rank0: dict[str, objec
 def test_the_merge_window_is_the_ranks_window_times_the_world() -> None:
     """Exactly ``world * max_window`` ordinals above the merged cut pass,
     and no more: rank 0 trained local 1..4 (global 2, 4, 6, 8), rank 1
-    keeps attempts for local 4 (global 9), so the set spans [0, 10)."""
+    keeps failures for local 4 (global 9), so the set spans [0, 10)."""
     shares = Share.tiling(2)
     shards = [
         _shard(shares[0], None, cut=0, trained_above_cut=[(1, 5)]),

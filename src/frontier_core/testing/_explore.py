@@ -578,7 +578,7 @@ def _resumes(
             again = resumed.ledger.checkpoint()
             kept = ["cut", "trained_above_cut", "dropped_above_cut"]
             if load and not evicted:
-                kept += ["retained", "attempts"]
+                kept += ["retained", "failures"]
             if any(getattr(again, f) != getattr(with_sealed, f) for f in kept):
                 raise InvariantViolation(
                     "RESUME-EXACT", "a crash right after resume differs", trace()
