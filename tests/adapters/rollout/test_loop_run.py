@@ -217,6 +217,21 @@ def test_a_group_buffered_at_a_checkpoint_comes_back_whole_without_a_request(
     assert second.groups[1].samples == first.groups[1].samples
 
 
+def continued_prefixes(root: Path) -> dict[str, tuple[int, ...]]:
+    """The next life on ``root``, run until both groups land: the prefix
+    each of prompt 0's requests was submitted with, by sibling."""
+
+    async def life() -> Engine:
+        engine, sink = Engine(), Sink()
+        with open_run(root) as run:
+            async with loop(run, engine, sink) as rollout:
+                await rollout.until(lambda: len(sink) == 2)
+        return engine
+
+    again = run_within(life())
+    return {rid.split("-a")[0]: p for rid, p in again.submitted if rid.startswith("o0")}
+
+
 def test_after_a_termination_notice_the_loop_takes_nothing_and_drain_keeps_the_tokens(
     tmp_path: Path,
 ) -> None:
@@ -243,17 +258,7 @@ def test_after_a_termination_notice_the_loop_takes_nothing_and_drain_keeps_the_t
     drained, engine = run_within(main())
     assert engine.submitted == [(request_id_of(0, s, sibling=s), ()) for s in range(N)]
     assert (drained.running, drained.progress_records) == (N, N)
-
-    async def life2() -> Engine:
-        engine, sink = Engine(), Sink()
-        with open_run(tmp_path) as run:
-            async with loop(run, engine, sink) as rollout:
-                await rollout.until(lambda: len(sink) == 2)
-        return engine
-
-    again = run_within(life2())
-    continued = {rid.split("-a")[0]: p for rid, p in again.submitted if rid.startswith("o0")}
-    assert continued == {f"o0-s{s}": tuple(full(0, s)[:2]) for s in range(N)}
+    assert continued_prefixes(tmp_path) == {f"o0-s{s}": tuple(full(0, s)[:2]) for s in range(N)}
 
 
 def test_the_loops_drain_keeps_tokens_streamed_before_the_notice(tmp_path: Path) -> None:
@@ -269,26 +274,14 @@ def test_the_loops_drain_keeps_tokens_streamed_before_the_notice(tmp_path: Path)
         run = Run.open(tmp_path, source, cfg, progress_every=100)
         async with loop(run, engine, Sink(), max_in_flight=N) as rollout:
             await engine.feed(2)
-            await streamed(
-                lambda: [len(t) for t in rollout.partial(0).values()] == [2] * N
-            )
+            await streamed(lambda: [len(t) for t in rollout.partial(0).values()] == [2] * N)
             run.notice(60)
             drained = await rollout.drain()
         return drained, engine
 
     drained, _ = run_within(main())
     assert (drained.running, drained.progress_records) == (N, N)
-
-    async def life2() -> Engine:
-        engine, sink = Engine(), Sink()
-        with open_run(tmp_path) as run:
-            async with loop(run, engine, sink) as rollout:
-                await rollout.until(lambda: len(sink) == 2)
-        return engine
-
-    again = run_within(life2())
-    continued = {rid.split("-a")[0]: p for rid, p in again.submitted if rid.startswith("o0")}
-    assert continued == {f"o0-s{s}": tuple(full(0, s)[:2]) for s in range(N)}
+    assert continued_prefixes(tmp_path) == {f"o0-s{s}": tuple(full(0, s)[:2]) for s in range(N)}
 
 
 def test_a_preempted_run_leaves_the_loop_idle_with_nothing_taken(tmp_path: Path) -> None:
