@@ -63,7 +63,7 @@ LIFE_TIMEOUT = 300.0
 FINGERPRINT = "agents-torture-v1"
 
 
-def _append(path: Path, entry: dict[str, Any]) -> None:
+def append_event(path: Path, entry: dict[str, Any]) -> None:
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
     try:
         os.write(fd, (json.dumps(entry) + "\n").encode())
@@ -105,11 +105,28 @@ class _KilledEnvironment(KvEnvironment):
         return super().observe(answer)
 
 
-class _CountingEngine:
-    """The engine, with every turn it generates logged (durably) as it
-    ends, so the turns a killed life generated are counted too."""
+def log_life(run: Run, log: Path) -> None:
+    """The ``life`` event ``audit`` reads: this life's pid, and the answered
+    turns and pending calls its run recovered from the journal."""
+    durable = [st for _o, _s, st in run.recovered.state.siblings() if st.turns]
+    append_event(
+        log,
+        {
+            "event": "life",
+            "pid": os.getpid(),
+            "turns_durable": sum(st.answered for st in durable),
+            "calls_pending": sum(st.pending is not None for st in durable),
+        },
+    )
 
-    def __init__(self, engine: Any, log: Path, killer: _Killer) -> None:
+
+class CountingEngine:
+    """The engine, with every turn it generates logged (durably: the
+    ``generated`` event ``audit`` reads) as it ends, so the turns a killed
+    life generated are counted too; ``killer`` (the torture's) may die
+    right after."""
+
+    def __init__(self, engine: Any, log: Path, killer: _Killer | None = None) -> None:
         self.engine, self.log, self.killer = engine, log, killer
 
     async def abort(self, request_id: str) -> None:
@@ -121,9 +138,10 @@ class _CountingEngine:
             final = output
             yield output
         if final is not None:
-            tokens = len(final.outputs[0].token_ids)
-            _append(self.log, {"event": "generated", "tokens": tokens})
-            self.killer.passed("generating")  # a turn generated, not journaled
+            tokens = len(final.outputs[0].token_ids) if final.outputs else 0
+            append_event(self.log, {"event": "generated", "tokens": tokens})
+            if self.killer is not None:
+                self.killer.passed("generating")  # a turn generated, not journaled
 
 
 def _transcript(episode: SiblingState) -> list[list[Any]]:
@@ -148,17 +166,8 @@ async def _life(args: argparse.Namespace) -> None:
     with Run.open(root, SequenceSource(prompts), config, progress_every=1 << 20) as run:
         if run.resumed is not None:
             killer.passed("resumed")
-        durable = [st for _o, _s, st in run.recovered.state.siblings() if st.turns]
-        _append(
-            log,
-            {
-                "event": "life",
-                "pid": os.getpid(),
-                "turns_durable": sum(st.answered for st in durable),
-                "calls_pending": sum(st.pending is not None for st in durable),
-            },
-        )
-        counted = _CountingEngine(engine, log, killer)
+        log_life(run, log)
+        counted = CountingEngine(engine, log, killer)
         step = run.step
         while not run.drained:
             groups = run.take(2)
@@ -194,7 +203,7 @@ async def _life(args: argparse.Namespace) -> None:
                         "retried": out.retried,
                         "sealed": out.effect is not None and lease in out.effect.sealed,
                     }
-                    _append(log, entry)
+                    append_event(log, entry)
                     if out.effect is not None:
                         if lease in out.effect.sealed:
                             assert out.episode is not None
@@ -207,11 +216,11 @@ async def _life(args: argparse.Namespace) -> None:
             run.checkpoint(step)
             for ordinal in sorted(landed):
                 # The episodes trained: each sibling's [attempt, transcript].
-                _append(
+                append_event(
                     log,
                     {"event": "trained", "ordinal": ordinal, "episodes": attempts.get(ordinal, {})},
                 )
-    _append(log, {"event": "done"})
+    append_event(log, {"event": "done"})
 
 
 def audit(

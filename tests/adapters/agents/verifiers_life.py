@@ -23,12 +23,12 @@ import json
 import os
 import sys
 import tempfile
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import verifiers.v1 as vf
 from frontier_adapters import Run, SequenceSource
+from frontier_adapters.verify.agent_job import CountingEngine, append_event, log_life
 
 from frontier_core import LedgerConfig
 from frontier_core.journal import JsonPayload
@@ -90,30 +90,6 @@ def chat_tokenizer() -> Any:
     return tokenizer
 
 
-def _append(log: Path, entry: dict[str, Any]) -> None:
-    with log.open("a") as f:
-        f.write(json.dumps(entry) + "\n")
-
-
-class Counted:
-    """The engine, logging each turn it generated (``agent_job``'s
-    ``generated`` event) as soon as it has."""
-
-    def __init__(self, engine: Any, log: Path) -> None:
-        self.engine, self.log = engine, log
-
-    async def generate(self, prompt: Any, params: Any, request_id: str) -> AsyncIterator[Any]:
-        final = None
-        async for output in self.engine.generate(prompt, params, request_id):
-            final = output
-            yield output
-        tokens = len(final.outputs[0].token_ids) if final is not None and final.outputs else 0
-        _append(self.log, {"event": "generated", "tokens": tokens})
-
-    async def abort(self, request_id: str) -> None:
-        await self.engine.abort(request_id)
-
-
 def _policy(engine_kind: str, root: Path) -> tuple[Any, Any, Any, list[list[int]]]:
     """(engine, params, decoding, prompts) of the ``engine_kind`` policy."""
     if engine_kind == "cpu":
@@ -171,7 +147,7 @@ def main(root: Path, report: Path, engine_kind: str) -> None:
     def done(policy: Any, out: Any) -> None:
         assert out.effect is not None and out.episode is not None
         lease, episode = out.lease, out.episode
-        _append(log, {"event": "episode", "lease": list(lease), "retried": out.retried})
+        append_event(log, {"event": "episode", "lease": list(lease), "retried": out.retried})
         sealed = lease in out.effect.sealed
         if sealed:
             siblings.setdefault(lease.ordinal, {})[lease.sibling] = [
@@ -179,7 +155,7 @@ def main(root: Path, report: Path, engine_kind: str) -> None:
                 _transcript(episode),
             ]
         for ordinal in sorted(out.effect.landed):
-            _append(
+            append_event(
                 log, {"event": "trained", "ordinal": ordinal, "episodes": siblings.pop(ordinal)}
             )
         line = {
@@ -197,21 +173,12 @@ def main(root: Path, report: Path, engine_kind: str) -> None:
             "sealed": sealed,
             "prompt": prompts[lease.ordinal],
         }
-        _append(report, line)
+        append_event(report, line)
 
     try:
         with Run.open(root, SequenceSource(prompts), CONFIG) as run:
-            durable = [st for _o, _s, st in run.recovered.state.siblings() if st.turns]
-            _append(
-                log,
-                {
-                    "event": "life",
-                    "pid": os.getpid(),
-                    "turns_durable": sum(st.answered for st in durable),
-                    "calls_pending": sum(st.pending is not None for st in durable),
-                },
-            )
-            counted = Counted(engine, log)
+            log_life(run, log)
+            counted = CountingEngine(engine, log)
             asyncio.run(episodes(run, counted, params, decoding, prompts, make_task, restore, done))
     finally:
         if hasattr(engine, "shutdown"):
