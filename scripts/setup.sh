@@ -15,4 +15,5 @@ fi
 case ",${extras}," in
     *,torch,*) .venv/bin/python -m pip install --quiet torch==2.13.0 ;;
 esac
-.venv/bin/python -m pip install --quiet -e ".[${extras}]"
+# Under a lock on the project folder (see setup-vllm.sh).
+flock . .venv/bin/python -m pip install --quiet -e ".[${extras}]"

@@ -16,24 +16,42 @@
 # FRONTIER_REQUIRE_S3=1 makes a server that cannot start a failure.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/setup.sh torch,dev,ray,docs,s3
 vllm_tests="${FRONTIER_VLLM_TESTS:-1}"
-if [ "$vllm_tests" != 0 ]; then
-    bash scripts/setup-vllm.sh
-fi
 trl_tests="${FRONTIER_TRL_TESTS:-1}"
-if [ "$trl_tests" != 0 ]; then
-    bash scripts/setup-trl.sh
-fi
 verifiers_tests="${FRONTIER_VERIFIERS_TESTS:-1}"
-if [ "$verifiers_tests" != 0 ]; then
-    bash scripts/setup-agents.sh
-fi
+scratch=$(mktemp -d -t frontier-test-XXXXXX)
+trap 'kill $(jobs -p) 2>/dev/null || true; rm -rf "$scratch"' EXIT
+# The stage venvs are set up side by side, in the background, while ./.venv
+# is set up and the lint, type check and docs build run (installs mostly wait
+# on the registry and the disk): about five minutes less than one after the
+# other. Each writes its own log, printed when it fails; none waits unbounded
+# (a hung install is stopped by the deadline below).
+setups=()
+for stage in vllm trl agents; do
+    case $stage in
+        vllm) wanted=$vllm_tests ;;
+        trl) wanted=$trl_tests ;;
+        agents) wanted=$verifiers_tests ;;
+    esac
+    [ "$wanted" != 0 ] || continue
+    timeout 1800 bash "scripts/setup-$stage.sh" > "$scratch/setup-$stage.log" 2>&1 &
+    setups+=("$stage:$!")
+done
+bash scripts/setup.sh torch,dev,ray,docs,s3
 .venv/bin/ruff check src tests
 .venv/bin/mypy --strict src/frontier_core src/adapters
-docs_site=$(mktemp -d -t frontier-docs-XXXXXX)
-trap 'rm -rf "$docs_site"' EXIT
-NO_MKDOCS_2_WARNING=1 .venv/bin/mkdocs build --strict --quiet --site-dir "$docs_site"
+NO_MKDOCS_2_WARNING=1 .venv/bin/mkdocs build --strict --quiet --site-dir "$scratch/site"
+for setup in "${setups[@]}"; do
+    stage=${setup%%:*}
+    if wait "${setup#*:}"; then
+        grep -v '^WARNING: Location' "$scratch/setup-$stage.log" || true
+    else
+        status=$?
+        cat "$scratch/setup-$stage.log" >&2
+        echo "test.sh: scripts/setup-$stage.sh failed (exit $status; 124 is its 30-minute deadline)" >&2
+        exit "$status"
+    fi
+done
 # The object-store tests start a real SeaweedFS server (the s3 extra's
 # `weed`) on loopback: here one that cannot start fails the run, not a skip.
 FRONTIER_REQUIRE_S3=1 .venv/bin/python -m pytest "$@"
