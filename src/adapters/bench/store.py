@@ -367,8 +367,11 @@ def resume_rows(store: Store, root: Path, *, quick: bool, rounds: int) -> list[R
     windows = QUICK_WINDOWS if quick else RESUME_WINDOWS
     small = windows[0]
     # (window in records, samples in the run): each window behind a run of
-    # just the window, and the smallest behind a run LONG_RUN times longer.
-    cases = [(w, w) for w in windows] + [(small, small * (QUICK_LONG_RUN if quick else LONG_RUN))]
+    # just the window, and the smallest behind a run LONG_RUN times longer,
+    # next to its baseline in either order (a round of the largest window
+    # takes long enough for the machine's load to change meanwhile).
+    long = (small, small * (QUICK_LONG_RUN if quick else LONG_RUN))
+    cases = [(small, small), long, *((w, w) for w in windows[1:])]
     built: dict[tuple[int, int], dict[str, Any]] = {}
     for window, run in cases:
         prefix = f"resume-{window}-{run}"
@@ -384,7 +387,7 @@ def resume_rows(store: Store, root: Path, *, quick: bool, rounds: int) -> list[R
             _copy(store, prefix, copy)
             times[case].append(resume_seconds(store, copy, root / copy, built[case]))
     rows: list[Row] = []
-    for case in cases:
+    for case in (*cases[:1], *cases[2:], long):  # the windows as they grow, then the long run
         window, run = case
         info = built[case]
         detail: dict[str, Any] = {
