@@ -20,9 +20,10 @@ the section: ``frontier_adapters.store._seaweed``; the ``s3`` extra).
   ``segment_bytes``, 4 MiB, and ``segment_seconds``, 2 s; again at
   ``segment_seconds=0.5``, ``Run.open``'s option) is handed progress
   records of ``LAG_TOKENS`` tokens (a 258-byte frame) at a paced rate
-  (10^2, 10^3 and 10^4 records/s) for ``seconds``, committed by its group
-  commit (the default policy, 5 ms) as a rollout loop's timer would. A
-  record's lag is the time from its ``progress`` call until the shipper's
+  (10^2, 10^3 and 10^4 records/s) for 4 s (two default segments; 0.3 s
+  with --quick, at 10^4 only), committed by its group commit (the default
+  policy, 5 ms) as a rollout loop's timer would. A record's lag is the
+  time from its ``progress`` call until the shipper's
   ``shipped`` (read at every tick of the pacing loop, 1 ms) covers it;
   p50 and p99 over the records of the round. Appends go on, unmeasured,
   until the last measured record is up, so the tail is shipped as in a
@@ -188,8 +189,8 @@ def lags(
         )
         (payload,) = samples(1, LAG_TOKENS, 3)
         total = max(1, round(rate * seconds))
-        # (last record appended at a tick, the time of the tick's first
-        # append); (time, shipped) at every move of ``shipped``.
+        # (last record appended at a tick, the tick's time, taken before its
+        # appends: a lag is never short); (time, shipped) at every move.
         appended: list[tuple[int, float]] = []
         moves: list[tuple[float, int]] = [(time.perf_counter(), shipper.shipped)]
         first = last = 0
