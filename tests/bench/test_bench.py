@@ -10,6 +10,7 @@ import math
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -70,6 +71,8 @@ def test_quick_bench_reports_every_installed_section(
             assert r["baseline"]
         if "target" in r:
             assert isinstance(r["met"], bool)
+    if HAVE_S3:
+        _check_store_rows([r for r in doc["rows"] if r["section"] == "store"])
     if HAVE_TORCH:
         assert doc["machine"]["torch"]
         names = [r["name"] for r in doc["rows"]]
@@ -77,6 +80,42 @@ def test_quick_bench_reports_every_installed_section(
         assert any("bare StatefulDataLoader" in n for n in names)
         assert any("NeMo-RL ring" in n for n in names)
         assert any("StatefulDataLoader" in n and "into the epoch" in n for n in names)
+
+
+def _check_store_rows(found: list[dict[str, object]]) -> None:
+    """The store section's shipping lag and resume rows at --quick sizes
+    (10^4 records/s for 0.3 s, at the default and a 0.5 s segment_seconds;
+    windows of 256 and 1,024 records, and 256 behind 4,096 samples): each
+    there once, well-formed, with its baseline. Which goal is met is the
+    machine's, never asserted."""
+    rows: dict[str, dict[str, Any]] = {str(r["name"]): r for r in found}
+    assert len(rows) == len(found)
+    for config, seconds in (("default segment_seconds=2", 2.0), ("segment_seconds=0.5", 0.5)):
+        label = f"shipping lag at 10,000 records/s ({config})"
+        p50, p99 = rows[f"{label}, p50"], rows[f"{label}, p99"]
+        for r in (p50, p99):
+            assert r["unit"] == "s" and r["segment_seconds"] == seconds
+            assert r["rate"] == 10_000 and r["records"] == 3_000
+            assert r["segment_bytes"] == 4 << 20 and r["frame_bytes"] > 0
+        assert all(a <= b for a, b in zip(p50["rounds"], p99["rounds"], strict=True))
+        assert "target" not in p50
+        assert p99["target"] == "p99 < 2 s" and isinstance(p99["met"], bool)
+    assert not any(n.startswith("shipping lag at 100 ") for n in rows)  # --quick: one rate
+    prefix = "resume from the store, window of"
+    small = rows[f"{prefix} 256 records (run of the window)"]
+    grown = rows[f"{prefix} 1,024 records (run of the window)"]
+    long = rows[f"{prefix} 256 records behind 4,096 samples, compacted"]
+    assert "ratios" not in small
+    assert grown["baseline"] == "the window of 256 records, same round"
+    assert long["baseline"] == "the same window behind a run of 256 samples, same round"
+    assert isinstance(long["met"], bool) and "1.5x" in long["target"]
+    for r in (small, grown, long):
+        assert r["unit"] == "s wall" and r["objects"] >= 2  # a base and its segments
+        assert len(r["us_per_record"]) == len(r["rounds"])
+    # The compacted window is the same records after a run 16 times longer.
+    assert long["window_records"] == small["window_records"]
+    assert grown["window_records"] == 4 * small["window_records"]
+    assert long["run_samples"] == 16 * small["run_samples"]
 
 
 def test_the_journal_section_reports_every_question(tmp_path: Path) -> None:

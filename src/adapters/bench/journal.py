@@ -94,7 +94,7 @@ SIBLINGS = 8
 STEP = 32
 ROLLOUT_TOKENS = 16
 #: Group commit while a rollout is built (its speed is not measured).
-_BUILD = CommitPolicy(max_delay=3600.0, max_bytes=8 << 20)
+BUILD = CommitPolicy(max_delay=3600.0, max_bytes=8 << 20)
 
 
 def samples(n: int, tokens: int, seed: int) -> list[TokenPayload]:
@@ -334,7 +334,7 @@ def compaction_rows(sizes: Sequence[int], window: int, root: Path, rounds: int) 
         directory = root / f"rollout-{n}"
         directory.mkdir()
         journal, compacted = directory / "journal", directory / "compacted"
-        with JournalWriter(journal, HEADER, _BUILD) as writer:
+        with JournalWriter(journal, HEADER, BUILD) as writer:
             start = time.perf_counter()
             window_range, position, checkpoint = rollout(writer, n, window)
             build = time.perf_counter() - start
