@@ -77,7 +77,14 @@ from frontier_core.journal import (
 
 from .._collector import StreamCollector, StreamSource, Taken
 from .._state import KEY_FORMAT, KEY_VERSION, check_state
-from ..checkpoints import LoadedCheckpoint, PartCodec, read_checkpoint, write_checkpoint
+from ..checkpoints import (
+    LoadedCheckpoint,
+    PartCodec,
+    claim_epoch,
+    epoch_reader,
+    read_checkpoint,
+    write_checkpoint,
+)
 from ..journal import RESERVE, SEGMENT_SECONDS, JournalShipError, Recovered, RolloutJournal, Shipper
 from ..store import is_url, open_store
 
@@ -183,10 +190,14 @@ class Run:
         codec: PartCodec | None,
         keep: int,
         logger: Callable[[dict[str, float]], object] | None,
+        epoch: int,
     ) -> None:
         """Use ``Run.open``: a ``Run`` built any other way skipped the
         recovery its invariants rely on."""
         self.root = root
+        #: This life's epoch (``claim_epoch``): its checkpoints publish, and
+        #: its journal ships, only while no newer life claimed the run.
+        self.epoch = epoch
         #: Where the checkpoints are: ``root/checkpoints``, or under ``remote``.
         self.checkpoints = checkpoints
         self.collector = collector
@@ -311,6 +322,9 @@ class Run:
         root.mkdir(parents=True, exist_ok=True)
         store = None if remote is None else open_store(remote)
         checkpoints = root / "checkpoints" if remote is None else _under(remote, "checkpoints")
+        # Claimed before anything this life continues is read: from here on
+        # every older life of the run (a node that comes back) is fenced.
+        epoch = claim_epoch(checkpoints)
         loaded = read_checkpoint(
             checkpoints,
             fingerprint=fingerprint,
@@ -334,7 +348,14 @@ class Run:
             lineage=lineage,
             policy=policy,
             progress_every=progress_every,
-            ship_to=None if store is None else Shipper(store, segment_seconds=segment_seconds),
+            ship_to=None
+            if store is None
+            else Shipper(
+                store,
+                segment_seconds=segment_seconds,
+                epoch=epoch,
+                fence=epoch_reader(checkpoints),
+            ),
         )
         try:
             if loaded is None or saved is None:
@@ -381,6 +402,7 @@ class Run:
                 codec=codec,
                 keep=keep,
                 logger=logger,
+                epoch=epoch,
             )
             if loaded is None:
                 # A first checkpoint before anything is generated.
@@ -731,6 +753,7 @@ class Run:
             tensor_parts=tensor_parts,
             codec=self._codec,
             keep=self._keep,
+            epoch=self.epoch,
         )
         self.journal.compact(range(self.collector.ledger.cut, _END))
         self.step = step
