@@ -254,7 +254,6 @@ class Shipper:
         """The writer put a whole new journal file in place (``data``, its
         last record ``last``): the file it opened, or a compaction."""
         with self._cond:
-            self._check_failed()
             self._make_room(len(data))
             self._roll()
             key = base_key(self.prefix, last, data, self.epoch)
@@ -309,7 +308,8 @@ class Shipper:
 
     def _check_failed(self) -> None:
         """Raise the failure no retry mends (the lock is held): a fenced
-        shipper takes nothing more, so the writer stops at once."""
+        shipper takes no more groups, so the writer stops at its next
+        commit instead of generating for a run that went on elsewhere."""
         if self.failure is not None:
             raise self.failure
 
