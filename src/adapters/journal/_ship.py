@@ -43,8 +43,21 @@ store, so the run could not make durable progress meanwhile anyway. A
 single group or base larger than the bound is taken when the queue is
 empty.
 
-Restoring. ``restore`` reads the newest base and the segments that
-continue it without a gap, and joins them into the bytes of a journal file,
+Lives. A ``Shipper`` of ``epoch`` (the life's, ``claim_epoch``'s; 0 for
+a shipper outside the fencing, whose names carry no epoch: those of
+before epochs) names every object it ships with it
+(``base-...-e<epoch>``, ``seg-...-e<epoch>``), and a life ships its whole
+journal as a base before any segment. So objects of two lives never
+share a name, a base prunes its own epoch's superseded objects and every
+older epoch's (never a newer one's: finding one, the shipper is fenced),
+and with ``fence`` (what reads the run's current epoch) the shipper
+checks before each upload that no newer life claimed the run, and
+otherwise stops with ``JournalFencedError`` and refuses the writer's next
+group: a node that comes back after a resume elsewhere stops at once.
+
+Restoring. ``restore`` reads the newest epoch's newest base and that
+epoch's segments that continue it without a gap (an older life's objects,
+fenced or not yet pruned, are never chained), and joins them into the bytes of a journal file,
 which the core then decodes with every check a file gets (frames bound to
 their journal, sequence numbers, torn tails). A gap between two segments
 that both exist, a segment overlapping its base, an object whose name is
