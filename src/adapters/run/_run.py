@@ -301,6 +301,14 @@ class Run:
         the shipped segments (``run.journal.restored`` says which copy was
         used): only what the lost node had not shipped is generated again.
 
+        Every open claims the run's next epoch (``run.epoch``;
+        ``frontier_adapters.checkpoints.claim_epoch``) before it reads the
+        checkpoint and the journal it continues: from then on an older life
+        still running (a node that comes back after a preemption or a
+        partition) publishes no checkpoint and ships nothing a later life
+        restores; its calls raise ``CheckpointFencedError`` (its journal's
+        ``JournalFencedError`` is one too), and it should exit.
+
         Raises the checkpoint reader's ``CheckpointError``s (a damaged,
         foreign or mismatched checkpoint: nothing is written), the journal's
         ``JournalError``s (another run's journal, one that holds records
