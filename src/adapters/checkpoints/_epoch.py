@@ -39,14 +39,13 @@ from ._objects import MAX_OBJECTS, PUBLISHED_OBJECTS, dirs_of
 CLAIM_TRIES: Final = 4
 
 
-def _root(root: str | os.PathLike[str]) -> tuple[Store, LineageFile[object], str, bool]:
+def _root(root: str | os.PathLike[str]) -> tuple[Store, LineageFile[object], str]:
     local = local_path(root)
     if local is not None:
-        local.mkdir(parents=True, exist_ok=True)
         store: Store = PosixStore(local)
-        return store, PUBLISHED, str(local / LATEST), True  # type: ignore[return-value]
+        return store, PUBLISHED, str(local / LATEST)  # type: ignore[return-value]
     store = open_store(str(root))
-    return store, PUBLISHED_OBJECTS, f"{store.where}/{LATEST}", False  # type: ignore[return-value]
+    return store, PUBLISHED_OBJECTS, f"{store.where}/{LATEST}"  # type: ignore[return-value]
 
 
 def claim_epoch(root: str | os.PathLike[str]) -> int:
@@ -59,12 +58,16 @@ def claim_epoch(root: str | os.PathLike[str]) -> int:
     claiming at once), and the lineage reader's ``CheckpointFileError``s
     (a missing ``LATEST`` beside checkpoints, a garbled one): nothing is
     written then."""
-    store, kind, shown, local = _root(root)
+    store, kind, shown = _root(root)
+    where = local_path(root)
+    if where is not None:
+        where.mkdir(parents=True, exist_ok=True)
     for _ in range(CLAIM_TRIES):
         lineage, current, version = read_versioned(store, shown, kind)
         if lineage is None:
-            where = local_path(root)
-            names = os.listdir(where) if local and where else dirs_of(store.list(limit=MAX_OBJECTS))
+            names = (
+                os.listdir(where) if where is not None else dirs_of(store.list(limit=MAX_OBJECTS))
+            )
             refuse_unlisted(shown, kind, None, names)
         data = lineage_bytes(kind, lineage or [], epoch=current + 1)
         try:
@@ -88,7 +91,7 @@ def epoch_reader(root: str | os.PathLike[str]) -> Callable[[], int]:
     one store opened here: what a journal's shipper checks before each
     upload (``Shipper(fence=...)``). It raises the store's errors and
     ``CheckpointFileError`` for a garbled ``LATEST``."""
-    store, kind, shown, _ = _root(root)
+    store, kind, shown = _root(root)
 
     def read() -> int:
         return read_versioned(store, shown, kind)[1]

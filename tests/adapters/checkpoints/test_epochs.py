@@ -121,3 +121,24 @@ def test_a_forged_epoch_is_refused(tmp_path: Path) -> None:
             read_checkpoint(root, fingerprint=FP)
     with pytest.raises(ValueError, match="epoch"):
         save(str(root), 2, epoch=0)
+
+
+def test_lives_claiming_at_once_never_share_an_epoch(root: str) -> None:
+    """Claims race (threads here; processes on a directory take the same
+    lock): each that returns holds an epoch no other holds, the root ends
+    at the highest, and a claim that lost every try says so by type."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    save(root, 1)
+
+    def claim(_: int) -> int | None:
+        try:
+            return claim_epoch(root)
+        except CheckpointConflictError:
+            return None
+
+    with ThreadPoolExecutor(6) as pool:
+        got = [e for e in pool.map(claim, range(6)) if e is not None]
+    assert got and len(set(got)) == len(got)
+    assert epoch_reader(root)() == max(got)
+    assert len(names(root)) == 1  # the lineage went through every claim unchanged
