@@ -37,7 +37,8 @@ nothing planted at a predictable name can redirect a write); every file and
 the directory are fsynced, the directory is renamed to a name no other
 directory has (``ckpt-000012``, or ``ckpt-000012-1`` when a published
 checkpoint already holds that step), and only then is ``LATEST`` replaced
-(a temporary file, fsync, ``os.replace``, fsync of the root). Every other
+by the ``PosixStore``'s compare-and-swap (under its ``flock`` on
+``root/.store-lock``: a temporary file, fsync, rename, fsync of the root). Every other
 checkpoint directory is removed after publishing: the ancestors beyond
 ``keep`` and the abandoned ones. A crash at any moment leaves ``LATEST``
 naming the previous lineage intact.
@@ -70,7 +71,8 @@ some network filesystems do not. Every such call lives in ``_fs``, so that
 another storage (an object store) can stand behind the same protocol.
 
 One writer per root: two processes writing the same root concurrently are
-not supported (the second would prune the first's directory).
+not supported (the second would prune the first's directory), except that
+a writer of an older life is fenced (below) before it removes anything.
 
 On an object store: a root may also be a URL (``s3://bucket/prefix``,
 ``gs://...``, ``az://...``; ``file://`` and plain paths are directories),
