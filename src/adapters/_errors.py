@@ -77,3 +77,32 @@ class JournalWithoutCheckpointError(JournalError, CheckpointMismatchError):
     def __init__(self, path: str | os.PathLike[str], reason: str) -> None:
         super().__init__(reason)
         self.path = _name_file(self, path)
+
+
+class CheckpointConflictError(FrontierError, RuntimeError):
+    """Another writer moved the published lineage while this write was in
+    progress (two writers publishing at once, or a newer resume's write):
+    this checkpoint was not published, and its objects are garbage the
+    next successful write removes. ``path`` names ``LATEST``."""
+
+    def __init__(self, path: str, reason: str) -> None:
+        super().__init__(f"{path}: {reason}")
+        self.path = path
+
+
+class CheckpointFencedError(CheckpointConflictError):
+    """A writer of an older life was fenced: a newer life of the run claimed
+    the root (``claim_epoch``: ``LATEST`` names the newer ``current``
+    epoch) after this writer claimed ``epoch``, so nothing this writer
+    publishes may move the run's pointer any more. Nothing was published.
+    What a node that comes back after a resume elsewhere gets: stop, the
+    run goes on in the newer life. ``path`` names ``LATEST``."""
+
+    def __init__(self, path: str, epoch: int, current: int, what: str = "this writer") -> None:
+        self.epoch = epoch
+        self.current = current
+        super().__init__(
+            path,
+            f"{what} is of epoch {epoch}, but the run's pointer is claimed by epoch {current}: "
+            "a newer life resumed the run, and this one is fenced (nothing was published)",
+        )

@@ -37,7 +37,8 @@ nothing planted at a predictable name can redirect a write); every file and
 the directory are fsynced, the directory is renamed to a name no other
 directory has (``ckpt-000012``, or ``ckpt-000012-1`` when a published
 checkpoint already holds that step), and only then is ``LATEST`` replaced
-(a temporary file, fsync, ``os.replace``, fsync of the root). Every other
+by the ``PosixStore``'s compare-and-swap (under its ``flock`` on
+``root/.store-lock``: a temporary file, fsync, rename, fsync of the root). Every other
 checkpoint directory is removed after publishing: the ancestors beyond
 ``keep`` and the abandoned ones. A crash at any moment leaves ``LATEST``
 naming the previous lineage intact.
@@ -70,7 +71,8 @@ some network filesystems do not. Every such call lives in ``_fs``, so that
 another storage (an object store) can stand behind the same protocol.
 
 One writer per root: two processes writing the same root concurrently are
-not supported (the second would prune the first's directory).
+not supported (the second would prune the first's directory), except that
+a writer of an older life is fenced (below) before it removes anything.
 
 On an object store: a root may also be a URL (``s3://bucket/prefix``,
 ``gs://...``, ``az://...``; ``file://`` and plain paths are directories),
@@ -87,10 +89,22 @@ returned (``write_checkpoint``, ``LoadedCheckpoint.path``,
 ``published_checkpoints``) are then names relative to the root (what
 ``parent=`` takes); ``read_checkpoint_dir`` takes directories only.
 Details: ``_objects``'s docstring.
+
+A node that comes back: each life of a run claims the next *epoch* of the
+root when it opens (``claim_epoch``: ``LATEST`` rewritten with the same
+lineage and that epoch, by one compare-and-swap, on either store), and
+writes with ``write_checkpoint(..., epoch=...)``, which publishes only
+while ``LATEST`` still names that epoch. A life from before a resume
+elsewhere (a preempted or partitioned node whose process kept running) is
+refused with ``CheckpointFencedError`` (a ``CheckpointConflictError``)
+naming both epochs, and publishes nothing. ``LATEST`` of version 3 names
+the epoch; versions 1 and 2 are read as epoch 0. Details: ``_epoch``'s
+docstring.
 """
 
 from __future__ import annotations
 
+from .._errors import CheckpointFencedError as CheckpointFencedError
 from .._errors import CheckpointFileError as CheckpointFileError
 from .._errors import CheckpointFileVersionError as CheckpointFileVersionError
 from .._errors import DatasetChangedError as DatasetChangedError
@@ -101,17 +115,22 @@ from ._dirs import published_checkpoints as published_checkpoints
 from ._dirs import read_checkpoint as read_checkpoint
 from ._dirs import read_checkpoint_dir as read_checkpoint_dir
 from ._dirs import write_checkpoint as write_checkpoint
+from ._epoch import claim_epoch as claim_epoch
+from ._epoch import epoch_reader as epoch_reader
 from ._objects import CheckpointConflictError as CheckpointConflictError
 from ._parts import PartCodec as PartCodec
 
 __all__ = [
     "CheckpointConflictError",
+    "CheckpointFencedError",
     "CheckpointFileError",
     "CheckpointFileVersionError",
     "DatasetChangedError",
     "LoadedCheckpoint",
     "PartCodec",
     "checkpoint_name",
+    "claim_epoch",
+    "epoch_reader",
     "latest_checkpoint",
     "published_checkpoints",
     "read_checkpoint",

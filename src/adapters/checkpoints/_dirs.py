@@ -13,8 +13,8 @@ from typing import Any, Final
 
 import attrs
 
-from .._errors import CheckpointFileError
-from ..store import local_path
+from .._errors import CheckpointFencedError, CheckpointFileError
+from ..store import PosixStore, local_path
 from . import _fs
 from ._lineage import (
     LineageFile,
@@ -25,6 +25,7 @@ from ._lineage import (
     publish_next,
     read_lineage,
     read_previous,
+    read_versioned,
     remove_dead,
 )
 from ._parts import (
@@ -41,10 +42,11 @@ from ._sealed import HEX64, check_fingerprint, check_sealed, digest, is_int, par
 FORMAT: Final = "frontier_adapters.checkpoint_dir"
 VERSION: Final = 2
 ROOT_FORMAT: Final = "frontier_adapters.checkpoint_root"
-ROOT_VERSION: Final = 2
+ROOT_VERSION: Final = 3
 #: Older versions of ``LATEST`` this library still reads: version 1 listed
-#: the lineage in step order without parents (read as the chain it lists).
-ROOT_VERSIONS_READ: Final = (1,)
+#: the lineage in step order without parents (read as the chain it lists),
+#: version 2 named no epoch (read as epoch 0).
+ROOT_VERSIONS_READ: Final = (1, 2)
 MANIFEST: Final = "manifest.json"
 LATEST: Final = "LATEST"
 #: Bounds on what is read before it is trusted.
@@ -131,6 +133,7 @@ PUBLISHED: Final = LineageFile(
     step_of=lambda e: e.step,
     dir_of=lambda e: e.name,
     to_json=_Entry.to_json,
+    epoch=True,
 )
 
 
@@ -365,6 +368,7 @@ def write_checkpoint(
     keep: int = 2,
     between_parts: Callable[[str], None] | None = None,
     parent: LoadedCheckpoint | str | os.PathLike[str] | None = None,
+    epoch: int | None = None,
 ) -> Path:
     """Write checkpoint ``step`` atomically and publish it as the latest.
 
@@ -386,6 +390,13 @@ def write_checkpoint(
     ``between_parts(name)`` is called after each part is written and with
     ``"LATEST"`` just before publishing (a hook for crash tests).
 
+    ``epoch`` is the epoch this life claimed (``claim_epoch``): the write
+    publishes only while ``LATEST`` still names it, by one compare-and-swap
+    (in a directory under the ``PosixStore``'s lock), and a writer of an
+    older life, fenced by a newer claim, gets ``CheckpointFencedError``
+    (a ``CheckpointConflictError``) and publishes nothing. ``None``: a
+    writer outside the fencing, which keeps the epoch ``LATEST`` names.
+
     Refuses (``CheckpointFileError``, nothing written) a root whose
     ``LATEST`` is missing next to checkpoint directories, or garbled, and a
     ``parent`` that is not on the published lineage, and a dead directory
@@ -400,6 +411,8 @@ def write_checkpoint(
         raise TypeError(f"fingerprint must be a str, got {type(fingerprint).__name__}")
     if tensor_parts and codec is None:
         raise TypeError("tensor_parts need a codec= to encode them (the torch binding's for .pt)")
+    if epoch is not None and (not is_int(epoch) or epoch < 1):
+        raise ValueError(f"epoch must be an int >= 1 (claim_epoch's), got {epoch!r:.40}")
     blobs: list[tuple[str, bytes]] = []
     for key, value in json_parts.items():
         blobs.append((f"{key}.{JSON_SUFFIX}", encode_json(value)))
@@ -425,6 +438,7 @@ def write_checkpoint(
             keep=keep,
             between_parts=between_parts,
             parent=parent,
+            epoch=epoch,
         )
     root = local
     parent_name = None if parent is None else parent_dir(root, parent, "parent")
@@ -432,6 +446,14 @@ def write_checkpoint(
     root_fd = _fs.root_fd(root)
     assert root_fd is not None
     try:
+        if epoch is not None:
+            # Refused before anything is removed or written: a fenced
+            # writer's dead-directory sweep could take the newer life's
+            # checkpoint that is renamed and not yet published.
+            shown = str(root / LATEST)
+            _, current, _ = read_versioned(PosixStore(root), shown, PUBLISHED)
+            if current != epoch:
+                raise CheckpointFencedError(shown, epoch, current)
         old = read_lineage(root, root_fd, PUBLISHED)
         continued = ancestry(root, root_fd, PUBLISHED, old or [], step, parent_name)
         if old is None:
@@ -439,7 +461,7 @@ def write_checkpoint(
             # else, so that a checkpoint directory is never found next to a
             # missing LATEST unless something removed it.
             old = []
-            publish_lineage(root, root_fd, PUBLISHED, old)
+            publish_lineage(root, root_fd, PUBLISHED, old, epoch)
         published = {link.entry.name for link in old}
         remove_dead(root, root_fd, PUBLISHED, published)
         tmp = _fs.make_tmp_dir(root, f"{_fs.TMP_PREFIX}ckpt-")
@@ -467,7 +489,7 @@ def write_checkpoint(
         if between_parts is not None:
             between_parts(LATEST)
         new = _Entry(name, step, manifest_sha)
-        publish_next(root, root_fd, PUBLISHED, new, continued, keep)
+        publish_next(root, root_fd, PUBLISHED, new, continued, keep, epoch)
         return root / name
     finally:
         _fs.close(root_fd)

@@ -13,8 +13,8 @@ from typing import Any, Final, Generic, TypeVar, cast
 
 import attrs
 
-from .._errors import CheckpointFileError
-from ..store import PosixStore, Store
+from .._errors import CheckpointConflictError, CheckpointFencedError, CheckpointFileError
+from ..store import PosixStore, Store, StoreConflictError, StoreLimitError, StoreObjectError
 from . import _fs
 from ._sealed import check_sealed, is_int, parse_json, sealed_bytes
 
@@ -77,6 +77,13 @@ class LineageFile(Generic[_E]):
     #: with the same lineage: the file's bytes, hence its version on any
     #: store (an ETag is a digest of them), change (``COMMIT``).
     owned: bool = False
+    #: The file of ``version`` also names the run's *epoch* (``"epoch"``,
+    #: an int >= 0; 0 in older versions): the number of the newest life
+    #: that claimed the root (``_epoch.claim_epoch``). A claim rewrites the
+    #: file with the same lineage and the next epoch, so its version
+    #: changes, and a publish of a writer of an older epoch is refused
+    #: (``LATEST``).
+    epoch: bool = False
 
 
 @attrs.frozen
@@ -148,6 +155,14 @@ def parse_lineage(shown: Path | str, data: bytes, kind: LineageFile[_E]) -> list
     steps do not strictly decrease (``CheckpointFileVersionError`` for
     another format or version). Where the bytes come from (a directory, a
     store) is the caller's."""
+    return parse_lineage_epoch(shown, data, kind)[0]
+
+
+def parse_lineage_epoch(
+    shown: Path | str, data: bytes, kind: LineageFile[_E]
+) -> tuple[list[Link[_E]], int]:
+    """``parse_lineage``'s lineage and the epoch the file names (0 for a
+    kind or a version without one)."""
     if not data.strip():
         raise CheckpointFileError(shown, f"empty: it must list the {kind.lineage_is} checkpoints")
     doc = parse_json(data, shown, "garbled")
@@ -156,9 +171,14 @@ def parse_lineage(shown: Path | str, data: bytes, kind: LineageFile[_E]) -> list
     keys = _LINEAGE_KEYS
     if kind.owned and doc.get("version") == kind.version:
         keys = _LINEAGE_KEYS | {"owner"}
+    if kind.epoch and doc.get("version") == kind.version:
+        keys = keys | {"epoch"}
     check_sealed(shown, doc, kind.format, kind.version, keys, kind.also_reads)
     if "owner" in doc and not (isinstance(doc["owner"], str) and _OWNER.match(doc["owner"])):
         raise CheckpointFileError(shown, f"bad owner {str(doc['owner'])[:80]!r}")
+    epoch = doc.get("epoch", 0)
+    if not is_int(epoch) or not 0 <= epoch < 1 << 63:
+        raise CheckpointFileError(shown, f"bad epoch {str(epoch)[:80]!r}")
     lineage = doc["lineage"]
     if not isinstance(lineage, list) or len(lineage) > kind.max_entries:
         raise CheckpointFileError(shown, f"'lineage' must be a list of at most {kind.max_entries}")
@@ -198,7 +218,7 @@ def parse_lineage(shown: Path | str, data: bytes, kind: LineageFile[_E]) -> list
         step = _dir_step(kind, link.parent)
         if step is not None and step >= kind.step_of(link.entry):
             raise CheckpointFileError(shown, f"entry {name}: its parent is not of a lower step")
-    return links
+    return links, epoch
 
 
 def lineage_dirs(root: str | os.PathLike[str], kind: LineageFile[_E]) -> list[Path]:
@@ -362,19 +382,32 @@ def parent_dir(root: Path | None, parent: object, what: str) -> str:
 
 
 def publish_lineage(
-    root: Path, root_fd: int, kind: LineageFile[_E], lineage: list[Link[_E]]
+    root: Path, root_fd: int, kind: LineageFile[_E], lineage: list[Link[_E]], epoch: int | None
 ) -> None:
-    """Replace the lineage file ``kind`` names with one that lists ``lineage``."""
-    _fs.replace_file(root, root_fd, kind.name, lineage_bytes(kind, lineage))
+    """Replace the lineage file ``kind`` names with one that lists
+    ``lineage``. A kind with an epoch is replaced by one compare-and-swap
+    (a ``PosixStore``'s, under its lock) that keeps the file's epoch and,
+    for a writer of ``epoch``, only if that is still the file's
+    (``publish_fenced``); another kind by a plain atomic replace."""
+    if kind.epoch:
+        publish_fenced(PosixStore(root), str(root / kind.name), kind, lineage, epoch, expected=None)
+    else:
+        _fs.replace_file(root, root_fd, kind.name, lineage_bytes(kind, lineage))
 
 
 def lineage_bytes(
-    kind: LineageFile[_E], lineage: list[Link[_E]], owner: str | None = None
+    kind: LineageFile[_E],
+    lineage: list[Link[_E]],
+    owner: str | None = None,
+    epoch: int = 0,
 ) -> bytes:
     """The bytes of a lineage file ``kind`` that lists ``lineage``; an
-    owned kind's names its ``owner`` (required there, refused elsewhere)."""
+    owned kind's names its ``owner`` (required there, refused elsewhere),
+    a kind with an epoch's names ``epoch``."""
     if kind.owned != (owner is not None) or (owner is not None and not _OWNER.match(owner)):
         raise ValueError(f"{kind.name}: owner {owner!r} does not fit the file")
+    if not is_int(epoch) or not 0 <= epoch < 1 << 63 or (epoch and not kind.epoch):
+        raise ValueError(f"{kind.name}: epoch {epoch!r} does not fit the file")
     doc: dict[str, Any] = {
         "format": kind.format,
         "version": kind.version,
@@ -382,7 +415,67 @@ def lineage_bytes(
     }
     if owner is not None:
         doc["owner"] = owner
+    if kind.epoch:
+        doc["epoch"] = epoch
     return sealed_bytes(doc)
+
+
+def read_versioned(
+    store: Store, shown: str, kind: LineageFile[_E]
+) -> tuple[list[Link[_E]] | None, int, str | None]:
+    """(the lineage ``kind``'s file lists, ``None`` if it is absent; the
+    epoch it names, 0 if absent; its version, ``None`` if absent), read
+    together from ``store``. Raises ``CheckpointFileError`` for a file
+    larger than its bound or not a regular file, and ``parse_lineage``'s
+    errors."""
+    try:
+        got = store.get_versioned(kind.name, max_bytes=kind.max_bytes)
+    except StoreLimitError:
+        raise CheckpointFileError(shown, f"more than the {kind.max_bytes} bytes allowed") from None
+    except StoreObjectError as exc:
+        raise CheckpointFileError(shown, exc.reason) from None
+    if got is None:
+        return None, 0, None
+    links, epoch = parse_lineage_epoch(shown, got.data, kind)
+    return links, epoch, got.version
+
+
+def publish_fenced(
+    store: Store,
+    shown: str,
+    kind: LineageFile[_E],
+    lineage: list[Link[_E]],
+    epoch: int | None,
+    *,
+    expected: str | None,
+    current: int | None = None,
+) -> str:
+    """Move the lineage file ``kind`` names in ``store`` to list
+    ``lineage``, by one compare-and-swap: against ``expected`` (the
+    version the caller read, with ``current`` its epoch) or, with
+    ``expected=None``, against the version read now (a missing file is
+    created). The file keeps its epoch; a writer of ``epoch`` (``None``:
+    a writer outside the fencing, which keeps whatever epoch it finds)
+    publishes only while the file names that epoch: else
+    ``CheckpointFencedError`` naming both, also when the swap loses to a
+    newer life's claim. A swap lost to a writer of the same epoch is a
+    ``CheckpointConflictError``. Returns the new version."""
+    if expected is None:
+        _, current, expected = read_versioned(store, shown, kind)
+    assert current is not None
+    if epoch is not None and current != epoch:
+        raise CheckpointFencedError(shown, epoch, current)
+    try:
+        if expected is None:
+            return store.create(kind.name, lineage_bytes(kind, lineage, epoch=current))
+        return store.swap(kind.name, lineage_bytes(kind, lineage, epoch=current), expected=expected)
+    except StoreConflictError as exc:
+        _, now, _ = read_versioned(store, shown, kind)
+        if epoch is not None and now != epoch:
+            raise CheckpointFencedError(shown, epoch, now) from None
+        raise CheckpointConflictError(
+            shown, f"another writer moved it while this one published ({exc.reason})"
+        ) from None
 
 
 def next_lineage(
@@ -401,14 +494,16 @@ def publish_next(
     new: _E,
     ancestry: list[Link[_E]],
     keep: int,
+    epoch: int | None,
 ) -> None:
     """Publish ``new`` as the newest checkpoint, continuing ``ancestry``
-    (``ancestry()``'s: its parent first), ``keep`` entries in all, and note
-    it as what this process's run continues. Then remove every other
-    checkpoint directory of the root (ancestors beyond ``keep``, abandoned
-    and dead branches) and every leftover of a killed write."""
+    (``ancestry()``'s: its parent first), ``keep`` entries in all, as a
+    writer of ``epoch`` (``publish_lineage``), and note it as what this
+    process's run continues. Then remove every other checkpoint directory
+    of the root (ancestors beyond ``keep``, abandoned and dead branches)
+    and every leftover of a killed write."""
     lineage = next_lineage(kind, new, ancestry, keep)
-    publish_lineage(root, root_fd, kind, lineage)
+    publish_lineage(root, root_fd, kind, lineage, epoch)
     note_resumed(kind, root_fd, new)
     kept = {kind.dir_of(link.entry) for link in lineage}
     for name in _fs.listing(root_fd, root):

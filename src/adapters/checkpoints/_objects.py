@@ -36,14 +36,12 @@ from typing import Any, Final
 
 import attrs
 
-from frontier_core import FrontierError
-
-from .._errors import CheckpointFileError
+from .._errors import CheckpointConflictError as CheckpointConflictError
+from .._errors import CheckpointFencedError, CheckpointFileError
 from ..store import Store, StoreConflictError, StoreError, StoreLimitError, open_store
 from ._dirs import (
     LATEST,
     MANIFEST,
-    MAX_LATEST_BYTES,
     MAX_MANIFEST_BYTES,
     PUBLISHED,
     LoadedCheckpoint,
@@ -60,7 +58,8 @@ from ._lineage import (
     next_lineage,
     note_resumed,
     parent_dir,
-    parse_lineage,
+    publish_fenced,
+    read_versioned,
     refuse_unlisted,
 )
 from ._parts import JSON_SUFFIX, PartCodec, decode_part, fetch_part
@@ -70,17 +69,6 @@ from ._sealed import check_fingerprint, is_int
 _OBJECT_NAME: Final = re.compile(r"^ckpt-(\d{6,})-([0-9a-f]{12})$")
 #: The most objects a root's listing may hold.
 MAX_OBJECTS: Final = 1 << 18
-
-
-class CheckpointConflictError(FrontierError, RuntimeError):
-    """Another writer moved the published lineage while this write was in
-    progress (two writers publishing at once, or a newer resume's write):
-    this checkpoint was not published, and its objects are garbage the
-    next successful write removes. ``path`` names ``LATEST``."""
-
-    def __init__(self, path: str, reason: str) -> None:
-        super().__init__(f"{path}: {reason}")
-        self.path = path
 
 
 def _parse(shown: Path, raw: object) -> _Entry:
@@ -100,25 +88,19 @@ def dirs_of(keys: list[str]) -> list[str]:
     return sorted({k.split("/", 1)[0] for k in keys if "/" in k})
 
 
-def _read_lineage(store: Store, shown: str) -> tuple[list[Link[_Entry]] | None, str | None]:
+def _read_lineage(store: Store, shown: str) -> tuple[list[Link[_Entry]] | None, int, str | None]:
     """(the published lineage or ``None`` if nothing was ever published,
-    ``LATEST``'s version)."""
-    try:
-        got = store.get_versioned(LATEST, max_bytes=MAX_LATEST_BYTES)
-    except StoreLimitError:
-        raise CheckpointFileError(
-            shown, f"more than the {MAX_LATEST_BYTES} bytes allowed"
-        ) from None
-    if got is None:
+    the epoch ``LATEST`` names, its version)."""
+    lineage, epoch, version = read_versioned(store, shown, PUBLISHED_OBJECTS)
+    if lineage is None:
         refuse_unlisted(shown, PUBLISHED_OBJECTS, None, dirs_of(store.list(limit=MAX_OBJECTS)))
-        return None, None
-    return parse_lineage(shown, got.data, PUBLISHED_OBJECTS), got.version
+    return lineage, epoch, version
 
 
 def published_in_store(root: str) -> list[Path]:
     """The published lineage's names (relative paths), newest first."""
     store = open_store(root)
-    lineage, _ = _read_lineage(store, f"{store.where}/{LATEST}")
+    lineage, _, _ = _read_lineage(store, f"{store.where}/{LATEST}")
     return [Path(link.entry.name) for link in lineage or []]
 
 
@@ -131,18 +113,23 @@ def write_to_store(
     keep: int,
     between_parts: Callable[[str], None] | None,
     parent: object,
+    epoch: int | None,
 ) -> Path:
     """``write_checkpoint`` on an object store; the new checkpoint's name
     relative to ``root`` (a relative ``Path``)."""
     parent_name = None if parent is None else parent_dir(None, parent, "parent")
     store = open_store(root)
     shown = f"{store.where}/{LATEST}"
-    old, version = _read_lineage(store, shown)
+    old, current, version = _read_lineage(store, shown)
+    if epoch is not None and current != epoch:
+        raise CheckpointFencedError(shown, epoch, current)
     continued = ancestry(store.where, store.where, PUBLISHED_OBJECTS, old or [], step, parent_name)
     try:
         if old is None:
             old = []
-            version = store.swap(LATEST, lineage_bytes(PUBLISHED_OBJECTS, []), expected=None)
+            version = store.swap(
+                LATEST, lineage_bytes(PUBLISHED_OBJECTS, [], epoch=current), expected=None
+            )
         name = f"ckpt-{step:06d}-{secrets.token_hex(6)}"
         parts: list[dict[str, Any]] = []
         for filename, data in blobs:
@@ -157,11 +144,22 @@ def write_to_store(
         before = store.list(limit=MAX_OBJECTS)
         new = _Entry(name, step, manifest_sha)
         lineage = next_lineage(PUBLISHED_OBJECTS, new, continued, keep)
-        store.swap(LATEST, lineage_bytes(PUBLISHED_OBJECTS, lineage), expected=version)
     except StoreConflictError as exc:
         raise CheckpointConflictError(
             shown,
             f"another writer published while checkpoint {step} was written ({exc}): not published",
+        ) from None
+    try:
+        publish_fenced(
+            store, shown, PUBLISHED_OBJECTS, lineage, epoch, expected=version, current=current
+        )
+    except CheckpointFencedError:
+        raise
+    except CheckpointConflictError as exc:
+        raise CheckpointConflictError(
+            shown,
+            f"another writer published while checkpoint {step} was written "
+            f"({exc.args[0].removeprefix(shown + ': ')}): not published",
         ) from None
     note_resumed(PUBLISHED_OBJECTS, store.where, new)
     kept = {link.entry.name for link in lineage}
@@ -187,7 +185,7 @@ def read_from_store(
         raise ValueError(f"previous must be an int >= 0, got {previous!r}")
     store = open_store(root)
     shown = f"{store.where}/{LATEST}"
-    lineage, _ = _read_lineage(store, shown)
+    lineage, _, _ = _read_lineage(store, shown)
     if not lineage:
         return None
     if previous >= len(lineage):

@@ -30,7 +30,8 @@ Errors: the core's ``JournalError`` family, ``JournalFileError`` for the
 file itself (a directory, a symlink, a FIFO, a second writer at the path),
 ``JournalWriterError`` for a writer a failed write or fsync left unusable,
 ``JournalShipError`` for a journal the store could not take in time
-(``JournalShipBacklogError`` when the bounded queue stayed full),
+(``JournalShipBacklogError`` when the bounded queue stayed full,
+``JournalFencedError`` for the shipper of a life a newer one fenced),
 and ``frontier_adapters.JournalWithoutCheckpointError`` for a journal that
 holds samples when there is no checkpoint.
 """
@@ -49,6 +50,7 @@ from ._ship import BACKLOG_TIMEOUT_S as BACKLOG_TIMEOUT_S
 from ._ship import MAX_QUEUED_BYTES as MAX_QUEUED_BYTES
 from ._ship import SEGMENT_BYTES as SEGMENT_BYTES
 from ._ship import SEGMENT_SECONDS as SEGMENT_SECONDS
+from ._ship import JournalFencedError as JournalFencedError
 from ._ship import JournalShipBacklogError as JournalShipBacklogError
 from ._ship import JournalShipError as JournalShipError
 from ._ship import Restored as Restored
@@ -66,6 +68,7 @@ __all__ = [
     "JournalFileError",
     "JournalLoss",
     "JournalWriter",
+    "JournalFencedError",
     "JournalShipBacklogError",
     "JournalShipError",
     "JournalWriterError",

@@ -106,6 +106,8 @@ from frontier_core.journal import (
 from frontier_core.journal._format import append_frame, append_frames
 from frontier_core.journal._records import JOURNAL_ID_SIZE
 
+from .._errors import CheckpointFencedError
+
 if TYPE_CHECKING:
     from ._ship import Shipper
 
@@ -732,6 +734,10 @@ class JournalWriter:
                 f"{self.path}: an fsync of the journal failed ({failure!r:.200}), so records "
                 f"after {self._syncer.durable} may not be durable; reopen it"
             ) from failure
+        if isinstance(self._failed, CheckpointFencedError):
+            # A newer life claimed the run: said as itself at every call,
+            # since reopening does not help (this life must stop).
+            raise self._failed
         if self._failed is not None:
             raise JournalWriterError(
                 f"{self.path}: the journal writer failed ({self._failed!r:.200}); reopen it"

@@ -43,8 +43,21 @@ store, so the run could not make durable progress meanwhile anyway. A
 single group or base larger than the bound is taken when the queue is
 empty.
 
-Restoring. ``restore`` reads the newest base and the segments that
-continue it without a gap, and joins them into the bytes of a journal file,
+Lives. A ``Shipper`` of ``epoch`` (the life's, ``claim_epoch``'s; 0 for
+a shipper outside the fencing, whose names carry no epoch: those of
+before epochs) names every object it ships with it
+(``base-...-e<epoch>``, ``seg-...-e<epoch>``), and a life ships its whole
+journal as a base before any segment. So objects of two lives never
+share a name, a base prunes its own epoch's superseded objects and every
+older epoch's (never a newer one's: finding one, the shipper is fenced),
+and with ``fence`` (what reads the run's current epoch) the shipper
+checks before each upload that no newer life claimed the run, and
+otherwise stops with ``JournalFencedError`` and refuses the writer's next
+group: a node that comes back after a resume elsewhere stops at once.
+
+Restoring. ``restore`` reads the newest epoch's newest base and that
+epoch's segments that continue it without a gap (an older life's objects,
+fenced or not yet pruned, are never chained), and joins them into the bytes of a journal file,
 which the core then decodes with every check a file gets (frames bound to
 their journal, sequence numbers, torn tails). A gap between two segments
 that both exist, a segment overlapping its base, an object whose name is
@@ -79,7 +92,8 @@ from frontier_core.journal import (
     JournalSequenceError,
 )
 
-from ..store import StoreConflictError
+from .._errors import CheckpointFencedError
+from ..store import PosixStore, StoreConflictError
 
 if TYPE_CHECKING:
     from ..store import Store
@@ -100,8 +114,9 @@ BACKLOG_TIMEOUT_S: Final = 300.0
 #: A failed upload is tried again after this (doubling up to the cap).
 _RETRY_FIRST, _RETRY_CAP = 0.05, 5.0
 _SEQ = 20
-_BASE = re.compile(r"base-(\d{20})-([0-9a-f]{16})")
-_SEG = re.compile(r"seg-(\d{20})-(\d{20})")
+_EPOCH = r"(?:-e(\d{20}))?"
+_BASE = re.compile(r"base-(\d{20})-([0-9a-f]{16})" + _EPOCH)
+_SEG = re.compile(r"seg-(\d{20})-(\d{20})" + _EPOCH)
 
 
 class JournalShipError(JournalError):
@@ -115,12 +130,47 @@ class JournalShipBacklogError(JournalShipError):
     was not taken, and the writer that handed it over is failed."""
 
 
-def base_key(prefix: str, last: int, data: bytes) -> str:
-    return f"{prefix}/base-{last:0{_SEQ}d}-{hashlib.sha256(data).hexdigest()[:16]}"
+class JournalFencedError(JournalShipError, CheckpointFencedError):
+    """The shipper of a life of epoch ``epoch`` found the run claimed by a
+    newer life (``current``: its fence read it, or its listing held that
+    life's objects): it ships nothing more, and the writer is failed at
+    its next group, mark or reservation. Also a ``CheckpointFencedError``
+    (one ``except`` stops an older life wherever it is refused)."""
+
+    def __init__(self, where: str, epoch: int, current: int) -> None:
+        CheckpointFencedError.__init__(self, where, epoch, current, "this journal's shipper")
 
 
-def segment_key(prefix: str, first: int, last: int) -> str:
-    return f"{prefix}/seg-{first:0{_SEQ}d}-{last:0{_SEQ}d}"
+def _suffix(epoch: int) -> str:
+    # Epoch 0 (a shipper outside the fencing) keeps the names of before epochs.
+    return f"-e{epoch:0{_SEQ}d}" if epoch else ""
+
+
+def base_key(prefix: str, last: int, data: bytes, epoch: int = 0) -> str:
+    sha = hashlib.sha256(data).hexdigest()[:16]
+    return f"{prefix}/base-{last:0{_SEQ}d}-{sha}{_suffix(epoch)}"
+
+
+def segment_key(prefix: str, first: int, last: int, epoch: int = 0) -> str:
+    return f"{prefix}/seg-{first:0{_SEQ}d}-{last:0{_SEQ}d}{_suffix(epoch)}"
+
+
+@attrs.frozen
+class _Name:
+    """A shipped object's name, parsed: a base (``first`` is ``None``) or a
+    segment, its last record and the epoch of the life that shipped it."""
+
+    first: int | None
+    last: int
+    epoch: int
+
+
+def _parse(name: str) -> _Name | None:
+    if (m := _BASE.fullmatch(name)) is not None:
+        return _Name(None, int(m.group(1)), int(m.group(3) or 0))
+    if (m := _SEG.fullmatch(name)) is not None:
+        return _Name(int(m.group(1)), int(m.group(2)), int(m.group(3) or 0))
+    return None
 
 
 @attrs.frozen
@@ -146,6 +196,8 @@ class Shipper:
         segment_seconds: float = SEGMENT_SECONDS,
         max_queued_bytes: int = MAX_QUEUED_BYTES,
         backlog_timeout: float = BACKLOG_TIMEOUT_S,
+        epoch: int = 0,
+        fence: Callable[[], int] | None = None,
     ) -> None:
         if type(segment_bytes) is not int or segment_bytes < 1:
             raise ValueError(f"segment_bytes must be an int >= 1, got {segment_bytes!r:.40}")
@@ -159,6 +211,13 @@ class Shipper:
             raise ValueError(f"segment_seconds must be > 0, got {segment_seconds!r:.40}")
         if not isinstance(prefix, str) or not prefix.strip("/"):
             raise ValueError(f"prefix must be a non-empty str, got {prefix!r:.60}")
+        if type(epoch) is not int or not 0 <= epoch < 1 << 63:
+            raise ValueError(f"epoch must be an int >= 0, got {epoch!r:.40}")
+        #: The epoch of the life this shipper ships for (its objects' names
+        #: carry it; 0: outside the fencing), and what reads the run's
+        #: current epoch before each upload (``None``: nothing is checked).
+        self.epoch = epoch
+        self.fence = fence
         self.store = store
         self.prefix = prefix.strip("/")
         self.segment_bytes = segment_bytes
@@ -189,6 +248,7 @@ class Shipper:
         """The writer wrote records ``first`` to ``last`` (their frames are
         ``data``)."""
         with self._cond:
+            self._check_failed()
             if self._open and first != self._open_last + 1:  # the writer's invariant, checked
                 raise JournalSequenceError(self._open_bytes, self._open_last + 1, first)
             self._make_room(len(data))
@@ -209,7 +269,8 @@ class Shipper:
         with self._cond:
             self._make_room(len(data))
             self._roll()
-            self._queue.append(_Upload(base_key(self.prefix, last, data), data, last, base=True))
+            key = base_key(self.prefix, last, data, self.epoch)
+            self._queue.append(_Upload(key, data, last, base=True))
             self._queued_bytes += len(data)
             self._start()
             self._cond.notify_all()
@@ -258,6 +319,13 @@ class Shipper:
 
     # -- internals ----------------------------------------------------------------
 
+    def _check_failed(self) -> None:
+        """Raise the failure no retry mends (the lock is held): a fenced
+        shipper takes no more groups, so the writer stops at its next
+        commit instead of generating for a run that went on elsewhere."""
+        if self.failure is not None:
+            raise self.failure
+
     def _make_room(self, size: int) -> None:
         """Wait (the lock is held; ``wait`` releases it) until ``size`` more
         bytes fit under ``max_queued_bytes`` or nothing is queued, for at
@@ -301,7 +369,7 @@ class Shipper:
     def _roll(self) -> None:
         """Queue the open segment (the lock is held)."""
         if self._open:
-            key = segment_key(self.prefix, self._open_first, self._open_last)
+            key = segment_key(self.prefix, self._open_first, self._open_last, self.epoch)
             self._queue.append(_Upload(key, b"".join(self._open), self._open_last))
             self._open, self._open_bytes = [], 0
 
@@ -329,8 +397,9 @@ class Shipper:
                     return  # stopping, and nothing left
                 upload = self._queue[0]
             try:
+                self._check_fence()
                 self._create(upload)
-            except JournalShipError as exc:  # another copy's bytes under our key: final
+            except JournalShipError as exc:  # fenced, or another copy's bytes under our key: final
                 with self._cond:
                     self.error = self.failure = exc
                     self._cond.notify_all()
@@ -351,6 +420,11 @@ class Shipper:
                 # skips what a base supersedes).
                 try:
                     self._prune(upload.last, upload.key)
+                except JournalFencedError as exc:
+                    with self._cond:
+                        self.error = self.failure = exc
+                        self._cond.notify_all()
+                    return
                 except Exception as exc:
                     pruned = exc
             with self._cond:
@@ -377,13 +451,29 @@ class Shipper:
                     "(the shipped copy and the local one diverged)"
                 ) from None
 
+    def _check_fence(self) -> None:
+        """``JournalFencedError`` when the run's current epoch (``fence``)
+        is not this shipper's: a newer life claimed the run."""
+        if self.fence is not None:
+            current = self.fence()
+            if current != self.epoch:
+                raise JournalFencedError(self.store.where, self.epoch, current)
+
     def _prune(self, last: int, keep: str) -> None:
-        """Delete the objects a base ending at ``last`` supersedes."""
-        for key in self.store.list(self.prefix, limit=MAX_OBJECTS):
-            name = key.rsplit("/", 1)[-1]
-            base, seg = _BASE.fullmatch(name), _SEG.fullmatch(name)
-            end = int(base.group(1)) if base else int(seg.group(2)) if seg else None
-            if end is not None and end <= last and key != keep:
+        """Delete the objects a base of this epoch ending at ``last``
+        supersedes: this epoch's ending at or below it, and every object of
+        an older epoch (this life's first base holds all it restored). An
+        object of a newer epoch is never touched: it means this life is
+        fenced (``JournalFencedError``)."""
+        keys = self.store.list(self.prefix, limit=MAX_OBJECTS)
+        names = [(key, _parse(key.rsplit("/", 1)[-1])) for key in keys]
+        newer = max((n.epoch for _, n in names if n is not None), default=0)
+        if newer > self.epoch:
+            raise JournalFencedError(self.store.where, self.epoch, newer)
+        for key, n in names:
+            if n is None or key == keep:
+                continue
+            if n.epoch < self.epoch or n.last <= last:
                 self.store.delete(key)
 
 
@@ -401,35 +491,39 @@ def restore(
     store: Store, prefix: str = "journal", *, max_bytes: int = MAX_OBJECT_BYTES
 ) -> Shipped | None:
     """The journal shipped under ``prefix`` (see the module doc), ``None``
-    if nothing was shipped. Raises ``JournalCorruptError`` for an object
-    that is not a base or a segment, ``JournalSequenceError`` for a gap or
-    an overlap, and the store's errors."""
+    if nothing was shipped: the newest epoch's newest base and that
+    epoch's segments that continue it (an older life's objects, fenced or
+    not deleted yet, are never chained). Raises ``JournalCorruptError`` for
+    an object that is not a base or a segment, ``JournalSequenceError`` for
+    a gap or an overlap, and the store's errors."""
     prefix = prefix.strip("/")
-    bases: list[tuple[int, str]] = []
-    segments: list[tuple[int, int, str]] = []
+    found: list[tuple[_Name, str]] = []
     for key in store.list(prefix, limit=MAX_OBJECTS):
-        name = key[len(prefix) + 1 :]
-        if (m := _BASE.fullmatch(name)) is not None:
-            bases.append((int(m.group(1)), key))
-        elif (m := _SEG.fullmatch(name)) is not None:
-            first, last = int(m.group(1)), int(m.group(2))
-            if last < first:
-                raise JournalCorruptError(
-                    0, f"{store.where}: segment {key!r} ends before it starts"
-                )
-            segments.append((first, last, key))
-        else:
+        name = _parse(key[len(prefix) + 1 :])
+        if name is None:
             raise JournalCorruptError(
                 0,
                 f"{store.where}: {key!r:.200} under the journal's prefix is neither a base "
                 "nor a segment of it",
             )
-    if not bases:
-        if segments:
-            raise JournalCorruptError(
-                0, f"{store.where}: segments under {prefix!r} but no base for them to continue"
-            )
+        if name.first is not None and name.last < name.first:
+            raise JournalCorruptError(0, f"{store.where}: segment {key!r} ends before it starts")
+        found.append((name, key))
+    if not found:
         return None
+    # Every life ships its base before any segment, so the newest epoch
+    # with objects has a base: the newest life's copy of the whole history.
+    epoch = max(name.epoch for name, _ in found)
+    bases = [(n.last, key) for n, key in found if n.epoch == epoch and n.first is None]
+    segments = [
+        (n.first, n.last, key) for n, key in found if n.epoch == epoch and n.first is not None
+    ]
+    if not bases:
+        raise JournalCorruptError(
+            0,
+            f"{store.where}: segments of epoch {epoch} under {prefix!r} but no base of that "
+            "epoch for them to continue",
+        )
     top, key = max(bases)
     parts = [_get(store, key, max_bytes, 0)]
     end, offset = top, len(parts[0])
@@ -486,6 +580,10 @@ def restore_local(path: Path, shipper: Shipper, fingerprint: str, lineage: str) 
         _write_temp,
     )
 
+    if isinstance(shipper.store, PosixStore):
+        # What killed uploads left: this life claimed the run (or is its
+        # only writer), so no upload of another life is to be waited for.
+        shipper.store.sweep(shipper.prefix)
     shipped = restore(shipper.store, shipper.prefix)
     raw = _read_path(path, DEFAULT_MAX_BYTES) if os.path.lexists(path) else None
     local = (

@@ -77,7 +77,14 @@ from frontier_core.journal import (
 
 from .._collector import StreamCollector, StreamSource, Taken
 from .._state import KEY_FORMAT, KEY_VERSION, check_state
-from ..checkpoints import LoadedCheckpoint, PartCodec, read_checkpoint, write_checkpoint
+from ..checkpoints import (
+    LoadedCheckpoint,
+    PartCodec,
+    claim_epoch,
+    epoch_reader,
+    read_checkpoint,
+    write_checkpoint,
+)
 from ..journal import RESERVE, SEGMENT_SECONDS, JournalShipError, Recovered, RolloutJournal, Shipper
 from ..store import is_url, open_store
 
@@ -183,10 +190,14 @@ class Run:
         codec: PartCodec | None,
         keep: int,
         logger: Callable[[dict[str, float]], object] | None,
+        epoch: int,
     ) -> None:
         """Use ``Run.open``: a ``Run`` built any other way skipped the
         recovery its invariants rely on."""
         self.root = root
+        #: This life's epoch (``claim_epoch``): its checkpoints publish, and
+        #: its journal ships, only while no newer life claimed the run.
+        self.epoch = epoch
         #: Where the checkpoints are: ``root/checkpoints``, or under ``remote``.
         self.checkpoints = checkpoints
         self.collector = collector
@@ -290,6 +301,14 @@ class Run:
         the shipped segments (``run.journal.restored`` says which copy was
         used): only what the lost node had not shipped is generated again.
 
+        Every open claims the run's next epoch (``run.epoch``;
+        ``frontier_adapters.checkpoints.claim_epoch``) before it reads the
+        checkpoint and the journal it continues: from then on an older life
+        still running (a node that comes back after a preemption or a
+        partition) publishes no checkpoint and ships nothing a later life
+        restores; its calls raise ``CheckpointFencedError`` (its journal's
+        ``JournalFencedError`` is one too), and it should exit.
+
         Raises the checkpoint reader's ``CheckpointError``s (a damaged,
         foreign or mismatched checkpoint: nothing is written), the journal's
         ``JournalError``s (another run's journal, one that holds records
@@ -311,6 +330,9 @@ class Run:
         root.mkdir(parents=True, exist_ok=True)
         store = None if remote is None else open_store(remote)
         checkpoints = root / "checkpoints" if remote is None else _under(remote, "checkpoints")
+        # Claimed before anything this life continues is read: from here on
+        # every older life of the run (a node that comes back) is fenced.
+        epoch = claim_epoch(checkpoints)
         loaded = read_checkpoint(
             checkpoints,
             fingerprint=fingerprint,
@@ -334,7 +356,14 @@ class Run:
             lineage=lineage,
             policy=policy,
             progress_every=progress_every,
-            ship_to=None if store is None else Shipper(store, segment_seconds=segment_seconds),
+            ship_to=None
+            if store is None
+            else Shipper(
+                store,
+                segment_seconds=segment_seconds,
+                epoch=epoch,
+                fence=epoch_reader(checkpoints),
+            ),
         )
         try:
             if loaded is None or saved is None:
@@ -381,6 +410,7 @@ class Run:
                 codec=codec,
                 keep=keep,
                 logger=logger,
+                epoch=epoch,
             )
             if loaded is None:
                 # A first checkpoint before anything is generated.
@@ -731,6 +761,7 @@ class Run:
             tensor_parts=tensor_parts,
             codec=self._codec,
             keep=self._keep,
+            epoch=self.epoch,
         )
         self.journal.compact(range(self.collector.ledger.cut, _END))
         self.step = step

@@ -332,6 +332,54 @@ class PosixStore:
                 if len(keys) > limit:
                     raise StoreLimitError(self.where, base or None, f"more than {limit} keys")
 
+    def sweep(self, prefix: str = "") -> int:
+        """Remove the temporary files that writes killed midway left under
+        ``prefix`` (``.tmp-*``: a SIGKILL between a write's temporary file
+        and its link or rename), in this directory only: no symlink is
+        followed, nothing but a regular file of that name is removed, and
+        nothing outside the directory is touched. Call it where no write
+        into ``prefix`` is in flight (a life's open, once its claim fenced
+        every older life): a write in flight would lose its temporary file
+        and fail with a ``StoreError``. Returns how many were removed. (An
+        object store has no temporaries: a put is whole or absent.)"""
+        check_key(self.where, prefix, prefix=True)
+        removed = 0
+
+        def walk(fd: int, depth: int) -> None:
+            nonlocal removed
+            try:
+                entries = os.listdir(fd)
+            except OSError as exc:
+                raise self._unavailable(prefix or None, exc) from None
+            for name in entries:
+                try:
+                    st = os.stat(name, dir_fd=fd, follow_symlinks=False)
+                except FileNotFoundError:
+                    continue
+                if stat.S_ISDIR(st.st_mode) and not name.startswith(".") and depth < 64:
+                    sub = os.open(name, _DIR | os.O_NOFOLLOW, dir_fd=fd)
+                    try:
+                        walk(sub, depth + 1)
+                    finally:
+                        os.close(sub)
+                elif stat.S_ISREG(st.st_mode) and name.startswith(TMP_PREFIX):
+                    _unlink(name, fd)
+                    removed += 1
+            os.fsync(fd)
+
+        if prefix:
+            with self._parent(f"{prefix}/x", create=False) as at:
+                if at is not None:
+                    walk(at[0], 0)
+        else:
+            fd = self._root(False)
+            if fd is not None:
+                try:
+                    walk(fd, 0)
+                finally:
+                    os.close(fd)
+        return removed
+
     def delete(self, key: str) -> None:
         check_key(self.where, key)
         with self._locked(), self._parent(key, create=False) as at:

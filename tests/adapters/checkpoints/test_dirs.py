@@ -17,6 +17,7 @@ from frontier_adapters.checkpoints import (
     LoadedCheckpoint,
     PartCodec,
     checkpoint_name,
+    claim_epoch,
     latest_checkpoint,
     published_checkpoints,
     read_checkpoint,
@@ -74,7 +75,8 @@ def test_the_files_hold_exactly_the_format(tmp_path: Path) -> None:
     assert raw == (json.dumps(latest, sort_keys=True, indent=1) + "\n").encode()
     assert latest == {
         "format": "frontier_adapters.checkpoint_root",
-        "version": 2,
+        "version": 3,
+        "epoch": 0,
         "lineage": [
             {
                 "name": "ckpt-000012",
@@ -87,6 +89,15 @@ def test_the_files_hold_exactly_the_format(tmp_path: Path) -> None:
         "sha256": digest(latest),
     }
     assert checkpoint_name(12) == "ckpt-000012" and checkpoint_name(3, 2) == "ckpt-000003-2"
+    # A LATEST of version 2 (before epochs) is read as the same lineage of
+    # epoch 0, and the next write (or claim) replaces it with version 3.
+    old = {k: v for k, v in latest.items() if k not in ("epoch", "sha256")} | {"version": 2}
+    old["sha256"] = digest(old)
+    (tmp_path / "LATEST").write_text(json.dumps(old, sort_keys=True, indent=1) + "\n")
+    assert [p.name for p in published_checkpoints(tmp_path)] == ["ckpt-000012", "ckpt-000001"]
+    assert claim_epoch(tmp_path) == 1
+    assert [p.name for p in published_checkpoints(tmp_path)] == ["ckpt-000012", "ckpt-000001"]
+    assert json.loads((tmp_path / "LATEST").read_bytes())["epoch"] == 1
 
 
 def test_a_codec_stores_and_reads_its_parts(tmp_path: Path) -> None:

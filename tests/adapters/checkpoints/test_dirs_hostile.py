@@ -242,7 +242,12 @@ def test_a_dead_branch_never_costs_the_live_lineage_a_checkpoint(tmp_path: Path)
     loaded = read(tmp_path)
     assert loaded is not None and loaded.step == 2
     save(tmp_path, 3)
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["LATEST", "ckpt-000002", "ckpt-000003"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        ".store-lock",
+        "LATEST",
+        "ckpt-000002",
+        "ckpt-000003",
+    ]
     assert [p.name for p in published_checkpoints(tmp_path)] == ["ckpt-000003", "ckpt-000002"]
 
 
@@ -301,7 +306,12 @@ def test_planted_symlinks_at_temporary_names_redirect_nothing(tmp_path: Path) ->
     assert victim.read_text() == "precious"
     loaded = read(root)
     assert loaded is not None and loaded.step == 2 and not (root / "ckpt-000002").is_symlink()
-    assert sorted(p.name for p in root.iterdir()) == ["LATEST", "ckpt-000001", "ckpt-000002"]
+    assert sorted(p.name for p in root.iterdir()) == [
+        ".store-lock",
+        "LATEST",
+        "ckpt-000001",
+        "ckpt-000002",
+    ]
 
 
 def test_a_fifo_in_place_of_a_file_is_refused_without_blocking(tmp_path: Path) -> None:

@@ -62,7 +62,7 @@ def test_write_and_read_on_the_object_store(s3_url: str) -> None:
         ]
     )
     latest = json.loads(store.get("LATEST", max_bytes=1 << 16) or b"")
-    assert latest["format"] == "frontier_adapters.checkpoint_root" and latest["version"] == 2
+    assert latest["format"] == "frontier_adapters.checkpoint_root" and latest["version"] == 3
     assert [e["parent"] for e in latest["lineage"]] == [one.name, None]
     with pytest.raises(DatasetChangedError):
         read_checkpoint(s3_url, fingerprint="other", codec=BLOBS)

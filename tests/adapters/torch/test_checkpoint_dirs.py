@@ -78,7 +78,12 @@ def test_write_then_read_roundtrip(tmp_path: Path) -> None:
     assert set(loaded.tensor_parts["model"]) == {"weight", "bias"}
     save(tmp_path, 3)
     save(tmp_path, 4)
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["LATEST", "ckpt-000003", "ckpt-000004"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        ".store-lock",  # the lock of LATEST's compare-and-swap
+        "LATEST",
+        "ckpt-000003",
+        "ckpt-000004",
+    ]
 
 
 def test_a_crash_mid_write_keeps_the_previous_checkpoint(tmp_path: Path) -> None:
@@ -100,7 +105,7 @@ def test_a_crash_mid_write_keeps_the_previous_checkpoint(tmp_path: Path) -> None
     # The next write succeeds over the leftovers and cleans them up.
     save(tmp_path, 2)
     assert latest_checkpoint(tmp_path) == tmp_path / "ckpt-000002"
-    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == [".store-lock"]
 
 
 def expect(tmp_path: Path, error: type[CheckpointError], file: str, match: str) -> None:

@@ -528,6 +528,7 @@ def test_a_process_that_read_nothing_continues_the_newest(tmp_path: Path) -> Non
 def _to_version_1(doc: dict[str, Any]) -> None:
     doc["version"] = 1
     doc.pop("owner", None)  # COMMIT's, since version 3
+    doc.pop("epoch", None)  # LATEST's, since version 3
     for entry in doc["lineage"]:
         del entry["parent"]
 
@@ -539,16 +540,16 @@ def test_a_version_1_latest_is_read_as_the_chain_it_lists(tmp_path: Path) -> Non
     assert _names(tmp_path) == ["ckpt-000003", "ckpt-000002", "ckpt-000001"]
     older = read_checkpoint(tmp_path, fingerprint=FP, previous=1)
     assert older is not None and older.step == 2
-    _save(tmp_path, 4)  # continues 2: the next write is version 2, with parents
+    _save(tmp_path, 4)  # continues 2: the next write is version 3, with parents
     doc = json.loads((tmp_path / "LATEST").read_text())
-    assert doc["version"] == 2
+    assert doc["version"] == 3
     assert [(e["name"], e["parent"]) for e in doc["lineage"]] == [
         ("ckpt-000004", "ckpt-000002"),
         ("ckpt-000002", "ckpt-000001"),
         ("ckpt-000001", None),
     ]
-    rewrite(tmp_path / "LATEST", lambda d: d.update(version=3))
-    with pytest.raises(CheckpointFileVersionError, match="version 2"):
+    rewrite(tmp_path / "LATEST", lambda d: d.update(version=4))
+    with pytest.raises(CheckpointFileVersionError, match="version 3"):
         read_checkpoint(tmp_path, fingerprint=FP)
 
 
@@ -637,7 +638,7 @@ def test_kills_before_the_first_publish_leave_at_most_one_directory(tmp_path: Pa
     assert [p.name for p in tmp_path.glob("ckpt-*")] == ["ckpt-000003"]
     _save(tmp_path, 1)
     assert _names(tmp_path) == ["ckpt-000001"]
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["LATEST", "ckpt-000001"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".store-lock", "LATEST", "ckpt-000001"]
 
 
 # -- owned_groups checks the parts' buffers against the record -------------------------------------
