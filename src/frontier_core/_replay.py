@@ -435,7 +435,9 @@ class Replayer:
             )
         result = ledger.apply(_MOVES[name](ordinals))
         effect = result.effect
-        self._spend(line, len(effect.leases), name)
+        # A continued episode is read back turn by turn: each costs a unit.
+        continuing = self._episodes.cost(ordinals, effect.leases) if name == "dispatch" else 0
+        self._spend(line, len(effect.leases) + continuing, name)
         self.ledger = result.ledger
         if effect.dropped:
             self._dropped.append(effect.dropped)
@@ -784,6 +786,15 @@ class _Episodes:
                 self._reissue(o, s, pending.key)
                 repeated.append(pending.key)
         return sorted(continued), sorted(repeated)
+
+    def cost(self, ordinals: Iterable[int], leases: Iterable[Lease]) -> int:
+        """The turns ``dispatched`` would read back for these leases."""
+        first = set(ordinals) - self.offered
+        return sum(
+            len(state.turns)
+            for o, s, _ in leases
+            if o in first and (state := self.journal.get((o, s))) is not None
+        )
 
     def _ops_of(self, turn: TurnState) -> list[int | None]:
         """The op indices a journaled turn carries (see the class doc)."""

@@ -363,6 +363,31 @@ def test_a_long_episode_is_bounded_by_the_work_budget(monkeypatch: pytest.Monkey
     assert 80 <= info.value.line <= 100
 
 
+def test_reading_back_a_long_episode_costs_its_turns(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every life that continues an episode reads its turns back: a trace
+    of kills and dispatches of one long episode pays for each, and the
+    dispatch that would pass the budget is refused with the run as it was."""
+    monkeypatch.setattr(replay_module, "MAX_STAMP", 1_000)
+    monkeypatch.setattr(replay_module, "WORK_PER_BYTE", 0)
+    replayer = Replayer()
+    ops = one_group()
+    for t in range(10):
+        ops += [turn([0, 0, 0], t), answer([0, 0, 0], key(0, 0, 0, t))]
+    for line, op in enumerate(ops, start=1):
+        replayer.feed(op, line)
+    line = len(ops)
+    # Without the turns read back, 199 lives (3 units each) would fit in
+    # what is left (about 880 units); with them (13 each), about 68 do.
+    with pytest.raises(TraceError, match="units of work") as info:
+        for floor in range(1, 200):
+            for op in relife(floor):
+                line += 1
+                before = replayer.ledger
+                replayer.feed(op, line)
+    assert info.value.line == line and replayer.ledger is before
+    assert line < len(ops) + 4 * 80
+
+
 def test_the_cli_exits_2_naming_the_line_of_a_bad_turn(tmp_path: Path) -> None:
     code, out, err = cli(tmp_path, [*one_group(), turn([0, 0, 0], 0), turn([0, 0, 0], 2)])
     assert code == 2 and "trace.jsonl:6: " in err and "Traceback" not in err
