@@ -16,6 +16,13 @@ It keeps the samples the ledger accepted (as a rollout journal would: a
 group's samples with it; a checkpoint saves the samples of the buffered
 groups with it.
 
+In sample mode a trace may also carry agentic episodes (``turn`` and
+``answer`` ops, ``_Episodes``): the replayer journals them through the
+journal's own fold and continues each after a resume from what that fold
+gives back, as a framework would; its episode report (turns redone, calls
+sent again, fenced answers trained, keys called twice) is computed from its
+own record of what was durable, so it checks the journal's continuation.
+
 The coverage report at ``finish`` is computed from the replayer's own record
 of the surviving lineage (which steps trained what, which drops happened,
 and in sample mode which samples each trained group had, and whether each
@@ -732,7 +739,7 @@ class _Episodes:
     record carries the index of the op it came from (a turn's one token
     id, an answer's JSON payload), so the episode the journal gives back is
     read as ops, and the report checks it against the replayer's own
-    record of what was durable (``_durable``), never against the journal."""
+    record of what was durable (``durable``), never against the journal."""
 
     def __init__(self, namespace: str) -> None:
         self.namespace = namespace

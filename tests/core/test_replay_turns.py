@@ -777,7 +777,7 @@ class Driver:
         return self.send({"op": "finish"})[0]
 
 
-@settings(max_examples=120, deadline=None)
+@settings(max_examples=60, deadline=None)
 @given(data=st.data(), n=st.integers(1, 2), steps=st.integers(0, 60))
 def test_a_random_agent_program_drains_clean_and_repeats_only_pending_calls(
     data: st.DataObject, n: int, steps: int
@@ -794,7 +794,7 @@ def test_a_random_agent_program_drains_clean_and_repeats_only_pending_calls(
     assert set(report["calls_repeated"]) <= driver.pending_at_kill
 
 
-@settings(max_examples=80, deadline=None)
+@settings(max_examples=50, deadline=None)
 @given(data=st.data(), n=st.integers(1, 2), steps=st.integers(0, 60))
 def test_across_kills_alone_no_durable_turn_is_generated_again(
     data: st.DataObject, n: int, steps: int
