@@ -292,6 +292,19 @@ def _trace(rng: random.Random) -> bytes:
             {"op": "resume", "sealed": [[0, 0, 0]], "attempt_floor": 7},
             {"op": "finish"},
         ]
+        if rng.random() < 0.5:
+            # An episode: a call pending at the kill, sent again and answered.
+            ops[4:4] = [
+                {"op": "turn", "lease": [1, 0, 2], "turn": 0, "tokens": 3, "call": "t/1.0.2.0"},
+            ]
+            ops[0]["namespace"] = "t"
+            ops += [
+                {"op": "stamp", "count": 2},
+                {"op": "dispatch", "ordinals": [1]},
+                {"op": "answer", "lease": [1, 0, 7], "key": "t/1.0.2.0"},
+                {"op": "turn", "lease": [1, 0, 7], "turn": 1, "tokens": 2, "call": None},
+                {"op": "finish"},
+            ]
     if rng.random() < 0.5:
         i = rng.randrange(len(ops))
         ops[i] = mutate_value(ops[i], rng)

@@ -16,6 +16,13 @@ It keeps the samples the ledger accepted (as a rollout journal would: a
 group's samples with it; a checkpoint saves the samples of the buffered
 groups with it.
 
+In sample mode a trace may also carry agentic episodes (``turn`` and
+``answer`` ops, ``_Episodes``): the replayer journals them through the
+journal's own fold and continues each after a resume from what that fold
+gives back, as a framework would; its episode report (turns redone, calls
+sent again, fenced answers trained, keys called twice) is computed from its
+own record of what was durable, so it checks the journal's continuation.
+
 The coverage report at ``finish`` is computed from the replayer's own record
 of the surviving lineage (which steps trained what, which drops happened,
 and in sample mode which samples each trained group had, and whether each
@@ -28,7 +35,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import IO, Any, Final
 
 import attrs
@@ -55,6 +62,20 @@ from ._groups import LedgerConfig
 from ._ledger import MAX_ATTEMPT, Ledger
 from ._ranges import LIMIT, count
 from ._trainlog import Lineage
+from ._transitions import current_attempt
+from .journal import (
+    Answer,
+    JournalEpisodeError,
+    JsonPayload,
+    Sealed,
+    SiblingState,
+    TokenPayload,
+    ToolCall,
+    Turn,
+    TurnState,
+    advance,
+    call_key,
+)
 
 #: The most ordinals one ``stamp`` op may stamp, and the most attempts one
 #: sample-level ``dispatch`` may start.
@@ -114,10 +135,12 @@ _SAMPLE_SCHEMA: dict[str, tuple[frozenset[str], frozenset[str]]] = {
     Seal.name: (frozenset({"leases"}), frozenset()),
     FailSample.name: (frozenset({"leases"}), frozenset()),
     Restart.name: (frozenset({"siblings"}), frozenset()),
+    "turn": (frozenset({"lease", "turn", "tokens", "call"}), frozenset()),
+    "answer": (frozenset({"lease", "key"}), frozenset()),
 }
 # Either of these selects the sample-level replay.
 _SAMPLE_KEYS: Final = frozenset({"samples", "granularity"})
-_CONFIG_KEYS: Final = _SCHEMA["config"][1] | _SAMPLE_KEYS
+_CONFIG_KEYS: Final = _SCHEMA["config"][1] | _SAMPLE_KEYS | {"namespace"}
 
 #: A sample as the replayer files it: its lease, and whether the replayer's
 #: own account had its attempt current when the ledger accepted it.
@@ -171,6 +194,8 @@ class Replayer:
         # never as the ledger echoed them), not reused yet, each with its
         # ``_accepted`` verdict.
         self._held: dict[Lease, bool] = {}
+        # Sample mode only: the episodes (turns and tool answers).
+        self._episodes = _Episodes(NAMESPACE)
 
     def feed(self, op: Mapping[str, Any], line: int, *, size: int = 0) -> list[dict[str, Any]]:
         """The output lines of ``op``, read from trace line ``line`` of
@@ -275,6 +300,7 @@ class Replayer:
         self._running = {}
         self._samples = {}
         self._held = {}
+        self._episodes.kill()
 
     def _configure(self, op: Mapping[str, Any], line: int) -> list[dict[str, Any]]:
         if self._ops:
@@ -308,6 +334,12 @@ class Replayer:
             granularity=Granularity(granularity),
         )
         self._sample_mode = bool(_SAMPLE_KEYS & set(op))
+        namespace = op.get("namespace", NAMESPACE)
+        try:
+            call_key(namespace, 0, 0, 0, 0)
+        except (TypeError, ValueError) as exc:
+            raise TraceError(line, f"namespace: {exc}") from None
+        self._episodes = _Episodes(namespace)
         ledger = Ledger.start(self.config)
         self.ledger = ledger
         self._saved = _Saved(ledger.checkpoint().state_dict(), 0, 0, 0)
@@ -360,12 +392,18 @@ class Replayer:
         if name == "kill":
             self._kill()
             return []
+        if name in ("turn", "answer"):
+            lease = _lease(op["lease"], line, n)
+            current = self._running.get(lease.ordinal, {}).get(lease.sibling) == lease.attempt
+            play = self._episodes.turn if name == "turn" else self._episodes.answer
+            return play(op, line, ledger, current, self._spend)
         if name == Restart.name:
             pairs = _sibling_list(op["siblings"], "siblings", line, n, width=2)
             result = ledger.apply(Restart(pairs))
             self._spend(line, len(result.effect.leases), Restart.name)
             self.ledger = result.ledger
             self._start(result.effect.leases)
+            self._episodes.restarted(result.effect.leases)
             return [{"event": Restart.name, "leases": _leases(result.effect.leases)}]
         if name in (Seal.name, FailSample.name):
             leases = [Lease(*x) for x in _sibling_list(op["leases"], "leases", line, n, width=3)]
@@ -404,18 +442,23 @@ class Replayer:
             )
         result = ledger.apply(_MOVES[name](ordinals))
         effect = result.effect
-        self._spend(line, len(effect.leases), name)
+        # A continued episode is read back turn by turn: each costs a unit.
+        continuing = self._episodes.cost(ordinals, effect.leases) if name == "dispatch" else 0
+        self._spend(line, len(effect.leases) + continuing, name)
         self.ledger = result.ledger
         if effect.dropped:
             self._dropped.append(effect.dropped)
         if name == "dispatch":
             self._dispatch(ordinals, effect)
+            continued, repeated = self._episodes.dispatched(ordinals, effect.leases)
             return [
                 {
                     "event": "dispatch",
                     "leases": _leases(effect.leases),
                     "reused": _leases(effect.reused),
                     "landed": sorted(effect.landed),
+                    "continued": continued,
+                    "repeated": repeated,
                 }
             ]
         if name == "train":
@@ -466,6 +509,7 @@ class Replayer:
             # A second acceptance (a broken ledger's) cannot make a stale
             # one current.
             self._accepted[lease] = self._accepted.get(lease, True) and current
+        self._episodes.sealed(effect.sealed)
         for o in effect.landed:
             self._running.pop(o, None)
 
@@ -561,6 +605,7 @@ class Replayer:
         position = self._saved.cut if ledger is None else ledger.next_ordinal
         units = position + sum(map(len, self._trained)) + sum(map(len, self._dropped))
         units += sum(len(samples) for step in self._trained_samples for _, samples in step)
+        units += self._episodes.units(self._trained_leases())
         if ledger is not None:
             units += ledger.size()
         self._spend(line, units, "finish")
@@ -627,7 +672,374 @@ class Replayer:
             "incomplete": sorted(incomplete),
             "fenced": _leases(fenced),
             "duplicated_attempts": _leases(twice),
+            **self._episodes.report(trained),
         }
+
+    def _trained_leases(self) -> list[Lease]:
+        return [lease for step in self._trained_samples for _, s in step for lease, _ in s]
+
+
+# -- episodes: the turn and answer ops ----------------------------------------------
+
+
+#: The namespace of the idempotency keys of a trace whose ``config`` names
+#: none (a real run's is its lineage and journal id: ``Run.namespace``).
+NAMESPACE: Final = "trace"
+#: The widest turn index and token count a ``turn`` op may name (the
+#: journal's u32).
+MAX_TURN: Final = MAX_ATTEMPT
+
+
+#: ``Replayer._spend``: take units of work for an op at a line, or refuse it.
+_Spend = Callable[[int, int, str], None]
+
+
+@attrs.frozen
+class _TurnOp:
+    """A turn op the replayer accepted: the lease that made it durable,
+    its index, its token count and its call's key (``None``: no call)."""
+
+    lease: Lease
+    turn: int
+    tokens: int
+    key: str | None
+
+
+@attrs.frozen
+class _AnswerOp:
+    """An answer op the replayer journaled: the lease that received it,
+    the key it answers, and whether the replayer's own account had that
+    lease current then."""
+
+    lease: Lease
+    turn: int
+    key: str
+    current: bool
+
+
+@attrs.define
+class _Episode:
+    """An episode as a list of ``[turn op, answer op or None]`` indices:
+    the replayer's own record of a sibling's durable episode (``attempt``
+    the attempt that made its latest record), or a running lease's episode
+    in this life."""
+
+    attempt: int
+    turns: list[list[int | None]]
+    sealed: bool = False
+
+
+class _Episodes:
+    """The episode part of a sample-level replay. The replayer plays the
+    framework of ``docs/agents.md``: it journals each accepted turn and
+    answer through the journal's own fold (``frontier_core.journal.advance``,
+    one sibling's ``SiblingState``, kept across kills as a journal is), and
+    a resumed life continues each episode from that state, re-issuing a
+    pending call under its stored key (``Pending.RETRY``). Each journal
+    record carries the index of the op it came from (a turn's one token
+    id, an answer's JSON payload), so the episode the journal gives back is
+    read as ops, and the report checks it against the replayer's own
+    record of what was durable (``durable``), never against the journal."""
+
+    def __init__(self, namespace: str) -> None:
+        self.namespace = namespace
+        self.turn_ops: list[_TurnOp] = []
+        self.answer_ops: list[_AnswerOp] = []
+        # Every key a turn issued: the turn op that issued it first.
+        self.calls: dict[str, int] = {}
+        # The journal's state of each sibling (the core's fold).
+        self.journal: dict[tuple[int, int], SiblingState] = {}
+        # The replayer's own record of each sibling's durable episode, and
+        # the most turns it ever held.
+        self.durable: dict[tuple[int, int], _Episode] = {}
+        self.high: dict[tuple[int, int], int] = {}
+        # This life: each running sibling's episode, and the ordinals
+        # dispatched (only an ordinal's first dispatch of a life continues).
+        self.live: dict[tuple[int, int], _Episode] = {}
+        self.offered: set[int] = set()
+        # Every accepted seal's transcript, in any life (a journal keeps it).
+        self.transcripts: dict[Lease, tuple[tuple[int, int | None], ...]] = {}
+        self.turns_redone = 0
+        self.tokens_redone = 0
+        self.reissued: Counter[str] = Counter()
+        self.violations: set[str] = set()
+
+    def kill(self) -> None:
+        self.live = {}
+        self.offered = set()
+
+    # -- the ledger's events ---------------------------------------------------
+
+    def dispatched(
+        self, ordinals: Iterable[int], leases: Iterable[Lease]
+    ) -> tuple[list[list[int]], list[str]]:
+        """Start the episodes of ``leases``; those of an ordinal's first
+        dispatch in this life continue the journal's episode. Returns the
+        continued ``[o, s, a, next turn]`` and the keys re-issued."""
+        first = set(ordinals) - self.offered
+        self.offered |= first
+        continued: list[list[int]] = []
+        repeated: list[str] = []
+        for lease in leases:
+            o, s, a = lease
+            state = self.journal.get((o, s)) if o in first else None
+            if state is None or state.sealed or not state.turns:
+                self.live[(o, s)] = _Episode(a, [])
+                continue
+            self.live[(o, s)] = _Episode(a, [self._ops_of(t) for t in state.turns])
+            continued.append([o, s, a, len(state.turns)])
+            pending = state.pending
+            if pending is not None:
+                self._reissue(o, s, pending.key)
+                repeated.append(pending.key)
+        return sorted(continued), sorted(repeated)
+
+    def cost(self, ordinals: Iterable[int], leases: Iterable[Lease]) -> int:
+        """The turns ``dispatched`` would read back for these leases."""
+        first = set(ordinals) - self.offered
+        return sum(
+            len(state.turns)
+            for o, s, _ in leases
+            if o in first and (state := self.journal.get((o, s))) is not None
+        )
+
+    def _ops_of(self, turn: TurnState) -> list[int | None]:
+        """The op indices a journaled turn carries (see the class doc)."""
+        tokens = turn.tokens.tokens()
+        tid = tokens[0] if len(tokens) == 1 else -1
+        answer = turn.answer.value() if isinstance(turn.answer, JsonPayload) else None
+        aid = answer if type(answer) is int else None
+        return [tid, aid]
+
+    def _reissue(self, o: int, s: int, key: str) -> None:
+        """A life sends ``key`` again: legal only for the call the
+        replayer's own record holds pending for this sibling."""
+        self.reissued[key] += 1
+        own = self.durable.get((o, s))
+        last = own.turns[-1] if own is not None and own.turns else None
+        if (
+            own is None
+            or own.sealed
+            or last is None
+            or last[1] is not None
+            or self.turn_ops[int(last[0] or 0)].key != key
+        ):
+            self.violations.add(key)
+
+    def restarted(self, leases: Iterable[Lease]) -> None:
+        for o, s, a in leases:
+            self.live[(o, s)] = _Episode(a, [])
+
+    def sealed(self, leases: Iterable[Lease]) -> None:
+        for lease in leases:
+            o, s, a = lease
+            live = self.live.pop((o, s), None)
+            turns = live.turns if live is not None and live.attempt == a else []
+            self.transcripts[lease] = tuple((int(t or 0), x) for t, x in turns)
+            state = self.journal.get((o, s))
+            if state is not None:
+                after = advance(state, Sealed(o, s, a, _NULL))
+                if after is not None:
+                    self.journal[(o, s)] = after
+            own = self.durable.get((o, s))
+            if own is not None and turns:
+                own.attempt, own.sealed = a, True
+
+    # -- the ops ---------------------------------------------------------------
+
+    def turn(
+        self, op: Mapping[str, Any], line: int, ledger: Ledger, current: bool, spend: _Spend
+    ) -> list[dict[str, Any]]:
+        lease = _lease(op["lease"], line, ledger.config.samples)
+        o, s, a = lease
+        t = _int(op["turn"], "turn", line)
+        tokens = _int(op["tokens"], "tokens", line)
+        for key, value in (("turn", t), ("tokens", tokens)):
+            if value > MAX_TURN:
+                raise TraceError(line, f"{key!r} {str(value)[:40]} is above 2**32 - 1")
+        call = op["call"]
+        if call is not None and not isinstance(call, str):
+            raise TraceError(line, f"'call' must be a key or null, got {shown(call, 40)}")
+        live = self.live.get((o, s))
+        if not current or not _current(ledger, lease) or live is None:
+            raise TraceError(
+                line,
+                f"turn for lease {list(lease)}, which is not running (never started, fenced, "
+                "sealed or failed): only a running attempt makes a turn durable",
+            )
+        held = len(live.turns)
+        last = live.turns[-1] if live.turns else None
+        if last is not None and last[1] is None and self._key(last) is not None:
+            raise TraceError(
+                line,
+                f"turn {t} of {list(lease)} while turn {held - 1}'s call "
+                f"{self._key(last)!r:.80} is pending: answer it first",
+            )
+        if last is not None and self._key(last) is None:
+            raise TraceError(
+                line, f"turn {t} of {list(lease)} after turn {held - 1}, which made no call"
+            )
+        if t != held:
+            raise TraceError(
+                line,
+                f"turn {t} of {list(lease)} {'skips' if t > held else 'repeats'} a turn: "
+                f"its episode holds {held} turns",
+            )
+        if call is not None:
+            derived = call_key(self.namespace, o, s, a, t)
+            if call != derived:
+                raise TraceError(
+                    line,
+                    f"turn {t} of {list(lease)} calls {shown(call, 80)}, but its key is "
+                    f"{derived!r}",
+                )
+        tid = len(self.turn_ops)
+        if tid > MAX_TURN:
+            raise TraceError(line, "more than 2**32 turns in one trace")
+        spend(line, held + 1, "turn")
+        record = Turn(
+            o,
+            s,
+            a,
+            t,
+            TokenPayload.of([tid], [0.0], 0),
+            None if call is None else ToolCall("tool", _NULL, call),
+        )
+        self.journal[(o, s)] = self._journaled(record, line)
+        # Applied: the op is legal and the journal took it.
+        self.turn_ops.append(_TurnOp(lease, t, tokens, call))
+        live.turns.append([tid, None])
+        if call is not None:
+            if call in self.calls:
+                self.violations.add(call)  # another call under the same key
+            self.calls.setdefault(call, tid)
+        own = self.durable.get((o, s))
+        if own is not None and own.attempt == a and not own.sealed:
+            own.turns.append([tid, None])
+        else:
+            kept = own.turns[:t] if own is not None else []
+            own = self.durable[(o, s)] = _Episode(a, [*kept, [tid, None]])
+        if t < self.high.get((o, s), 0):
+            self.turns_redone += 1
+            self.tokens_redone += tokens
+        self.high[(o, s)] = max(self.high.get((o, s), 0), len(own.turns))
+        return []
+
+    def answer(
+        self, op: Mapping[str, Any], line: int, ledger: Ledger, current: bool, spend: _Spend
+    ) -> list[dict[str, Any]]:
+        lease = _lease(op["lease"], line, ledger.config.samples)
+        o, s, a = lease
+        key = op["key"]
+        if not isinstance(key, str) or key not in self.calls:
+            raise TraceError(line, f"answer for an unknown key {shown(key, 80)}: no turn called it")
+        site = self.turn_ops[self.calls[key]]
+        if site.lease[:2] != (o, s):
+            raise TraceError(
+                line,
+                f"answer for key {key!r:.80} by {list(lease)}: that key is a call of "
+                f"sibling {list(site.lease[:2])}",
+            )
+        if a >= ledger.next_attempt:
+            raise TraceError(line, f"answer by {list(lease)}: that attempt was never started")
+        out = {"event": "answer", "lease": list(lease), "turn": site.turn, "fenced": True}
+        if not _current(ledger, lease):
+            # A late answer (a fenced attempt, a dead life's): never journaled.
+            return [out]
+        # The ledger's word decides, as it does for a framework's
+        # ``Run.answer``; the replayer's own account (``current``) only
+        # records, so that a ledger that lets a stale answer through shows
+        # in the report.
+        live = self.live.get((o, s))
+        last = live.turns[-1] if live is not None and live.turns else None
+        if live is None or last is None or last[1] is not None or (self._key(last) != key):
+            raise TraceError(
+                line,
+                f"answer for key {key!r:.80} by {list(lease)}, whose episode has no call "
+                "pending under it (answered already, or never asked by this episode)",
+            )
+        turn = len(live.turns) - 1
+        spend(line, turn + 1, "answer")
+        aid = len(self.answer_ops)
+        record = Answer(o, s, a, turn, key, JsonPayload.of(aid))
+        self.journal[(o, s)] = self._journaled(record, line)
+        self.answer_ops.append(_AnswerOp(lease, turn, key, current))
+        last[1] = aid
+        own = self.durable.get((o, s))
+        if own is not None:
+            for item in own.turns:
+                if self._key(item) == key and item[1] is None:
+                    item[1] = aid
+                    own.attempt = a
+        return [{**out, "turn": turn, "fenced": False}]
+
+    def _key(self, item: list[int | None]) -> str | None:
+        tid = item[0]
+        if tid is None or not 0 <= tid < len(self.turn_ops):
+            return None
+        return self.turn_ops[tid].key
+
+    def _journaled(self, record: Turn | Answer, line: int) -> SiblingState:
+        """The journal's state of the record's sibling after it, or the op
+        refused (the journal refusing what the replayer found legal is
+        reported, not hidden)."""
+        state = self.journal.get((record.ordinal, record.sibling))
+        try:
+            after = advance(state, record)
+        except JournalEpisodeError as exc:
+            raise TraceError(line, f"the journal refused it: {exc.reason}") from None
+        if after is None:
+            raise TraceError(line, "the journal fenced a record of a running attempt")
+        return after
+
+    # -- the report ------------------------------------------------------------
+
+    def units(self, trained: Iterable[Lease]) -> int:
+        return sum(len(self.transcripts.get(lease, ())) for lease in trained)
+
+    def report(self, trained: Iterable[Lease]) -> dict[str, Any]:
+        fenced: set[tuple[int, ...]] = set()
+        inexact: set[Lease] = set()
+        for lease in trained:
+            for i, (tid, aid) in enumerate(self.transcripts.get(lease, ())):
+                made = self.turn_ops[tid] if 0 <= tid < len(self.turn_ops) else None
+                got = (
+                    self.answer_ops[aid]
+                    if aid is not None and 0 <= aid < len(self.answer_ops)
+                    else None
+                )
+                if (
+                    made is None
+                    or made.turn != i
+                    or made.lease[:2] != lease[:2]
+                    or (aid is not None and (got is None or got.key != made.key))
+                ):
+                    inexact.add(lease)
+                if got is not None and not got.current:
+                    fenced.add((*got.lease, got.turn))
+        return {
+            "turns_redone": self.turns_redone,
+            "tokens_redone": self.tokens_redone,
+            "calls_repeated": sorted(self.reissued),
+            "fenced_answers": sorted(map(list, fenced)),
+            "at_most_once": sorted(self.violations),
+            "inexact": _leases(inexact),
+        }
+
+
+_NULL: Final = JsonPayload("null")
+
+
+def _current(ledger: Ledger, lease: Lease) -> bool:
+    """Whether the ledger counts ``lease`` its sibling's current attempt
+    (the fencing rule a seal is judged by)."""
+    detail = ledger.sibling(lease.ordinal, lease.sibling)
+    return detail is not None and current_attempt(detail[0], detail[1], lease.attempt)
+
+
+def _lease(value: object, line: int, n: int) -> Lease:
+    (xs,) = _sibling_list([value], "lease", line, n, 3)
+    return Lease(*xs)
 
 
 def _listed(checkpoint: Checkpoint) -> int:

@@ -69,6 +69,12 @@ def test_config_selects_sample_mode_and_the_report_gains_the_per_sample_keys() -
             "incomplete",
             "fenced",
             "duplicated_attempts",
+            "turns_redone",
+            "tokens_redone",
+            "calls_repeated",
+            "fenced_answers",
+            "at_most_once",
+            "inexact",
         }
         assert clean(report) and report["samples"] == 0
 
