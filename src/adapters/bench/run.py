@@ -43,7 +43,7 @@ def _in_flight(root: Path, samples: int) -> tuple[Run, dict[object, TokenPayload
     whole = TokenPayload.of(ids, [-0.5] * TOKENS, 0)
     for lease in leases:
         run.progress(lease, journaled)
-    run.journal.writer.sync()
+    run.sync()
     for lease in leases:
         run.progress(lease, whole)  # not due: only in memory
     return run, {lease: whole for lease in leases}

@@ -782,6 +782,16 @@ class Run:
         self._open_check()
         return self.journal.poll()
 
+    @_locked
+    def sync(self) -> int:
+        """Commit what the journal holds open and wait until it is durable;
+        the journal's durable position. Use this, not ``run.journal``'s
+        writer: the run's commit thread writes the journal under the run's
+        lock, and a writer used from two threads at once can write one
+        group twice (a journal later read as corrupt)."""
+        self._open_check()
+        return self.journal.writer.sync()
+
     # -- preemption -------------------------------------------------------------
 
     def notice(self, seconds: float) -> None:

@@ -120,7 +120,7 @@ def _crash_mid_call(tmp_path: Path, tool: Tool) -> None:
     run = Run.open(tmp_path, SequenceSource(PROMPTS), CONFIG)
     with pytest.raises(KeyboardInterrupt):
         asyncio.run(_all(run, tool))
-    run.journal.writer.sync()  # what was appended is durable; the answer never was
+    run.sync()  # what was appended is durable; the answer never was
     run.close()
 
 
@@ -250,7 +250,7 @@ def test_a_crash_after_the_last_turn_seals_it_without_generating(tmp_path: Path)
     assert run.turn(lease, 0, TOKENS, _call(run, lease, 0))
     assert run.answer(lease, 0, _call(run, lease, 0).key, JsonPayload.of(0))
     assert run.turn(lease, 1, TokenPayload.of([6], [-1.0], 0))
-    run.journal.writer.sync()
+    run.sync()
     run.close()
     tool = Tool()
     engine, params = _engine()
@@ -260,7 +260,7 @@ def test_a_crash_after_the_last_turn_seals_it_without_generating(tmp_path: Path)
             drive(run, engine, group.leases[0], [2, 3], tool, params=params, max_turns=4)
         )
         assert out.effect is not None and out.effect.landed == (0,)
-        run.journal.writer.sync()  # sealed, not trained: a crash
+        run.sync()  # sealed, not trained: a crash
     assert (out.generated, out.calls, tool.calls) == (0, 0, [])
     assert out.episode is not None and [t.call is None for t in out.episode.turns] == [False, True]
     with Run.open(tmp_path, SequenceSource(["a"]), cfg) as run:
@@ -281,7 +281,7 @@ def test_a_sealed_episode_gives_back_its_transcript_after_a_crash(tmp_path: Path
             asyncio.run(drive(run, engine, lease, PROMPTS[0], tool, params=params, max_turns=3))
             for lease in group.leases
         ]
-        run.journal.writer.sync()  # the seals are durable, nothing trained
+        run.sync()  # the seals are durable, nothing trained
     with Run.open(tmp_path, SequenceSource(PROMPTS), CONFIG) as run:
         (group, *_) = run.take(1)
         assert group.complete and len(group.reused) == 2

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import time
 from pathlib import Path
 from typing import Any
 
@@ -311,3 +312,39 @@ def test_a_drain_with_the_store_down_reports_it_inside_the_notice(tmp_path: Path
     assert time.monotonic() - began < 10
     assert not drained.shipped and not drained.checkpointed
     assert drained.progress_records == 1  # durable on the node all the same
+
+
+
+def test_sync_races_the_commit_thread_without_writing_a_group_twice(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``Run.sync`` from the caller's thread while the run's commit thread
+    polls the same journal: every group reaches the file once (a writer
+    used from both threads unlocked wrote one group twice, read back later
+    as a repeated sequence number), so the next life decodes the journal
+    and continues every sample from what was reported. Each write is
+    slowed (a busy disk) so that the commit thread is inside one when the
+    caller syncs."""
+    from frontier_adapters.journal import _files
+
+    write = _files._write_all
+
+    def slow(fd: int, data: bytes | memoryview) -> None:
+        time.sleep(0.02)
+        write(fd, data)
+
+    monkeypatch.setattr(_files, "_write_all", slow)
+    prefix = TokenPayload.of(list(range(40)), [-0.5] * 40, 0)
+    for life in range(4):
+        root = tmp_path / str(life)
+        with Run.open(root, source(16), config(16, samples=4), progress_every=8) as run:
+            leases = [lease for taken in run.take(16) for lease in taken.leases]
+            for lease in leases:
+                run.progress(lease, prefix)
+                time.sleep(0.005)  # the commit thread wakes and finds the group
+                run.sync()
+            assert run.sync() == run.journal.writer.position
+            run.checkpoint(1)  # its compaction decodes the journal
+        with Run.open(root, source(16), config(16, samples=4)) as run:
+            continued = [run.prefix(lease) for taken in run.take(16) for lease in taken.leases]
+            assert continued == [prefix] * 64
