@@ -157,6 +157,39 @@ def test_group_commit_writes_nothing_until_the_group_is_due(tmp_path: Path) -> N
         w.append(small)
 
 
+
+def test_a_second_thread_committing_at_once_is_refused_and_the_group_written_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The writer is for one thread at a time: a commit from a second
+    thread while the first is inside its write is refused by name (it used
+    to write the open group a second time: a journal read back as corrupt),
+    and the group reaches the file once."""
+    path = tmp_path / "journal"
+    w = JournalWriter(path, HEADER)
+    inside, release = threading.Event(), threading.Event()
+    write = _journal_files._write_all
+
+    def slow(fd: int, data: bytes | memoryview) -> None:
+        inside.set()
+        assert release.wait(10.0)
+        write(fd, data)
+
+    monkeypatch.setattr(_journal_files, "_write_all", slow)
+    w.extend(Sealed(o, 0, 0, BytesPayload(b"x" * 10)) for o in range(3))
+    first = threading.Thread(target=w.sync)
+    first.start()
+    assert inside.wait(10.0)
+    with pytest.raises(JournalWriterError, match="two threads committed at once"):
+        w.sync()
+    release.set()
+    first.join(10.0)
+    assert not first.is_alive()
+    monkeypatch.setattr(_journal_files, "_write_all", write)
+    assert w.sync() == 3  # the refused call changed nothing
+    w.close()
+    assert [r.ordinal for r in read_journal(path).records] == [0, 1, 2]
+
 def test_extend_queues_all_or_nothing(tmp_path: Path) -> None:
     w = JournalWriter(tmp_path / "j", HEADER, CommitPolicy(max_delay=1.0), max_frame=1000)
     good = Sealed(0, 0, 0, BytesPayload(b"ok"))

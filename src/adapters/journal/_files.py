@@ -485,6 +485,10 @@ class JournalWriter:
         self._pending: list[bytes] = []
         self._pending_bytes = 0
         self._oldest = 0.0
+        # Held through a commit: a second thread committing at once (the
+        # writer is for one thread at a time) is refused by name instead of
+        # writing the open group a second time.
+        self._committing = threading.Lock()
         self._handed = -math.inf  # when the last commit returned (``time.perf_counter``)
         if not os.path.lexists(self.path):
             try:
@@ -770,6 +774,17 @@ class JournalWriter:
         open group, here, then its fsync handed to the commit thread, or
         done here when the group came due within ``_OVERLAP_MIN`` (either
         way after the previous group's fsync has returned)."""
+        if not self._committing.acquire(blocking=False):
+            raise JournalWriterError(
+                f"{self.path}: two threads committed at once; a journal writer is for one "
+                "thread at a time (a Run's: call run.sync(), which takes the run's lock)"
+            )
+        try:
+            self._commit_group()
+        finally:
+            self._committing.release()
+
+    def _commit_group(self) -> None:
         self._syncer.check_process()
         group = b"".join(self._pending)
         try:
