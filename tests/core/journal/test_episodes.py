@@ -61,6 +61,10 @@ from ._strategies import (
     token_payloads,
 )
 
+# Fast and deterministic (every property seeded): the selection mutmut runs
+# against the episode code (scripts/mutation.sh, proofs/MUTANTS_JOURNAL.md).
+pytestmark = pytest.mark.mutation
+
 HEADER = JournalHeader("fp", "run", journal_id=FORGED_ID)
 
 
@@ -207,6 +211,7 @@ def test_values_are_checked_when_built() -> None:
         Answer(0, 0, 0, 0, "k", JsonPayload.of(1), {"state": 1})  # type: ignore[arg-type]
 
 
+@budget(100)
 @given(
     st.text(min_size=1, max_size=40).filter(lambda s: "/" not in s),
     st.tuples(st.integers(0, U64), st.integers(0, U32), st.integers(0, U32), st.integers(0, U32)),
