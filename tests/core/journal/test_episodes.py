@@ -25,6 +25,7 @@ from frontier_core.journal import (
     NO_TOKENS,
     Answer,
     BytesPayload,
+    Extend,
     JournalCorruptError,
     JournalEpisodeError,
     JournalError,
@@ -351,6 +352,82 @@ def test_a_turn_out_of_order_or_an_answer_for_an_unknown_key_is_a_typed_error(
         replay([Progress(9, 9, 0, BytesPayload(b"other")), *recs])
     assert info.value.index == len(recs) and (info.value.ordinal, info.value.sibling) == (0, 0)
     assert isinstance(info.value, JournalError)
+
+
+_K = call("k")
+_ANSWERED: list[Record] = [
+    Turn(0, 0, 0, 0, tp([1]), _K),
+    Answer(0, 0, 0, 0, "k", JsonPayload.of(0)),
+]
+
+
+@pytest.mark.parametrize(
+    ("recs", "reason"),
+    [
+        (
+            [*_ANSWERED, Turn(0, 0, 0, 2, tp([2]))],
+            "turn 2 of attempt 0, but the episode holds 1 turns",
+        ),
+        (
+            [Turn(0, 0, 0, 0, tp([1]), _K), Turn(0, 0, 0, 1, tp([2]))],
+            "turn 1 of attempt 0, but the episode holds 1 turns and a call pending",
+        ),
+        (
+            [Turn(0, 0, 0, 0, tp([1])), Turn(0, 0, 0, 1, tp([2]))],
+            "turn 1 of attempt 0, but the episode holds 1 turns, the last without a call",
+        ),
+        (
+            [Turn(0, 0, 0, 0, tp([1]), _K), Turn(0, 0, 1, 1, tp([2]))],
+            "attempt 1 continues the episode at turn 1, but it holds only 0 answered turns",
+        ),
+        (
+            [*_ANSWERED, Turn(0, 0, 0, 1, tp([2])), Turn(0, 0, 2, 2, tp([3]))],
+            "attempt 2 continues the episode at turn 2, but it holds only 2 answered turns, "
+            "turn 1 without a call",
+        ),
+        (
+            [Answer(0, 0, 0, 0, "k", JsonPayload.of(0))],
+            "an answer for key 'k' at turn 0, but no call is pending",
+        ),
+        (
+            [Turn(0, 0, 0, 0, tp([1]), _K), Answer(0, 0, 0, 0, "other", JsonPayload.of(0))],
+            "an answer for key 'other' at turn 0, but the pending call is turn 0's, key 'k'",
+        ),
+    ],
+)
+def test_an_episode_refusal_says_exactly_what_the_episode_holds(
+    recs: list[Record], reason: str
+) -> None:
+    """The reason names the turn, the attempt and what the episode holds,
+    and adds a clause only for the case it names (a call pending, a last
+    turn without a call)."""
+    with pytest.raises(JournalEpisodeError) as info:
+        replay(recs)
+    assert info.value.reason == reason
+    assert str(info.value) == f"record {len(recs) - 1}: episode of ordinal 0 sibling 0: {reason}"
+
+
+def test_a_turn_leaves_its_sibling_unsealed_with_no_tokens_of_the_next_turn() -> None:
+    """A turn (the first after a sample's progress of its attempt, or the
+    episode's next) and an answer leave the sibling unsealed under the
+    record's attempt, with the turns so far and no tokens of the next
+    turn."""
+    first = TurnState(tp([1]), _K)
+    state = replay([Progress(0, 0, 3, tp([9])), Turn(0, 0, 3, 0, tp([1]), _K)])
+    assert state.get(0, 0) == SiblingState(3, NO_TOKENS, False, (first,))
+    answered = TurnState(tp([1]), _K, JsonPayload.of(0))
+    state = replay([*_ANSWERED, Turn(0, 0, 0, 1, tp([2]))])
+    assert state.get(0, 0) == SiblingState(0, NO_TOKENS, False, (answered, TurnState(tp([2]))))
+    state = replay(_ANSWERED)
+    assert state.get(0, 0) == SiblingState(0, NO_TOKENS, False, (answered,))
+
+
+def test_extends_of_the_current_attempt_add_the_next_turns_tokens_and_keep_the_turns() -> None:
+    """An ``Extend`` after an answer adds the tokens of the turn being
+    generated to the payload; the episode's turns stay as they were."""
+    recs: list[Record] = [*_ANSWERED, Extend(0, 0, 0, 0, tp([7])), Extend(0, 0, 0, 1, tp([8]))]
+    answered = TurnState(tp([1]), _K, JsonPayload.of(0))
+    assert replay(recs).get(0, 0) == SiblingState(0, tp([7, 8]), False, (answered,))
 
 
 def test_fenced_turns_and_answers_are_ignored_not_refused() -> None:
