@@ -475,6 +475,41 @@ def test_reuse_within_keeps_the_young_leading_turns_whole() -> None:
     assert reusable(state, Reuse.everything(), fork=5, step=6) == state
 
 
+def test_reuse_within_keeps_every_young_leading_turn_and_the_young_prefix_after_them() -> None:
+    """``Reuse.within`` keeps all the leading turns whose every token is
+    young, however many, and stops at the first old one; when every turn
+    is young, the tokens of the turn being generated are kept up to their
+    first old token."""
+    young = [tp([1], version=5), tp([2, 3], version=6)]
+    recs: list[Record] = []
+    for i, tokens in enumerate(young):
+        recs += [
+            Turn(0, 0, 1, i, tokens, call(f"k{i}")),
+            Answer(0, 0, 1, i, f"k{i}", BytesPayload(b"")),
+        ]
+    turns = tuple(TurnState(t, call(f"k{i}"), BytesPayload(b"")) for i, t in enumerate(young))
+    old_turn = Turn(0, 0, 1, 2, tp([4], version=1), call("k2"))
+    got = reusable(replay([*recs, old_turn]), Reuse.within(2), fork=6, step=7)
+    assert got.get(0, 0) == SiblingState(1, NO_TOKENS, False, turns)
+    partial = Progress(0, 0, 1, TokenPayload.of([7, 8, 9], [-0.5] * 3, [6, 6, 1]))
+    got = reusable(replay([*recs, partial]), Reuse.within(2), fork=6, step=7)
+    assert got.get(0, 0) == SiblingState(1, tp([7, 8], version=6), False, turns)
+
+
+def test_reuse_continues_young_turns_without_a_payload_it_cannot_age() -> None:
+    """Every turn young, but a seal whose sample is not young whole, or an
+    opaque progress (no versions to age): the turns are continued, with no
+    tokens of the next turn."""
+    recs: list[Record] = [
+        Turn(0, 0, 1, 0, tp([1], version=6), call("k")),
+        Answer(0, 0, 1, 0, "k", BytesPayload(b"")),
+    ]
+    turns = (TurnState(tp([1], version=6), call("k"), BytesPayload(b"")),)
+    for last in (Sealed(0, 0, 1, tp([1, 2], version=1)), Progress(0, 0, 1, BytesPayload(b"x"))):
+        got = reusable(replay([*recs, last]), Reuse.within(2), fork=6, step=7)
+        assert got.get(0, 0) == SiblingState(1, NO_TOKENS, False, turns)
+
+
 def test_a_sealed_episode_is_reused_whole_only_if_every_turn_is_young() -> None:
     """Found by the exhaustive explorer: a sealed episode whose sample is
     young but whose first turn is old was kept whole, the old turn in the
