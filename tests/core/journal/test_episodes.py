@@ -212,6 +212,71 @@ def test_values_are_checked_when_built() -> None:
         Answer(0, 0, 0, 0, "k", JsonPayload.of(1), {"state": 1})  # type: ignore[arg-type]
 
 
+@pytest.mark.parametrize(
+    ("build", "error", "message"),
+    [
+        (
+            lambda: ToolCall("n", {"a": 1}, "k"),
+            TypeError,
+            "a call's args are a JsonPayload, got dict",
+        ),
+        (
+            lambda: Turn(0, 0, 0, 0, BytesPayload(b"")),
+            TypeError,
+            "a turn carries a TokenPayload, got BytesPayload",
+        ),
+        (
+            lambda: Turn(0, 0, 0, 0, TokenPayload.of([1], [-1.0], 0, reward=1.0)),
+            ValueError,
+            "a turn's tokens carry no reward (the sealed episode does)",
+        ),
+        (
+            lambda: Turn(0, 0, 0, 0, tp([1]), "call"),
+            TypeError,
+            "call must be a ToolCall or None, got str",
+        ),
+        (
+            lambda: Answer(0, 0, 0, 0, "k", JsonPayload.of(1), {"state": 1}),
+            TypeError,
+            "state must be a BytesPayload, JsonPayload, TokenPayload or None, got dict "
+            "(raw objects are never pickled)",
+        ),
+        (lambda: call_key(1, 0, 0, 0, 0), TypeError, "namespace must be a str, got int"),
+        (
+            lambda: call_key("\ud800", 0, 0, 0, 0),
+            ValueError,
+            "namespace is not UTF-8 (it holds a lone surrogate)",
+        ),
+        (
+            lambda: call_key("run", -1, 0, 0, 0),
+            ValueError,
+            f"ordinal must be an int in [0, {U64}], got -1",
+        ),
+        (
+            lambda: call_key("run", 0, U32 + 1, 0, 0),
+            ValueError,
+            f"sibling must be an int in [0, {U32}], got {U32 + 1}",
+        ),
+        (
+            lambda: call_key("run", 0, 0, -1, 0),
+            ValueError,
+            f"attempt must be an int in [0, {U32}], got -1",
+        ),
+        (
+            lambda: call_key("run", 0, 0, 0, -1),
+            ValueError,
+            f"turn must be an int in [0, {U32}], got -1",
+        ),
+    ],
+)
+def test_an_episode_value_is_refused_by_its_exact_message(
+    build: object, error: type[Exception], message: str
+) -> None:
+    with pytest.raises(error) as info:
+        build()  # type: ignore[operator]
+    assert str(info.value) == message
+
+
 @budget(100)
 @given(
     st.text(min_size=1, max_size=40).filter(lambda s: "/" not in s),
@@ -405,6 +470,16 @@ def test_an_episode_refusal_says_exactly_what_the_episode_holds(
         replay(recs)
     assert info.value.reason == reason
     assert str(info.value) == f"record {len(recs) - 1}: episode of ordinal 0 sibling 0: {reason}"
+
+
+def test_advance_refuses_one_record_on_its_own_with_no_index() -> None:
+    """``advance`` checks one record, outside any journal: its refusal names
+    the episode and the reason, and no record index."""
+    with pytest.raises(JournalEpisodeError) as info:
+        advance(None, Answer(0, 1, 0, 0, "k", JsonPayload.of(0)))
+    reason = "an answer for key 'k' at turn 0, but no call is pending"
+    assert info.value.index is None and info.value.reason == reason
+    assert str(info.value) == f"episode of ordinal 0 sibling 1: {reason}"
 
 
 def test_a_turn_leaves_its_sibling_unsealed_with_no_tokens_of_the_next_turn() -> None:
