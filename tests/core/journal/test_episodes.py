@@ -25,6 +25,7 @@ from frontier_core.journal import (
     NO_TOKENS,
     Answer,
     BytesPayload,
+    Extend,
     JournalCorruptError,
     JournalEpisodeError,
     JournalError,
@@ -60,6 +61,10 @@ from ._strategies import (
     payloads,
     token_payloads,
 )
+
+# Fast and deterministic (every property seeded): the selection mutmut runs
+# against the episode code (scripts/mutation.sh, proofs/MUTANTS_JOURNAL.md).
+pytestmark = pytest.mark.mutation
 
 HEADER = JournalHeader("fp", "run", journal_id=FORGED_ID)
 
@@ -207,6 +212,72 @@ def test_values_are_checked_when_built() -> None:
         Answer(0, 0, 0, 0, "k", JsonPayload.of(1), {"state": 1})  # type: ignore[arg-type]
 
 
+@pytest.mark.parametrize(
+    ("build", "error", "message"),
+    [
+        (
+            lambda: ToolCall("n", {"a": 1}, "k"),
+            TypeError,
+            "a call's args are a JsonPayload, got dict",
+        ),
+        (
+            lambda: Turn(0, 0, 0, 0, BytesPayload(b"")),
+            TypeError,
+            "a turn carries a TokenPayload, got BytesPayload",
+        ),
+        (
+            lambda: Turn(0, 0, 0, 0, TokenPayload.of([1], [-1.0], 0, reward=1.0)),
+            ValueError,
+            "a turn's tokens carry no reward (the sealed episode does)",
+        ),
+        (
+            lambda: Turn(0, 0, 0, 0, tp([1]), "call"),
+            TypeError,
+            "call must be a ToolCall or None, got str",
+        ),
+        (
+            lambda: Answer(0, 0, 0, 0, "k", JsonPayload.of(1), {"state": 1}),
+            TypeError,
+            "state must be a BytesPayload, JsonPayload, TokenPayload or None, got dict "
+            "(raw objects are never pickled)",
+        ),
+        (lambda: call_key(1, 0, 0, 0, 0), TypeError, "namespace must be a str, got int"),
+        (
+            lambda: call_key("\ud800", 0, 0, 0, 0),
+            ValueError,
+            "namespace is not UTF-8 (it holds a lone surrogate)",
+        ),
+        (
+            lambda: call_key("run", -1, 0, 0, 0),
+            ValueError,
+            f"ordinal must be an int in [0, {U64}], got -1",
+        ),
+        (
+            lambda: call_key("run", 0, U32 + 1, 0, 0),
+            ValueError,
+            f"sibling must be an int in [0, {U32}], got {U32 + 1}",
+        ),
+        (
+            lambda: call_key("run", 0, 0, -1, 0),
+            ValueError,
+            f"attempt must be an int in [0, {U32}], got -1",
+        ),
+        (
+            lambda: call_key("run", 0, 0, 0, -1),
+            ValueError,
+            f"turn must be an int in [0, {U32}], got -1",
+        ),
+    ],
+)
+def test_an_episode_value_is_refused_by_its_exact_message(
+    build: object, error: type[Exception], message: str
+) -> None:
+    with pytest.raises(error) as info:
+        build()  # type: ignore[operator]
+    assert str(info.value) == message
+
+
+@budget(100)
 @given(
     st.text(min_size=1, max_size=40).filter(lambda s: "/" not in s),
     st.tuples(st.integers(0, U64), st.integers(0, U32), st.integers(0, U32), st.integers(0, U32)),
@@ -348,6 +419,92 @@ def test_a_turn_out_of_order_or_an_answer_for_an_unknown_key_is_a_typed_error(
     assert isinstance(info.value, JournalError)
 
 
+_K = call("k")
+_ANSWERED: list[Record] = [
+    Turn(0, 0, 0, 0, tp([1]), _K),
+    Answer(0, 0, 0, 0, "k", JsonPayload.of(0)),
+]
+
+
+@pytest.mark.parametrize(
+    ("recs", "reason"),
+    [
+        (
+            [*_ANSWERED, Turn(0, 0, 0, 2, tp([2]))],
+            "turn 2 of attempt 0, but the episode holds 1 turns",
+        ),
+        (
+            [Turn(0, 0, 0, 0, tp([1]), _K), Turn(0, 0, 0, 1, tp([2]))],
+            "turn 1 of attempt 0, but the episode holds 1 turns and a call pending",
+        ),
+        (
+            [Turn(0, 0, 0, 0, tp([1])), Turn(0, 0, 0, 1, tp([2]))],
+            "turn 1 of attempt 0, but the episode holds 1 turns, the last without a call",
+        ),
+        (
+            [Turn(0, 0, 0, 0, tp([1]), _K), Turn(0, 0, 1, 1, tp([2]))],
+            "attempt 1 continues the episode at turn 1, but it holds only 0 answered turns",
+        ),
+        (
+            [*_ANSWERED, Turn(0, 0, 0, 1, tp([2])), Turn(0, 0, 2, 2, tp([3]))],
+            "attempt 2 continues the episode at turn 2, but it holds only 2 answered turns, "
+            "turn 1 without a call",
+        ),
+        (
+            [Answer(0, 0, 0, 0, "k", JsonPayload.of(0))],
+            "an answer for key 'k' at turn 0, but no call is pending",
+        ),
+        (
+            [Turn(0, 0, 0, 0, tp([1]), _K), Answer(0, 0, 0, 0, "other", JsonPayload.of(0))],
+            "an answer for key 'other' at turn 0, but the pending call is turn 0's, key 'k'",
+        ),
+    ],
+)
+def test_an_episode_refusal_says_exactly_what_the_episode_holds(
+    recs: list[Record], reason: str
+) -> None:
+    """The reason names the turn, the attempt and what the episode holds,
+    and adds a clause only for the case it names (a call pending, a last
+    turn without a call)."""
+    with pytest.raises(JournalEpisodeError) as info:
+        replay(recs)
+    assert info.value.reason == reason
+    assert str(info.value) == f"record {len(recs) - 1}: episode of ordinal 0 sibling 0: {reason}"
+
+
+def test_advance_refuses_one_record_on_its_own_with_no_index() -> None:
+    """``advance`` checks one record, outside any journal: its refusal names
+    the episode and the reason, and no record index."""
+    with pytest.raises(JournalEpisodeError) as info:
+        advance(None, Answer(0, 1, 0, 0, "k", JsonPayload.of(0)))
+    reason = "an answer for key 'k' at turn 0, but no call is pending"
+    assert info.value.index is None and info.value.reason == reason
+    assert str(info.value) == f"episode of ordinal 0 sibling 1: {reason}"
+
+
+def test_a_turn_leaves_its_sibling_unsealed_with_no_tokens_of_the_next_turn() -> None:
+    """A turn (the first after a sample's progress of its attempt, or the
+    episode's next) and an answer leave the sibling unsealed under the
+    record's attempt, with the turns so far and no tokens of the next
+    turn."""
+    first = TurnState(tp([1]), _K)
+    state = replay([Progress(0, 0, 3, tp([9])), Turn(0, 0, 3, 0, tp([1]), _K)])
+    assert state.get(0, 0) == SiblingState(3, NO_TOKENS, False, (first,))
+    answered = TurnState(tp([1]), _K, JsonPayload.of(0))
+    state = replay([*_ANSWERED, Turn(0, 0, 0, 1, tp([2]))])
+    assert state.get(0, 0) == SiblingState(0, NO_TOKENS, False, (answered, TurnState(tp([2]))))
+    state = replay(_ANSWERED)
+    assert state.get(0, 0) == SiblingState(0, NO_TOKENS, False, (answered,))
+
+
+def test_extends_of_the_current_attempt_add_the_next_turns_tokens_and_keep_the_turns() -> None:
+    """An ``Extend`` after an answer adds the tokens of the turn being
+    generated to the payload; the episode's turns stay as they were."""
+    recs: list[Record] = [*_ANSWERED, Extend(0, 0, 0, 0, tp([7])), Extend(0, 0, 0, 1, tp([8]))]
+    answered = TurnState(tp([1]), _K, JsonPayload.of(0))
+    assert replay(recs).get(0, 0) == SiblingState(0, tp([7, 8]), False, (answered,))
+
+
 def test_fenced_turns_and_answers_are_ignored_not_refused() -> None:
     recs: list[Record] = [
         Turn(0, 0, 3, 0, tp([1]), call("k")),
@@ -391,6 +548,41 @@ def test_reuse_within_keeps_the_young_leading_turns_whole() -> None:
     assert got.pending is None
     assert reusable(state, Reuse.within(0), fork=5, step=6).get(0, 0) is None
     assert reusable(state, Reuse.everything(), fork=5, step=6) == state
+
+
+def test_reuse_within_keeps_every_young_leading_turn_and_the_young_prefix_after_them() -> None:
+    """``Reuse.within`` keeps all the leading turns whose every token is
+    young, however many, and stops at the first old one; when every turn
+    is young, the tokens of the turn being generated are kept up to their
+    first old token."""
+    young = [tp([1], version=5), tp([2, 3], version=6)]
+    recs: list[Record] = []
+    for i, tokens in enumerate(young):
+        recs += [
+            Turn(0, 0, 1, i, tokens, call(f"k{i}")),
+            Answer(0, 0, 1, i, f"k{i}", BytesPayload(b"")),
+        ]
+    turns = tuple(TurnState(t, call(f"k{i}"), BytesPayload(b"")) for i, t in enumerate(young))
+    old_turn = Turn(0, 0, 1, 2, tp([4], version=1), call("k2"))
+    got = reusable(replay([*recs, old_turn]), Reuse.within(2), fork=6, step=7)
+    assert got.get(0, 0) == SiblingState(1, NO_TOKENS, False, turns)
+    partial = Progress(0, 0, 1, TokenPayload.of([7, 8, 9], [-0.5] * 3, [6, 6, 1]))
+    got = reusable(replay([*recs, partial]), Reuse.within(2), fork=6, step=7)
+    assert got.get(0, 0) == SiblingState(1, tp([7, 8], version=6), False, turns)
+
+
+def test_reuse_continues_young_turns_without_a_payload_it_cannot_age() -> None:
+    """Every turn young, but a seal whose sample is not young whole, or an
+    opaque progress (no versions to age): the turns are continued, with no
+    tokens of the next turn."""
+    recs: list[Record] = [
+        Turn(0, 0, 1, 0, tp([1], version=6), call("k")),
+        Answer(0, 0, 1, 0, "k", BytesPayload(b"")),
+    ]
+    turns = (TurnState(tp([1], version=6), call("k"), BytesPayload(b"")),)
+    for last in (Sealed(0, 0, 1, tp([1, 2], version=1)), Progress(0, 0, 1, BytesPayload(b"x"))):
+        got = reusable(replay([*recs, last]), Reuse.within(2), fork=6, step=7)
+        assert got.get(0, 0) == SiblingState(1, NO_TOKENS, False, turns)
 
 
 def test_a_sealed_episode_is_reused_whole_only_if_every_turn_is_young() -> None:

@@ -99,7 +99,12 @@ EPISODE_RULES = {
 }
 
 
-@pytest.mark.parametrize("scope", list(SCOPES))
+# The episode scopes (about 13 s together) are among the tests mutmut runs
+# (scripts/mutation.sh): they kill the episode code's mutants that no
+# single-case test reaches.
+@pytest.mark.parametrize(
+    "scope", [pytest.param(s, marks=pytest.mark.mutation) if s in EPISODES else s for s in SCOPES]
+)
 def test_every_journal_sequence_keeps_every_invariant(scope: str) -> None:
     bounds = SCOPES[scope]
     if scope in EPISODES and LONG_EPISODES:
