@@ -139,6 +139,18 @@ class PosixStore:
             os.close(fd)
 
     @contextmanager
+    def locked(self) -> Iterator[None]:
+        """Hold the lock ``swap`` and ``delete`` hold (an ``flock`` on
+        ``.store-lock``, waited for at most ``LOCK_WAIT_S``, else
+        ``StoreUnavailableError``), so that a caller's read, check and act
+        in the directory is atomic with respect to every ``swap``: what a
+        checkpoint writer's removals do, so that none follows a newer
+        life's claim. Not reentrant: a ``swap``, ``delete`` or ``sweep``
+        of this directory inside it waits for the lock and fails."""
+        with self._locked():
+            yield
+
+    @contextmanager
     def _locked(self) -> Iterator[None]:
         fd = self._root(True)
         assert fd is not None

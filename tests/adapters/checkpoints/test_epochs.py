@@ -142,3 +142,70 @@ def test_lives_claiming_at_once_never_share_an_epoch(root: str) -> None:
     assert got and len(set(got)) == len(got)
     assert epoch_reader(root)() == max(got)
     assert len(names(root)) == 1  # the lineage went through every claim unchanged
+
+
+def test_an_older_life_paused_after_its_publish_removes_nothing_newer(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The older writer's publish succeeds, then it pauses (a GC pause, a
+    frozen VM) while a newer life claims and publishes; when it resumes,
+    its pruning takes none of the newer life's checkpoints."""
+    from frontier_adapters.checkpoints import _lineage
+
+    root = str(tmp_path / "root")
+    old = claim_epoch(root)
+    save(root, 0, epoch=old)
+    noted = _lineage.note_resumed
+    newer: list[Path] = []
+    paused: list[bool] = []
+
+    def pause_after_publish(*args: Any) -> None:
+        noted(*args)
+        if not paused:
+            paused.append(True)
+            life = claim_epoch(root)
+            newer.extend([save(root, 5, epoch=life), save(root, 6, epoch=life)])
+
+    monkeypatch.setattr(_lineage, "note_resumed", pause_after_publish)
+    save(root, 1, epoch=old)  # published before the claim: no error
+    monkeypatch.undo()
+    assert names(root) == [newer[1].name, newer[0].name]
+    assert all(p.is_dir() for p in newer)
+    loaded = read_checkpoint(root, fingerprint=FP)
+    assert loaded is not None and loaded.step == 6
+    assert not [p for p in Path(root).iterdir() if p.name.startswith(".tmp-")]
+
+
+def test_an_older_life_paused_before_its_dead_sweep_is_fenced_and_removes_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The older writer passed its epoch check and read LATEST, then
+    pauses before removing the dead directories; a newer life claims and
+    publishes meanwhile. The older writer is fenced and removes none of
+    the newer life's checkpoints."""
+    from frontier_adapters.checkpoints import _dirs
+
+    root = str(tmp_path / "root")
+    old = claim_epoch(root)
+    save(root, 0, epoch=old)
+    sweep = _dirs.remove_dead
+    newer: list[Path] = []
+    paused: list[bool] = []
+
+    def pause_before_sweep(*args: Any) -> None:
+        if not paused:
+            paused.append(True)
+            life = claim_epoch(root)
+            newer.append(save(root, 5, epoch=life))
+        sweep(*args)
+
+    monkeypatch.setattr(_dirs, "remove_dead", pause_before_sweep)
+    with pytest.raises(CheckpointFencedError):
+        save(root, 1, epoch=old)
+    monkeypatch.undo()
+    assert names(root)[0] == newer[0].name and newer[0].is_dir()
+    loaded = read_checkpoint(root, fingerprint=FP)
+    assert loaded is not None and loaded.step == 5
+    assert sorted(p.name for p in Path(root).iterdir() if p.name.startswith("ckpt")) == sorted(
+        names(root)
+    )
