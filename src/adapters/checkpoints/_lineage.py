@@ -14,7 +14,12 @@ from typing import Any, Final, Generic, TypeVar, cast
 
 import attrs
 
-from .._errors import CheckpointConflictError, CheckpointFencedError, CheckpointFileError
+from .._errors import (
+    MAX_EPOCH,
+    CheckpointConflictError,
+    CheckpointFencedError,
+    CheckpointFileError,
+)
 from ..store import (
     PosixStore,
     Store,
@@ -185,7 +190,7 @@ def parse_lineage_epoch(
     if "owner" in doc and not (isinstance(doc["owner"], str) and _OWNER.match(doc["owner"])):
         raise CheckpointFileError(shown, f"bad owner {str(doc['owner'])[:80]!r}")
     epoch = doc.get("epoch", 0)
-    if not is_int(epoch) or not 0 <= epoch < 1 << 63:
+    if not is_int(epoch) or not 0 <= epoch <= MAX_EPOCH:
         raise CheckpointFileError(shown, f"bad epoch {str(epoch)[:80]!r}")
     lineage = doc["lineage"]
     if not isinstance(lineage, list) or len(lineage) > kind.max_entries:
@@ -414,7 +419,7 @@ def lineage_bytes(
     a kind with an epoch's names ``epoch``."""
     if kind.owned != (owner is not None) or (owner is not None and not _OWNER.match(owner)):
         raise ValueError(f"{kind.name}: owner {owner!r} does not fit the file")
-    if not is_int(epoch) or not 0 <= epoch < 1 << 63 or (epoch and not kind.epoch):
+    if not is_int(epoch) or not 0 <= epoch <= MAX_EPOCH or (epoch and not kind.epoch):
         raise ValueError(f"{kind.name}: epoch {epoch!r} does not fit the file")
     doc: dict[str, Any] = {
         "format": kind.format,
