@@ -78,6 +78,7 @@ from frontier_core.journal import (
 from .._collector import StreamCollector, StreamSource, Taken
 from .._state import KEY_FORMAT, KEY_VERSION, check_state
 from ..checkpoints import (
+    CheckpointFencedError,
     LoadedCheckpoint,
     PartCodec,
     claim_epoch,
@@ -754,6 +755,21 @@ class Run:
             self._episodes.pop((lease.ordinal, lease.sibling), None)
 
     # -- checkpoints -------------------------------------------------------------
+
+    def check_epoch(self) -> None:
+        """Raise ``CheckpointFencedError`` naming both epochs when a newer
+        life claimed the run (its pointer, ``LATEST``, names a newer epoch
+        than ``epoch``): what a caller checks before it writes state of its
+        own outside the run's checkpoint (a trainer's ``output_dir``), so
+        that a fenced life stops before, not after, that write. A check,
+        not a lock: a claim right after it is caught by the next
+        ``checkpoint``. Raises the store's errors and
+        ``CheckpointFileError`` for a garbled ``LATEST``."""
+        current = epoch_reader(self.checkpoints)()
+        if current != self.epoch:
+            raise CheckpointFencedError(
+                f"{str(self.checkpoints).rstrip('/')}/LATEST", self.epoch, current
+            )
 
     @_locked
     def checkpoint(

@@ -271,3 +271,17 @@ def test_a_publish_between_an_opens_read_and_its_claim_is_read_again(
     with contextlib.suppress(CheckpointFencedError):
         old.close()  # fenced by the newer life's claim, with what it had not shipped
     newer.close()
+
+
+def test_check_epoch_tells_a_fenced_life_before_it_writes(tmp_path: Path) -> None:
+    from frontier_adapters.checkpoints import claim_epoch
+
+    remote = str(tmp_path / "shared")
+    live = open_life(tmp_path / "a", remote)
+    live.check_epoch()  # not fenced: nothing raised
+    claimed = claim_epoch(live.checkpoints)
+    with pytest.raises(CheckpointFencedError) as refused:
+        live.check_epoch()
+    assert (refused.value.epoch, refused.value.current) == (live.epoch, claimed)
+    with contextlib.suppress(CheckpointFencedError):
+        live.close()
