@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from typing import Final
 
 from frontier_core import (
     CheckpointCorruptError,
@@ -88,6 +89,12 @@ class CheckpointConflictError(FrontierError, RuntimeError):
     def __init__(self, path: str, reason: str) -> None:
         super().__init__(f"{path}: {reason}")
         self.path = path
+
+
+#: The highest epoch a life can claim (``claim_epoch``; what ``LATEST`` and
+#: a shipped object's name may carry): a signed 64-bit integer's largest,
+#: so that every epoch a reader accepts is one some life could claim.
+MAX_EPOCH: Final = (1 << 63) - 1
 
 
 class CheckpointFencedError(CheckpointConflictError):

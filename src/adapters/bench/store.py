@@ -16,8 +16,10 @@ the section: ``frontier_adapters.store._seaweed``; the ``s3`` extra).
   ``LATEST`` swapped on its version) against the local one (temporary
   directory, fsync, rename, ``LATEST`` replaced).
 * Shipping lag. A ``RolloutJournal`` shipping to the server through a
-  ``Shipper`` built as ``Run.open(remote=...)`` builds it (the default
-  ``segment_bytes``, 4 MiB, and ``segment_seconds``, 2 s; again at
+  ``Shipper`` built as ``Run.open(remote=...)`` builds it, less the
+  epoch fence (a Run's shipper also reads ``LATEST`` before each upload;
+  not measured), with the default
+  ``segment_bytes``, 4 MiB, and ``segment_seconds``, 2 s (again at
   ``segment_seconds=0.5``, ``Run.open``'s option) is handed progress
   records of ``LAG_TOKENS`` tokens (a 258-byte frame) at a paced rate
   (10^2, 10^3 and 10^4 records/s) for 4 s (two default segments; 0.3 s
@@ -175,7 +177,9 @@ def lags(
     its append."""
     root.mkdir(parents=True)
     prefix = f"lag-{secrets.token_hex(4)}"
-    # As ``Run.open(remote=..., segment_seconds=...)`` builds it.
+    # As ``Run.open(remote=..., segment_seconds=...)`` builds it, but
+    # without the epoch fence (no ``epoch``, no ``fence``): a Run's shipper
+    # also reads LATEST once before each upload, not measured here.
     shipper = Shipper(store, prefix, segment_seconds=segment_seconds)
     journal = RolloutJournal(
         root / "journal",

@@ -72,7 +72,11 @@ another storage (an object store) can stand behind the same protocol.
 
 One writer per root: two processes writing the same root concurrently are
 not supported (the second would prune the first's directory), except that
-a writer of an older life is fenced (below) before it removes anything.
+a writer of an older life, once a newer life claimed the root (below),
+removes nothing: in a directory every removal of a writer (dead
+directories before it writes, pruned ones after it publishes) runs under
+the ``PosixStore``'s lock after ``LATEST`` is read again there, not at
+all once it names a newer epoch, and never of a directory it lists.
 
 On an object store: a root may also be a URL (``s3://bucket/prefix``,
 ``gs://...``, ``az://...``; ``file://`` and plain paths are directories),

@@ -447,9 +447,8 @@ def write_checkpoint(
     assert root_fd is not None
     try:
         if epoch is not None:
-            # Refused before anything is removed or written: a fenced
-            # writer's dead-directory sweep could take the newer life's
-            # checkpoint that is renamed and not yet published.
+            # Refused before anything is written (a cheap early check;
+            # the removals below check again under the store's lock).
             shown = str(root / LATEST)
             _, current, _ = read_versioned(PosixStore(root), shown, PUBLISHED)
             if current != epoch:
@@ -463,7 +462,7 @@ def write_checkpoint(
             old = []
             publish_lineage(root, root_fd, PUBLISHED, old, epoch)
         published = {link.entry.name for link in old}
-        remove_dead(root, root_fd, PUBLISHED, published)
+        remove_dead(root, root_fd, PUBLISHED, published, epoch)
         tmp = _fs.make_tmp_dir(root, f"{_fs.TMP_PREFIX}ckpt-")
         tmp_fd = _fs.open_dir(tmp.name, dir_fd=root_fd, shown=tmp)
         try:

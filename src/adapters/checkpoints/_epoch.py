@@ -27,7 +27,7 @@ import os
 from collections.abc import Callable
 from typing import Final
 
-from .._errors import CheckpointConflictError
+from .._errors import MAX_EPOCH, CheckpointConflictError, CheckpointFileError
 from ..store import PosixStore, Store, StoreConflictError, local_path, open_store
 from ._dirs import LATEST, PUBLISHED
 from ._lineage import LineageFile, lineage_bytes, read_versioned, refuse_unlisted
@@ -56,8 +56,9 @@ def claim_epoch(root: str | os.PathLike[str]) -> int:
     on (see the module doc). Raises ``CheckpointConflictError`` when
     ``LATEST`` moved under each of ``CLAIM_TRIES`` claims (other lives
     claiming at once), and the lineage reader's ``CheckpointFileError``s
-    (a missing ``LATEST`` beside checkpoints, a garbled one): nothing is
-    written then."""
+    (a missing ``LATEST`` beside checkpoints, a garbled one), also for a
+    ``LATEST`` that names the last epoch (2**63 - 1), after which none can be
+    claimed: nothing is written then."""
     store, kind, shown = _root(root)
     where = local_path(root)
     if where is not None:
@@ -69,6 +70,12 @@ def claim_epoch(root: str | os.PathLike[str]) -> int:
                 os.listdir(where) if where is not None else dirs_of(store.list(limit=MAX_OBJECTS))
             )
             refuse_unlisted(shown, kind, None, names)
+        if current >= MAX_EPOCH:
+            raise CheckpointFileError(
+                shown,
+                f"names epoch {current}, the last a life can claim: no life can claim after "
+                "it (a forged or damaged LATEST); refusing to rewrite it",
+            )
         data = lineage_bytes(kind, lineage or [], epoch=current + 1)
         try:
             if version is None:

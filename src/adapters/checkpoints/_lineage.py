@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import re
+import secrets
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -13,8 +14,20 @@ from typing import Any, Final, Generic, TypeVar, cast
 
 import attrs
 
-from .._errors import CheckpointConflictError, CheckpointFencedError, CheckpointFileError
-from ..store import PosixStore, Store, StoreConflictError, StoreLimitError, StoreObjectError
+from .._errors import (
+    MAX_EPOCH,
+    CheckpointConflictError,
+    CheckpointFencedError,
+    CheckpointFileError,
+)
+from ..store import (
+    PosixStore,
+    Store,
+    StoreConflictError,
+    StoreError,
+    StoreLimitError,
+    StoreObjectError,
+)
 from . import _fs
 from ._sealed import check_sealed, is_int, parse_json, sealed_bytes
 
@@ -177,7 +190,7 @@ def parse_lineage_epoch(
     if "owner" in doc and not (isinstance(doc["owner"], str) and _OWNER.match(doc["owner"])):
         raise CheckpointFileError(shown, f"bad owner {str(doc['owner'])[:80]!r}")
     epoch = doc.get("epoch", 0)
-    if not is_int(epoch) or not 0 <= epoch < 1 << 63:
+    if not is_int(epoch) or not 0 <= epoch <= MAX_EPOCH:
         raise CheckpointFileError(shown, f"bad epoch {str(epoch)[:80]!r}")
     lineage = doc["lineage"]
     if not isinstance(lineage, list) or len(lineage) > kind.max_entries:
@@ -406,7 +419,7 @@ def lineage_bytes(
     a kind with an epoch's names ``epoch``."""
     if kind.owned != (owner is not None) or (owner is not None and not _OWNER.match(owner)):
         raise ValueError(f"{kind.name}: owner {owner!r} does not fit the file")
-    if not is_int(epoch) or not 0 <= epoch < 1 << 63 or (epoch and not kind.epoch):
+    if not is_int(epoch) or not 0 <= epoch <= MAX_EPOCH or (epoch and not kind.epoch):
         raise ValueError(f"{kind.name}: epoch {epoch!r} does not fit the file")
     doc: dict[str, Any] = {
         "format": kind.format,
@@ -499,26 +512,98 @@ def publish_next(
     """Publish ``new`` as the newest checkpoint, continuing ``ancestry``
     (``ancestry()``'s: its parent first), ``keep`` entries in all, as a
     writer of ``epoch`` (``publish_lineage``), and note it as what this
-    process's run continues. Then remove every other checkpoint directory
-    of the root (ancestors beyond ``keep``, abandoned and dead branches)
-    and every leftover of a killed write."""
+    process's run continues. Then remove, of what the root held before
+    the publish, every other checkpoint directory (ancestors beyond
+    ``keep``, abandoned and dead branches) and every leftover of a killed
+    write (``remove_unlisted``): nothing when a newer life claimed the
+    root after the publish (the newer life prunes it)."""
     lineage = next_lineage(kind, new, ancestry, keep)
+    # Listed before the publish: a newer life can claim only after the
+    # publish succeeded, so nothing it makes is on this list.
+    before = _fs.listing(root_fd, root)
     publish_lineage(root, root_fd, kind, lineage, epoch)
     note_resumed(kind, root_fd, new)
     kept = {kind.dir_of(link.entry) for link in lineage}
-    for name in _fs.listing(root_fd, root):
-        if (kind.dirs.match(name) and name not in kept) or name.startswith(kind.leftovers):
-            _fs.remove(root, name)
+    doomed = [
+        name
+        for name in before
+        if (kind.dirs.match(name) and name not in kept) or name.startswith(kind.leftovers)
+    ]
+    try:
+        remove_unlisted(root, root_fd, kind, epoch, lambda names: doomed, strict=False)
+    except CheckpointFencedError:
+        pass  # published, then fenced: the newer life's writes prune the root
 
 
-def remove_dead(root: Path, root_fd: int, kind: LineageFile[_E], listed: set[str]) -> None:
+def remove_dead(
+    root: Path, root_fd: int, kind: LineageFile[_E], listed: set[str], epoch: int | None
+) -> None:
     """Remove every checkpoint directory of the root that the lineage does
-    not list (``listed``): dead branches, renamed but never published.
-    Raises ``CheckpointFileError`` naming one that cannot be removed."""
-    for name in _fs.listing(root_fd, root):
-        if kind.dirs.match(name) and name not in listed:
-            _fs.remove(root, name)
-            if _fs.lexists(root / name):
-                raise CheckpointFileError(
-                    root / name, "a dead branch (never published) that cannot be removed"
-                )
+    not list (``listed``, nor the lineage file read again under the lock):
+    dead branches, renamed but never published. Raises
+    ``CheckpointFencedError`` (nothing removed) when the file no longer
+    names ``epoch``, and ``CheckpointFileError`` naming a directory that
+    cannot be removed."""
+    remove_unlisted(
+        root,
+        root_fd,
+        kind,
+        epoch,
+        lambda names: [n for n in names if kind.dirs.match(n) and n not in listed],
+        strict=True,
+    )
+
+
+def remove_unlisted(
+    root: Path,
+    root_fd: int,
+    kind: LineageFile[_E],
+    epoch: int | None,
+    doomed: Callable[[list[str]], list[str]],
+    *,
+    strict: bool,
+) -> None:
+    """Remove the entries of the root that ``doomed(listing)`` names,
+    except a directory the lineage file lists. The file is read again and
+    the entries are moved aside (renamed to a ``.tmp-`` name) under the
+    ``PosixStore``'s lock, the one a newer life's claim swaps under, after
+    checking that the file still names ``epoch`` (``None``: a writer
+    outside the fencing, not checked): ``CheckpointFencedError`` when it
+    does not, and nothing is removed. So no removal follows a newer
+    life's claim, whose checkpoints, published or not, are never taken.
+    What was moved aside is removed after the lock is released (a kill
+    leaves it to the next write's sweep of leftovers). ``strict``: an
+    entry that cannot be moved aside is a ``CheckpointFileError``; else it
+    is left (pruning is best effort)."""
+    shown = str(root / kind.name)
+    aside: list[str] = []
+    try:
+        with PosixStore(root).locked():
+            links, current, _ = read_versioned(PosixStore(root), shown, kind)
+            if epoch is not None and current != epoch:
+                raise CheckpointFencedError(shown, epoch, current)
+            listed = {kind.dir_of(link.entry) for link in links or []}
+            for name in doomed(_fs.listing(root_fd, root)):
+                if name in listed or name == kind.name:
+                    continue
+                trash = f"{_fs.TMP_PREFIX}dead-{secrets.token_hex(8)}"
+                try:
+                    os.rename(name, trash, src_dir_fd=root_fd, dst_dir_fd=root_fd)
+                except FileNotFoundError:
+                    continue
+                except OSError as exc:
+                    if strict:
+                        raise CheckpointFileError(
+                            root / name,
+                            f"a dead branch (never published) that cannot be removed: {exc}",
+                        ) from None
+                    continue
+                aside.append(trash)
+            if aside:
+                _fs.fsync_fd(root_fd)
+    except StoreError as exc:
+        if strict:
+            raise CheckpointFileError(shown, f"cannot take the store's lock: {exc}") from None
+    finally:
+        for trash in aside:
+            _fs.remove(root, trash)

@@ -83,7 +83,8 @@ import sys
 import threading
 import time
 import weakref
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Final
 
@@ -194,6 +195,15 @@ def _open(path: Path, flags: int) -> int:
         os.close(fd)
         raise
     return fd
+
+
+def _lock(fd: int, path: Path) -> None:
+    """Take the writer's lock on the journal file behind ``fd``, or raise
+    ``JournalFileError`` when another writer holds it."""
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        raise JournalFileError(path, "another writer holds this journal") from None
 
 
 def _read_fd(fd: int, path: Path, max_bytes: int) -> bytes:
@@ -750,10 +760,29 @@ class JournalWriter:
             raise JournalWriterError(f"{self.path}: the journal writer is closed")
 
     def _lock(self, fd: int) -> None:
+        _lock(fd, self.path)
+
+    @staticmethod
+    @contextmanager
+    def unheld(path: str | os.PathLike[str]) -> Iterator[None]:
+        """While the block runs, hold the lock a writer of the journal file
+        ``path`` holds (nothing to hold when there is no file yet), after
+        refusing one that another writer holds (``JournalFileError``, the
+        block not run): what a run's open checks before it does anything
+        another life would notice (claiming its epoch). A writer opened
+        inside the block is refused; one opened after it takes the lock
+        itself."""
+        path = Path(path)
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            raise JournalFileError(self.path, "another writer holds this journal") from None
+            fd = _open(path, os.O_RDONLY)
+        except FileNotFoundError:
+            yield
+            return
+        try:
+            _lock(fd, path)
+            yield
+        finally:
+            os.close(fd)  # releases the flock
 
     def _remove_leftovers(self) -> None:
         """Temporary files of creations and compactions killed midway."""

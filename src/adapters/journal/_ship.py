@@ -92,7 +92,7 @@ from frontier_core.journal import (
     JournalSequenceError,
 )
 
-from .._errors import CheckpointFencedError
+from .._errors import MAX_EPOCH, CheckpointFencedError
 from ..store import PosixStore, StoreConflictError
 
 if TYPE_CHECKING:
@@ -166,11 +166,17 @@ class _Name:
 
 
 def _parse(name: str) -> _Name | None:
+    """A shipped object's name parsed; ``None`` for any other name, and
+    for one whose epoch is above ``MAX_EPOCH`` (no life can claim it, so
+    no shipper made it): a foreign name, which a restore refuses and a
+    base's pruning leaves, as any other."""
     if (m := _BASE.fullmatch(name)) is not None:
-        return _Name(None, int(m.group(1)), int(m.group(3) or 0))
-    if (m := _SEG.fullmatch(name)) is not None:
-        return _Name(int(m.group(1)), int(m.group(2)), int(m.group(3) or 0))
-    return None
+        got = _Name(None, int(m.group(1)), int(m.group(3) or 0))
+    elif (m := _SEG.fullmatch(name)) is not None:
+        got = _Name(int(m.group(1)), int(m.group(2)), int(m.group(3) or 0))
+    else:
+        return None
+    return got if got.epoch <= MAX_EPOCH else None
 
 
 @attrs.frozen
@@ -211,7 +217,7 @@ class Shipper:
             raise ValueError(f"segment_seconds must be > 0, got {segment_seconds!r:.40}")
         if not isinstance(prefix, str) or not prefix.strip("/"):
             raise ValueError(f"prefix must be a non-empty str, got {prefix!r:.60}")
-        if type(epoch) is not int or not 0 <= epoch < 1 << 63:
+        if type(epoch) is not int or not 0 <= epoch <= MAX_EPOCH:
             raise ValueError(f"epoch must be an int >= 0, got {epoch!r:.40}")
         #: The epoch of the life this shipper ships for (its objects' names
         #: carry it; 0: outside the fencing), and what reads the run's

@@ -78,14 +78,24 @@ from frontier_core.journal import (
 from .._collector import StreamCollector, StreamSource, Taken
 from .._state import KEY_FORMAT, KEY_VERSION, check_state
 from ..checkpoints import (
+    CheckpointFencedError,
     LoadedCheckpoint,
     PartCodec,
     claim_epoch,
     epoch_reader,
+    published_checkpoints,
     read_checkpoint,
     write_checkpoint,
 )
-from ..journal import RESERVE, SEGMENT_SECONDS, JournalShipError, Recovered, RolloutJournal, Shipper
+from ..journal import (
+    RESERVE,
+    SEGMENT_SECONDS,
+    JournalShipError,
+    JournalWriter,
+    Recovered,
+    RolloutJournal,
+    Shipper,
+)
 from ..store import is_url, open_store
 
 #: The checkpoint part the run keeps its own state in (``frontier.json``).
@@ -301,13 +311,21 @@ class Run:
         the shipped segments (``run.journal.restored`` says which copy was
         used): only what the lost node had not shipped is generated again.
 
-        Every open claims the run's next epoch (``run.epoch``;
-        ``frontier_adapters.checkpoints.claim_epoch``) before it reads the
-        checkpoint and the journal it continues: from then on an older life
-        still running (a node that comes back after a preemption or a
-        partition) publishes no checkpoint and ships nothing a later life
-        restores; its calls raise ``CheckpointFencedError`` (its journal's
-        ``JournalFencedError`` is one too), and it should exit.
+        An open that succeeds fences every older life of the run: it
+        claims the run's next epoch (``run.epoch``;
+        ``frontier_adapters.checkpoints.claim_epoch``) before it uses the
+        checkpoint and the journal it continues, and from then on an older
+        life still running (a node that comes back after a preemption or a
+        partition) publishes no checkpoint, and what it ships after its
+        shipper's next check of the epoch is never restored; its calls
+        raise ``CheckpointFencedError`` (its journal's
+        ``JournalFencedError`` is one too), and it should exit. An open
+        that is refused fences nothing: the node's journal held by a live
+        writer (``JournalFileError``) and the checkpoint's refusals
+        (another dataset's fingerprint, another lineage, damage) are
+        checked first, the journal's lock held through the claim; the
+        checkpoint is read again after the claim only when an older life
+        published in between.
 
         Raises the checkpoint reader's ``CheckpointError``s (a damaged,
         foreign or mismatched checkpoint: nothing is written), the journal's
@@ -330,24 +348,40 @@ class Run:
         root.mkdir(parents=True, exist_ok=True)
         store = None if remote is None else open_store(remote)
         checkpoints = root / "checkpoints" if remote is None else _under(remote, "checkpoints")
-        # Claimed before anything this life continues is read: from here on
-        # every older life of the run (a node that comes back) is fenced.
-        epoch = claim_epoch(checkpoints)
-        loaded = read_checkpoint(
-            checkpoints,
-            fingerprint=fingerprint,
-            require=(PART,),
-            previous=previous,
-            codec=codec,
-        )
-        saved = None if loaded is None else _read_part(loaded)
-        if saved is not None:
+
+        def resume_from() -> tuple[LoadedCheckpoint | None, Mapping[str, Any] | None, str | None]:
+            loaded = read_checkpoint(
+                checkpoints,
+                fingerprint=fingerprint,
+                require=(PART,),
+                previous=previous,
+                codec=codec,
+            )
+            saved = None if loaded is None else _read_part(loaded)
+            if saved is None:
+                return loaded, saved, lineage
             if lineage is not None and lineage != saved[_KEY_LINEAGE]:
                 raise CheckpointCorruptError(
                     f"the checkpoint is of lineage {shown(saved[_KEY_LINEAGE])}, "
                     f"not {lineage!r:.60}: another run's checkpoint"
                 )
-            lineage = saved[_KEY_LINEAGE]
+            return loaded, saved, saved[_KEY_LINEAGE]
+
+        # What refuses an open is checked before the claim, so that a
+        # refused open (the journal held by the live run of this node,
+        # another dataset's checkpoint, a damaged one) fences nothing.
+        with JournalWriter.unheld(root / "journal"):
+            loaded, saved, resumed = resume_from()
+            # From here on every older life of the run (a node that comes
+            # back) is fenced.
+            epoch = claim_epoch(checkpoints)
+        # An older life may have published between the read and the claim
+        # (never after it): then what this life continues is read again.
+        published = [p.name for p in published_checkpoints(checkpoints)]
+        now = published[previous] if previous < len(published) else None
+        if now != (None if loaded is None else loaded.path.name):
+            loaded, saved, resumed = resume_from()
+        lineage = resumed
         lineage = DEFAULT_LINEAGE if lineage is None else lineage
         collector = StreamCollector(source, config, reserve=reserve)
         journal = RolloutJournal(
@@ -721,6 +755,21 @@ class Run:
             self._episodes.pop((lease.ordinal, lease.sibling), None)
 
     # -- checkpoints -------------------------------------------------------------
+
+    def check_epoch(self) -> None:
+        """Raise ``CheckpointFencedError`` naming both epochs when a newer
+        life claimed the run (its pointer, ``LATEST``, names a newer epoch
+        than ``epoch``): what a caller checks before it writes state of its
+        own outside the run's checkpoint (a trainer's ``output_dir``), so
+        that a fenced life stops before, not after, that write. A check,
+        not a lock: a claim right after it is caught by the next
+        ``checkpoint``. Raises the store's errors and
+        ``CheckpointFileError`` for a garbled ``LATEST``."""
+        current = epoch_reader(self.checkpoints)()
+        if current != self.epoch:
+            raise CheckpointFencedError(
+                f"{str(self.checkpoints).rstrip('/')}/LATEST", self.epoch, current
+            )
 
     @_locked
     def checkpoint(

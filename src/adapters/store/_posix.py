@@ -139,6 +139,18 @@ class PosixStore:
             os.close(fd)
 
     @contextmanager
+    def locked(self) -> Iterator[None]:
+        """Hold the lock ``swap`` and ``delete`` hold (an ``flock`` on
+        ``.store-lock``, waited for at most ``LOCK_WAIT_S``, else
+        ``StoreUnavailableError``), so that a caller's read, check and act
+        in the directory is atomic with respect to every ``swap``: what a
+        checkpoint writer's removals do, so that none follows a newer
+        life's claim. Not reentrant: a ``swap``, ``delete`` or ``sweep``
+        of this directory inside it waits for the lock and fails."""
+        with self._locked():
+            yield
+
+    @contextmanager
     def _locked(self) -> Iterator[None]:
         fd = self._root(True)
         assert fd is not None
@@ -289,6 +301,15 @@ class PosixStore:
             tmp, version = self._write_tmp(fd, data)
             try:
                 os.rename(tmp, name, src_dir_fd=fd, dst_dir_fd=fd)
+            except FileNotFoundError:
+                # The temporary file was removed by something outside the
+                # lock (a sweep of leftovers): nothing was written.
+                raise StoreConflictError(
+                    self.where, key, f"{tmp} was removed before its rename (swap lost)"
+                ) from None
+            except OSError as exc:
+                _unlink(tmp, fd)
+                raise self._unavailable(key, exc) from None
             except BaseException:
                 _unlink(tmp, fd)
                 raise
@@ -337,12 +358,22 @@ class PosixStore:
         ``prefix`` (``.tmp-*``: a SIGKILL between a write's temporary file
         and its link or rename), in this directory only: no symlink is
         followed, nothing but a regular file of that name is removed, and
-        nothing outside the directory is touched. Call it where no write
-        into ``prefix`` is in flight (a life's open, once its claim fenced
-        every older life): a write in flight would lose its temporary file
-        and fail with a ``StoreError``. Returns how many were removed. (An
-        object store has no temporaries: a put is whole or absent.)"""
+        nothing outside the directory is touched. It holds the lock
+        ``swap`` holds, so a ``swap``'s temporary file is never taken;
+        call it where no ``create`` into ``prefix`` is in flight (a life's
+        open, once its claim fenced every older life): one in flight would
+        lose its temporary file and fail with a ``StoreError``. Returns how
+        many were removed. (An object store has no temporaries: a put is
+        whole or absent.)"""
         check_key(self.where, prefix, prefix=True)
+        fd = self._root(False)
+        if fd is None:
+            return 0  # no directory: nothing to sweep, and none made
+        os.close(fd)
+        with self._locked():
+            return self._sweep(prefix)
+
+    def _sweep(self, prefix: str) -> int:
         removed = 0
 
         def walk(fd: int, depth: int) -> None:

@@ -116,6 +116,11 @@ class FrontierCallback(TrainerCallback):  # type: ignore[misc]
         elif self._deferred and not blocks.mid_block:
             control.should_save = True
             self._deferred = False
+        if control.should_save:
+            # The Trainer writes (and rotates) output_dir/checkpoint-N
+            # before on_save's fenced run.checkpoint: a life a newer one
+            # fenced stops here, before it touches output_dir.
+            blocks.run.check_epoch()
         return control
 
     def on_epoch_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> Any:
@@ -123,6 +128,8 @@ class FrontierCallback(TrainerCallback):  # type: ignore[misc]
         # run dry before another step ends: the save happens here then.
         if self._blocks().run.preempted:
             self._stop(control)
+        if control.should_save:
+            self._blocks().run.check_epoch()  # as in on_step_end
         return control
 
     def _stop(self, control: Any) -> None:

@@ -8,6 +8,7 @@ claims; a root that the claim cannot read is refused, not reset."""
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -123,6 +124,24 @@ def test_a_forged_epoch_is_refused(tmp_path: Path) -> None:
         save(str(root), 2, epoch=0)
 
 
+def test_the_last_epoch_is_read_and_never_claimed_past(tmp_path: Path) -> None:
+    """A LATEST naming the last epoch (2**63 - 1, forged) is read, and a
+    claim after it is refused by type, LATEST unchanged."""
+    from .forge import digest
+
+    root = tmp_path / "root"
+    save(str(root), 1, epoch=None)
+    doc = json.loads((root / "LATEST").read_bytes())
+    forged = {k: v for k, v in doc.items() if k != "sha256"} | {"epoch": (1 << 63) - 1}
+    forged["sha256"] = digest(forged)
+    (root / "LATEST").write_text(json.dumps(forged))
+    before = (root / "LATEST").read_bytes()
+    assert epoch_reader(root)() == (1 << 63) - 1
+    with pytest.raises(CheckpointFileError, match="epoch"):
+        claim_epoch(root)
+    assert (root / "LATEST").read_bytes() == before
+
+
 def test_lives_claiming_at_once_never_share_an_epoch(root: str) -> None:
     """Claims race (threads here; processes on a directory take the same
     lock): each that returns holds an epoch no other holds, the root ends
@@ -142,3 +161,95 @@ def test_lives_claiming_at_once_never_share_an_epoch(root: str) -> None:
     assert got and len(set(got)) == len(got)
     assert epoch_reader(root)() == max(got)
     assert len(names(root)) == 1  # the lineage went through every claim unchanged
+
+
+def test_an_older_life_paused_after_its_publish_removes_nothing_newer(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The older writer's publish succeeds, then it pauses (a GC pause, a
+    frozen VM) while a newer life claims and publishes; when it resumes,
+    its pruning takes none of the newer life's checkpoints."""
+    from frontier_adapters.checkpoints import _lineage
+
+    root = str(tmp_path / "root")
+    old = claim_epoch(root)
+    save(root, 0, epoch=old)
+    noted = _lineage.note_resumed
+    newer: list[Path] = []
+    paused: list[bool] = []
+
+    def pause_after_publish(*args: Any) -> None:
+        noted(*args)
+        if not paused:
+            paused.append(True)
+            life = claim_epoch(root)
+            newer.extend([save(root, 5, epoch=life), save(root, 6, epoch=life)])
+
+    monkeypatch.setattr(_lineage, "note_resumed", pause_after_publish)
+    save(root, 1, epoch=old)  # published before the claim: no error
+    monkeypatch.undo()
+    assert names(root) == [newer[1].name, newer[0].name]
+    assert all(p.is_dir() for p in newer)
+    loaded = read_checkpoint(root, fingerprint=FP)
+    assert loaded is not None and loaded.step == 6
+    assert not [p for p in Path(root).iterdir() if p.name.startswith(".tmp-")]
+
+
+def test_an_older_life_paused_before_its_dead_sweep_is_fenced_and_removes_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The older writer passed its epoch check and read LATEST, then
+    pauses before removing the dead directories; a newer life claims and
+    publishes meanwhile. The older writer is fenced and removes none of
+    the newer life's checkpoints."""
+    from frontier_adapters.checkpoints import _dirs
+
+    root = str(tmp_path / "root")
+    old = claim_epoch(root)
+    save(root, 0, epoch=old)
+    sweep = _dirs.remove_dead
+    newer: list[Path] = []
+    paused: list[bool] = []
+
+    def pause_before_sweep(*args: Any) -> None:
+        if not paused:
+            paused.append(True)
+            life = claim_epoch(root)
+            newer.append(save(root, 5, epoch=life))
+        sweep(*args)
+
+    monkeypatch.setattr(_dirs, "remove_dead", pause_before_sweep)
+    with pytest.raises(CheckpointFencedError):
+        save(root, 1, epoch=old)
+    monkeypatch.undo()
+    assert names(root)[0] == newer[0].name and newer[0].is_dir()
+    loaded = read_checkpoint(root, fingerprint=FP)
+    assert loaded is not None and loaded.step == 5
+    assert sorted(p.name for p in Path(root).iterdir() if p.name.startswith("ckpt")) == sorted(
+        names(root)
+    )
+
+
+def test_a_claim_whose_swap_temporary_is_removed_claims_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A removal outside the store's lock takes the claim's temporary file
+    before its rename: the claim is tried again, not a bare OSError."""
+    from frontier_adapters.store import PosixStore
+
+    root = str(tmp_path / "root")
+    save(root, 1)
+    write_tmp = PosixStore._write_tmp
+    removed: list[str] = []
+
+    def remove_once(self: PosixStore, fd: int, data: bytes) -> tuple[str, str]:
+        tmp, version = write_tmp(self, fd, data)
+        if not removed:
+            removed.append(tmp)
+            os.unlink(tmp, dir_fd=fd)
+        return tmp, version
+
+    monkeypatch.setattr(PosixStore, "_write_tmp", remove_once)
+    assert claim_epoch(root) == 1 and removed
+    monkeypatch.undo()
+    assert epoch_reader(root)() == 1 and len(names(root)) == 1

@@ -24,7 +24,7 @@ from frontier_adapters.journal import (
 from frontier_adapters.store import PosixStore, Store, open_store
 
 from frontier_core import Lease
-from frontier_core.journal import Sealed, TokenPayload, decode
+from frontier_core.journal import JournalCorruptError, Sealed, TokenPayload, decode
 
 from ..._seaweed import s3_url as s3_url
 from ..._seaweed import seaweed as seaweed
@@ -163,3 +163,24 @@ def test_a_killed_uploads_leftovers_are_swept_at_open_and_only_there(tmp_path: P
     assert (prefix / ".tmp-fedcba9876543210").is_symlink()
     assert (remote / ".tmp-elsewhere").exists()
     two.close()
+
+
+def test_names_of_an_epoch_no_life_can_claim_are_refused(tmp_path: Path) -> None:
+    """An object named with an epoch above the last one a life can claim
+    (2**63 - 1: forged, no shipper makes it) is not a shipped object: a
+    restore refuses it by type as any foreign name under the prefix, rather
+    than restoring it as the newest life's base."""
+    store = open_store(tmp_path / "remote")
+    one = life(tmp_path / "a", store, 1)
+    seal(one, range(3), attempt=1)
+    one.close()
+    (base,) = [k for k in store.list("journal") if "/base-" in k]
+    data = store.get(base, max_bytes=1 << 20)
+    assert data is not None
+    forged = re.sub(r"-e\d{20}$", f"-e{1 << 63:020d}", base)
+    store.create(forged, data)
+    with pytest.raises(JournalCorruptError, match="neither a base nor a segment"):
+        restore(store)
+    store.delete(forged)
+    got = restore(store)
+    assert got is not None and seals(got.data) == {(o, 1) for o in range(3)}

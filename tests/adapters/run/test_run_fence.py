@@ -8,6 +8,7 @@ life is not held back; and the run, audited, trains every prompt once."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -18,8 +19,12 @@ from pathlib import Path
 
 import pytest
 from frontier_adapters import Run, SequenceSource
-from frontier_adapters.checkpoints import CheckpointFencedError, published_checkpoints
-from frontier_adapters.journal import JournalFencedError
+from frontier_adapters.checkpoints import (
+    CheckpointFencedError,
+    DatasetChangedError,
+    published_checkpoints,
+)
+from frontier_adapters.journal import JournalFencedError, JournalFileError
 
 from frontier_core import Lease, LedgerConfig
 from frontier_core.journal import Sealed, TokenPayload
@@ -211,3 +216,72 @@ def test_an_older_life_in_its_own_process_is_refused(tmp_path: Path) -> None:
     new.close()
     assert trained == {o: [full(o, s) for s in range(SAMPLES)] for o in range(PROMPTS)}
     assert issubclass(JournalFencedError, CheckpointFencedError)
+
+
+def test_an_open_that_is_refused_fences_nothing(tmp_path: Path) -> None:
+    """Mistaken opens of a live run's root, refused (its journal held by the
+    live run; another dataset's fingerprint, on another node sharing the
+    remote), claim no epoch: the live run goes on, and the open that
+    succeeds next fences it."""
+    remote = str(tmp_path / "shared")
+    trained: dict[int, list[list[int]]] = {}
+    live = open_life(tmp_path / "a", remote)
+    step(live, trained, 1)
+    with pytest.raises(JournalFileError, match="another writer holds"):
+        open_life(tmp_path / "a", remote)
+    other = LedgerConfig(stream_len=PROMPTS, samples=SAMPLES, fingerprint="another-dataset")
+    with pytest.raises(DatasetChangedError):
+        Run.open(tmp_path / "b", source(), other, remote=remote)
+    step(live, trained, 1)  # not fenced
+    assert live.epoch == 1
+    newer = open_life(tmp_path / "c", remote)
+    assert newer.epoch == 2
+    with pytest.raises(CheckpointFencedError):
+        step(live, trained, 1)
+    with pytest.raises(CheckpointFencedError):
+        live.close()
+    newer.close()
+
+
+def test_a_publish_between_an_opens_read_and_its_claim_is_read_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An older life publishes after the opening life read the checkpoint
+    and before its claim: the open continues that newer checkpoint, not
+    the one it read first."""
+    import frontier_adapters.run._run as run_module
+
+    remote = str(tmp_path / "shared")
+    trained: dict[int, list[list[int]]] = {}
+    old = open_life(tmp_path / "a", remote)
+    step(old, trained, 1)
+    claim = run_module.claim_epoch
+    published: list[int] = []
+
+    def publish_then_claim(root: object) -> int:
+        if not published:
+            step(old, trained, 1)  # the older life is not fenced yet
+            published.append(old.step)
+        return claim(root)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(run_module, "claim_epoch", publish_then_claim)
+    newer = open_life(tmp_path / "b", remote)
+    monkeypatch.undo()
+    assert newer.step == published[0] == 2
+    with contextlib.suppress(CheckpointFencedError):
+        old.close()  # fenced by the newer life's claim, with what it had not shipped
+    newer.close()
+
+
+def test_check_epoch_tells_a_fenced_life_before_it_writes(tmp_path: Path) -> None:
+    from frontier_adapters.checkpoints import claim_epoch
+
+    remote = str(tmp_path / "shared")
+    live = open_life(tmp_path / "a", remote)
+    live.check_epoch()  # not fenced: nothing raised
+    claimed = claim_epoch(live.checkpoints)
+    with pytest.raises(CheckpointFencedError) as refused:
+        live.check_epoch()
+    assert (refused.value.epoch, refused.value.current) == (live.epoch, claimed)
+    with contextlib.suppress(CheckpointFencedError):
+        live.close()

@@ -438,3 +438,50 @@ for _ in range(25):
     procs = [subprocess.Popen([sys.executable, "-c", code]) for _ in range(2)]
     assert [p.wait(timeout=120) for p in procs] == [0, 0]
     assert store.get("counter", max_bytes=16) == b"50"
+
+
+def test_posix_swap_whose_temporary_is_removed_is_a_lost_swap(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Something outside the lock removes the swap's temporary file between
+    its write and its rename: a typed conflict, the object unchanged."""
+    store = PosixStore(tmp_path)
+    version = store.create("k", b"old")
+    write_tmp = PosixStore._write_tmp
+
+    def removed(self: PosixStore, fd: int, data: bytes) -> tuple[str, str]:
+        tmp, got = write_tmp(self, fd, data)
+        os.unlink(tmp, dir_fd=fd)
+        return tmp, got
+
+    monkeypatch.setattr(PosixStore, "_write_tmp", removed)
+    with pytest.raises(StoreConflictError):
+        store.swap("k", b"new", expected=version)
+    monkeypatch.undo()
+    got = store.get_versioned("k", max_bytes=8)
+    assert got == Versioned(b"old", version)
+    store.swap("k", b"new", expected=version)  # a retry swaps
+    assert store.get("k", max_bytes=8) == b"new"
+
+
+def test_posix_sweep_waits_for_the_lock_swap_holds(tmp_path: Path) -> None:
+    """A sweep in another process while this one holds the store's lock
+    (as a ``swap`` does between writing its temporary file and renaming
+    it) removes nothing and fails typed once the lock's wait runs out."""
+    store = PosixStore(tmp_path)
+    (tmp_path / ".tmp-0123456789abcdef").write_bytes(b"a swap's temporary")
+    code = f"""
+import sys
+from frontier_adapters.store import PosixStore, StoreUnavailableError, _posix
+_posix.LOCK_WAIT_S = 0.2
+try:
+    PosixStore({str(tmp_path)!r}).sweep()
+except StoreUnavailableError:
+    sys.exit(3)
+"""
+    with store.locked():
+        held = subprocess.run([sys.executable, "-c", code], timeout=120)
+        assert held.returncode == 3
+        assert (tmp_path / ".tmp-0123456789abcdef").exists()
+    assert store.sweep() == 1
+    assert not (tmp_path / ".tmp-0123456789abcdef").exists()

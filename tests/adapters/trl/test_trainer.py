@@ -320,3 +320,39 @@ class StopAt:
             control.should_training_stop = True
             control.should_save = False
         return control
+
+
+def test_a_fenced_life_stops_before_the_trainer_saves(
+    parts: tuple[Any, Any], tmp_path: Path
+) -> None:
+    """A newer life claims the run between two saves: the older trainer
+    raises ``CheckpointFencedError`` at its next save, before the Trainer
+    writes (or rotates) anything in ``output_dir``."""
+    from frontier_adapters.checkpoints import CheckpointFencedError
+
+    t = trainer(parts, tmp_path)
+    t.add_callback(ClaimAt(3, t))
+    with pytest.raises(CheckpointFencedError):
+        t.train()
+    assert [s for s, _ in checkpoint_folders(tmp_path)] == [2]
+    assert coverage_steps(tmp_path) == [2, 0]
+
+
+class ClaimAt:
+    """A callback that makes a newer life claim the run after ``step``."""
+
+    def __init__(self, step: int, trainer: Any) -> None:
+        self.step = step
+        self.trainer = trainer
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("on_"):
+            return lambda args, state, control, **kw: control
+        raise AttributeError(name)
+
+    def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> Any:
+        if state.global_step == self.step:
+            from frontier_adapters.checkpoints import claim_epoch
+
+            claim_epoch(self.trainer.frontier.checkpoints)
+        return control
