@@ -970,3 +970,24 @@ def test_sigkilled_appends_leave_a_durable_prefix(tmp_path: Path) -> None:
         torn += kill_lives(tmp_path / f"journal-{start}", min(LIVES, kills - start), rng, expected)
     # Torn tails are likely, not certain, with kills at random moments.
     print(f"{kills} kills: {torn} reopens truncated a torn tail")
+
+
+def test_a_journal_that_cannot_be_locked_is_refused_by_name(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A filesystem that refuses the writer's lock (ENOLCK: an NFS mount
+    without a lock manager) is a ``JournalFileError`` naming the file, for
+    the writer and for a run's check before it claims, not a bare OSError:
+    without the lock no second writer could be kept out."""
+    path = tmp_path / "journal"
+    JournalWriter(path, HEADER).close()
+
+    def no_locks(fd: int, op: int) -> None:
+        raise OSError(errno.ENOLCK, os.strerror(errno.ENOLCK))
+
+    monkeypatch.setattr(_journal_files.fcntl, "flock", no_locks)
+    with pytest.raises(JournalFileError, match="cannot be locked"):
+        JournalWriter(path, HEADER)
+    with pytest.raises(JournalFileError, match="cannot be locked"):
+        with JournalWriter.unheld(path):
+            pass

@@ -204,6 +204,10 @@ def _lock(fd: int, path: Path) -> None:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
         raise JournalFileError(path, "another writer holds this journal") from None
+    except OSError as exc:
+        # A filesystem without the lock (ENOLCK, an NFS mount without a lock
+        # manager): no writer could be kept out, so none is allowed in.
+        raise JournalFileError(path, f"cannot be locked: {exc.strerror or exc}") from None
 
 
 def _read_fd(fd: int, path: Path, max_bytes: int) -> bytes:
@@ -774,7 +778,9 @@ class JournalWriter:
         itself."""
         path = Path(path)
         try:
-            fd = _open(path, os.O_RDONLY)
+            # Opened for writing, as the writer opens it: on NFS an exclusive
+            # flock is a byte-range write lock, refused on a read-only fd.
+            fd = _open(path, os.O_RDWR)
         except FileNotFoundError:
             yield
             return

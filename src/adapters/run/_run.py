@@ -320,12 +320,15 @@ class Run:
         shipper's next check of the epoch is never restored; its calls
         raise ``CheckpointFencedError`` (its journal's
         ``JournalFencedError`` is one too), and it should exit. An open
-        that is refused fences nothing: the node's journal held by a live
-        writer (``JournalFileError``) and the checkpoint's refusals
-        (another dataset's fingerprint, another lineage, damage) are
-        checked first, the journal's lock held through the claim; the
-        checkpoint is read again after the claim only when an older life
-        published in between.
+        refused for the node's journal held by a live writer
+        (``JournalFileError``) or for the checkpoint's refusals (another
+        dataset's fingerprint, another lineage, damage) fences nothing:
+        those are checked first, the journal's lock held through the
+        claim; the checkpoint is read again after the claim only when an
+        older life published in between. Two opens racing on one node, or
+        a refusal after the claim, can still fence the live life, and an
+        older life pruning the checkpoint being read before the claim
+        fails the open with ``CheckpointFileError`` (open again).
 
         Raises the checkpoint reader's ``CheckpointError``s (a damaged,
         foreign or mismatched checkpoint: nothing is written), the journal's
