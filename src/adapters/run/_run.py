@@ -201,6 +201,7 @@ class Run:
         keep: int,
         logger: Callable[[dict[str, float]], object] | None,
         epoch: int,
+        epoch_of: Callable[[], int],
     ) -> None:
         """Use ``Run.open``: a ``Run`` built any other way skipped the
         recovery its invariants rely on."""
@@ -208,6 +209,9 @@ class Run:
         #: This life's epoch (``claim_epoch``): its checkpoints publish, and
         #: its journal ships, only while no newer life claimed the run.
         self.epoch = epoch
+        # Reads the epoch LATEST names now, through the one store the
+        # journal's shipper checks it with too.
+        self._epoch_of = epoch_of
         #: Where the checkpoints are: ``root/checkpoints``, or under ``remote``.
         self.checkpoints = checkpoints
         self.collector = collector
@@ -387,6 +391,7 @@ class Run:
         lineage = resumed
         lineage = DEFAULT_LINEAGE if lineage is None else lineage
         collector = StreamCollector(source, config, reserve=reserve)
+        epoch_of = epoch_reader(checkpoints)
         journal = RolloutJournal(
             root / "journal",
             fingerprint=fingerprint,
@@ -399,7 +404,7 @@ class Run:
                 store,
                 segment_seconds=segment_seconds,
                 epoch=epoch,
-                fence=epoch_reader(checkpoints),
+                fence=epoch_of,
             ),
         )
         try:
@@ -448,6 +453,7 @@ class Run:
                 keep=keep,
                 logger=logger,
                 epoch=epoch,
+                epoch_of=epoch_of,
             )
             if loaded is None:
                 # A first checkpoint before anything is generated.
@@ -768,7 +774,7 @@ class Run:
         not a lock: a claim right after it is caught by the next
         ``checkpoint``. Raises the store's errors and
         ``CheckpointFileError`` for a garbled ``LATEST``."""
-        current = epoch_reader(self.checkpoints)()
+        current = self._epoch_of()
         if current != self.epoch:
             raise CheckpointFencedError(
                 f"{str(self.checkpoints).rstrip('/')}/LATEST", self.epoch, current
