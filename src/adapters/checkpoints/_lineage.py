@@ -453,6 +453,14 @@ def read_versioned(
     return links, epoch, got.version
 
 
+def refuse_fenced(shown: str, epoch: int | None, current: int) -> None:
+    """Raise ``CheckpointFencedError`` naming both epochs when the lineage
+    file names ``current`` and a writer of ``epoch`` is about to act on it
+    (``None``: a writer outside the fencing, never refused)."""
+    if epoch is not None and current != epoch:
+        raise CheckpointFencedError(shown, epoch, current)
+
+
 def publish_fenced(
     store: Store,
     shown: str,
@@ -476,8 +484,7 @@ def publish_fenced(
     if expected is None:
         _, current, expected = read_versioned(store, shown, kind)
     assert current is not None
-    if epoch is not None and current != epoch:
-        raise CheckpointFencedError(shown, epoch, current)
+    refuse_fenced(shown, epoch, current)
     try:
         if expected is None:
             return store.create(kind.name, lineage_bytes(kind, lineage, epoch=current))
@@ -485,6 +492,7 @@ def publish_fenced(
     except StoreConflictError as exc:
         _, now, _ = read_versioned(store, shown, kind)
         if epoch is not None and now != epoch:
+            # As refuse_fenced, without the lost swap as its context.
             raise CheckpointFencedError(shown, epoch, now) from None
         raise CheckpointConflictError(
             shown, f"another writer moved it while this one published ({exc.reason})"
@@ -578,10 +586,10 @@ def remove_unlisted(
     shown = str(root / kind.name)
     aside: list[str] = []
     try:
-        with PosixStore(root).locked():
-            links, current, _ = read_versioned(PosixStore(root), shown, kind)
-            if epoch is not None and current != epoch:
-                raise CheckpointFencedError(shown, epoch, current)
+        store = PosixStore(root)
+        with store.locked():
+            links, current, _ = read_versioned(store, shown, kind)
+            refuse_fenced(shown, epoch, current)
             listed = {kind.dir_of(link.entry) for link in links or []}
             for name in doomed(_fs.listing(root_fd, root)):
                 if name in listed or name == kind.name:

@@ -60,6 +60,7 @@ from ._lineage import (
     parent_dir,
     publish_fenced,
     read_versioned,
+    refuse_fenced,
     refuse_unlisted,
 )
 from ._parts import JSON_SUFFIX, PartCodec, decode_part, fetch_part
@@ -121,8 +122,7 @@ def write_to_store(
     store = open_store(root)
     shown = f"{store.where}/{LATEST}"
     old, current, version = _read_lineage(store, shown)
-    if epoch is not None and current != epoch:
-        raise CheckpointFencedError(shown, epoch, current)
+    refuse_fenced(shown, epoch, current)
     continued = ancestry(store.where, store.where, PUBLISHED_OBJECTS, old or [], step, parent_name)
     try:
         if old is None:
