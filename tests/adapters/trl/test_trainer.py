@@ -287,8 +287,9 @@ def coverage_steps(out: Path) -> list[int]:
     return [int(p.name.split("-")[1]) for p in published]
 
 
-class SigtermAt:
-    """A callback that sends this process a SIGTERM at the end of ``step``."""
+class AtStep:
+    """A callback that acts (``act``) at the end of ``step`` and lets every
+    other event of the Trainer pass."""
 
     def __init__(self, step: int) -> None:
         self.step = step
@@ -300,8 +301,18 @@ class SigtermAt:
 
     def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> Any:
         if state.global_step == self.step:
-            os.kill(os.getpid(), signal.SIGTERM)
+            self.act()
         return control
+
+    def act(self) -> None:
+        raise NotImplementedError
+
+
+class SigtermAt(AtStep):
+    """Sends this process a SIGTERM at the end of ``step``."""
+
+    def act(self) -> None:
+        os.kill(os.getpid(), signal.SIGTERM)
 
 
 class StopAt:
@@ -338,21 +349,14 @@ def test_a_fenced_life_stops_before_the_trainer_saves(
     assert coverage_steps(tmp_path) == [2, 0]
 
 
-class ClaimAt:
-    """A callback that makes a newer life claim the run after ``step``."""
+class ClaimAt(AtStep):
+    """Makes a newer life claim the run after ``step``."""
 
     def __init__(self, step: int, trainer: Any) -> None:
-        self.step = step
+        super().__init__(step)
         self.trainer = trainer
 
-    def __getattr__(self, name: str) -> Any:
-        if name.startswith("on_"):
-            return lambda args, state, control, **kw: control
-        raise AttributeError(name)
+    def act(self) -> None:
+        from frontier_adapters.checkpoints import claim_epoch
 
-    def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> Any:
-        if state.global_step == self.step:
-            from frontier_adapters.checkpoints import claim_epoch
-
-            claim_epoch(self.trainer.frontier.checkpoints)
-        return control
+        claim_epoch(self.trainer.frontier.checkpoints)
