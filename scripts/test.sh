@@ -54,7 +54,8 @@ for setup in "${setups[@]}"; do
 done
 # The object-store tests start a real SeaweedFS server (the s3 extra's
 # `weed`) on loopback: here one that cannot start fails the run, not a skip.
-FRONTIER_REQUIRE_S3=1 .venv/bin/python -m pytest "$@"
+# --durations: the slowest tests in the log, where CI time is won back.
+FRONTIER_REQUIRE_S3=1 .venv/bin/python -m pytest --durations=30 "$@"
 if [ "$vllm_tests" != 0 ]; then
     FRONTIER_REQUIRE_VLLM=1 FRONTIER_REQUIRE_VERIFIERS=1 .venv-vllm/bin/python -m pytest \
         -p no:cacheprovider \
