@@ -58,18 +58,20 @@ def test_cumulative_outputs_stream_until_the_final_one() -> None:
 
 
 def test_abort_ends_a_running_request_with_abort_reasons() -> None:
+    # The abort comes after the request's first token, not after a fixed
+    # sleep: under load a 30 ms sleep could end before any token existed.
     async def main() -> list[RequestOutput]:
         e = engine(token_latency=0.01)
-        params = CpuSamplingParams(n=2, max_tokens=20, stop_token_ids=())
-        task = asyncio.create_task(collect(e, "r", params))
-        await asyncio.sleep(0.03)
-        assert e.running == ("r",)
+        params = CpuSamplingParams(n=2, max_tokens=20, stop_token_ids=(), output_kind="cumulative")
+        gen = e.generate([2, 3, 4], params, "r")
+        first = await gen.__anext__()
+        assert not first.finished and e.running == ("r",)
         await e.abort("r")
-        outs = await task
+        outs = [first, *[out async for out in gen]]
         assert e.aborted == ["r"] and e.running == ()
         return outs
 
-    outs = asyncio.run(main())
+    outs = asyncio.run(asyncio.wait_for(main(), 120))
     assert outs[-1].finished
     assert {c.finish_reason for c in outs[-1].outputs} == {"abort"}
     assert 0 < len(outs[-1].outputs[0].token_ids) < 20
@@ -78,9 +80,15 @@ def test_abort_ends_a_running_request_with_abort_reasons() -> None:
 def test_cancelling_or_closing_the_consumer_aborts_the_request() -> None:
     async def main() -> CpuEngine:
         e = engine(token_latency=0.01)
-        params = CpuSamplingParams(n=1, max_tokens=20, stop_token_ids=())
-        task = asyncio.create_task(collect(e, "cancelled", params))
-        await asyncio.sleep(0.03)
+        params = CpuSamplingParams(n=1, max_tokens=20, stop_token_ids=(), output_kind="cumulative")
+        first = asyncio.Event()
+
+        async def consume() -> None:
+            async for _ in e.generate([2, 3, 4], params, "cancelled"):
+                first.set()
+
+        task = asyncio.create_task(consume())
+        await first.wait()  # running, with a token out: cancel it mid-request
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task
@@ -89,7 +97,7 @@ def test_cancelling_or_closing_the_consumer_aborts_the_request() -> None:
         await gen.aclose()  # type: ignore[attr-defined]
         return e
 
-    e = asyncio.run(main())
+    e = asyncio.run(asyncio.wait_for(main(), 120))
     assert e.aborted == ["cancelled", "closed"] and e.running == ()
 
 
