@@ -715,7 +715,8 @@ class RolloutLoop:
 
     async def until(self, predicate: Callable[[], bool], timeout: float | None = None) -> None:
         """Wait until ``predicate()`` holds, re-checking after every event
-        of the loop. Raises the feeder's exception if it died (a misaligned
+        of the loop and every streamed output (a predicate on ``partial``
+        sees tokens as they arrive). Raises the feeder's exception if it died (a misaligned
         loader, say), ``RuntimeError`` once the loop is closed, and
         ``RolloutStalledError`` if ``timeout`` seconds pass first (``None``:
         no bound; the loop's events are bounded by the per-request
@@ -1060,6 +1061,10 @@ class RolloutLoop:
                     self._progress(req, i, start, new, reason)
             if out.finished:
                 self._land(req)
+            elif self._waiters:
+                # An ``until`` predicate may read tokens (``partial``): a
+                # streamed output is a change it must see, not only events.
+                self._notify_waiters()
         if not req.landed:
             raise RolloutError("the engine ended the request without a finished output")
 

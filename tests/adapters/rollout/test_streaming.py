@@ -191,6 +191,24 @@ def test_partial_tokens_are_visible_while_the_request_runs() -> None:
     arun(main())
 
 
+@pytest.mark.parametrize("kind", [Kind.DELTA, Kind.CUMULATIVE])
+def test_until_sees_tokens_as_they_stream(kind: Kind) -> None:
+    # A predicate on the tokens in flight holds mid-request, before any
+    # event of the loop: ``until`` must re-check on streamed outputs too.
+    async def main() -> None:
+        engine = StreamEngine()
+        engine.gate = asyncio.Event()
+        _, sink, loop, _, events = make(1, engine, Params(output_kind=kind))
+        async with loop:
+            await loop.until(lambda: loop.partial(0).get(0) == (10,), timeout=5)
+            assert not sink.groups and [e.kind for e in events] == ["dispatch", "submit"]
+            engine.gate.set()
+            await loop.until(lambda: loop.idle, timeout=5)
+        assert sink.groups[0].completions == TOKENS
+
+    arun(main())
+
+
 def test_an_observer_that_raises_stops_the_loop_with_the_ordinal_outstanding() -> None:
     def observe(p: SampleProgress) -> None:
         raise OSError("journal disk full")
