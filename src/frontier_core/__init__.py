@@ -21,6 +21,7 @@ from ._errors import CheckpointVersionError as CheckpointVersionError
 from ._errors import FingerprintMismatchError as FingerprintMismatchError
 from ._errors import FrontierError as FrontierError
 from ._errors import IllegalTransitionError as IllegalTransitionError
+from ._errors import TraceError as TraceError
 from ._events import Buffer as Buffer
 from ._events import Dispatch as Dispatch
 from ._events import Effect as Effect
@@ -98,6 +99,7 @@ __all__ = [
     "TrainLogError",
     "TrainLogWriter",
     "Stamp",
+    "TraceError",
     "fold_lineage",
     "merge_shards",
     "reshard",

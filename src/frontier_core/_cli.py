@@ -114,7 +114,8 @@ def _trace_lines(path: str) -> Iterator[bytes]:
 
 
 def _run_replay(args: argparse.Namespace) -> int:
-    from ._replay import TraceError, replay
+    from ._errors import TraceError
+    from ._replay import replay
 
     try:
         replay(_trace_lines(args.trace), sys.stdout)

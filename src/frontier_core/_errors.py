@@ -118,3 +118,12 @@ class FingerprintMismatchError(CheckpointMismatchError):
             f"but this stream's fingerprint is {shown(expected, 200)}: the dataset or its "
             "order changed, so the saved cut would point at the wrong prompts"
         )
+
+
+class TraceError(FrontierError, ValueError):
+    """A trace line is malformed or names an illegal op."""
+
+    def __init__(self, line: int, reason: str) -> None:
+        self.line = line
+        self.reason = reason
+        super().__init__(f"line {line}: {reason}")

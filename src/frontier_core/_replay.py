@@ -42,7 +42,7 @@ import attrs
 
 from ._audit import coverage_counts
 from ._checkpoint import Checkpoint
-from ._errors import FrontierError, shown, shown_keys
+from ._errors import FrontierError, TraceError, shown, shown_keys
 from ._events import (
     Buffer,
     Dispatch,
@@ -94,15 +94,6 @@ MAX_SAMPLES: Final = 1024
 WORK_PER_BYTE: Final = 16
 
 _LIVE: Final = (Status.PENDING, Status.OUTSTANDING, Status.BUFFERED)
-
-
-class TraceError(FrontierError, ValueError):
-    """A trace line is malformed or names an illegal op."""
-
-    def __init__(self, line: int, reason: str) -> None:
-        self.line = line
-        self.reason = reason
-        super().__init__(f"line {line}: {reason}")
 
 
 _MOVES: dict[str, type[Dispatch | Buffer | Fail | Evict | Train]] = {
