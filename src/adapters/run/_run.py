@@ -17,9 +17,10 @@ taken here, in the order the invariants need (``proofs/SAMPLES.md``,
   journal with samples always has a checkpoint to resume from.
 * Attempts are reserved before they are dealt: the collector is bound to
   the journal, which reserves blocks durably (``RolloutJournal.cover``).
-* A result is reported to the ledger first and journaled only if the ledger
-  accepted it (``seal``, ``progress``): the journal never holds a fenced
-  answer.
+* A result is journaled only if its lease is current (``seal``,
+  ``progress``), checked under the run's lock, and a seal reaches the
+  ledger only once journaled: the journal never holds a fenced answer,
+  and a result the journal refuses changes nothing.
 * ``checkpoint`` marks and syncs the journal, writes the checkpoint (the
   collector's state, the mark's position and the caller's parts) and only
   when it is published compacts the journal to the checkpoint's window.
@@ -63,7 +64,9 @@ from frontier_core import (
 from frontier_core._errors import shown
 from frontier_core.journal import (
     Answer,
+    BytesPayload,
     CommitPolicy,
+    JsonPayload,
     Payload,
     Reuse,
     SiblingState,
@@ -651,10 +654,15 @@ class Run:
         journaled; ``effect.landed`` are the groups now complete: add them
         to your buffer. Fenced (``effect.fenced``), it is ignored."""
         self._open_check()
-        effect = self.collector.sealed([lease])
-        if lease in effect.sealed:
+        _check_result(lease, sample, "seal")
+        if self.collector.current(lease):
+            # Journaled before the ledger moves: a record the journal
+            # refuses (an oversized frame, a failed writer) leaves the
+            # sibling running, so the caller may seal it again. Current
+            # under the run's lock, the ledger then accepts it.
             self.journal.sealed(lease, sample)
             self._counters.sealed += 1
+        effect = self.collector.sealed([lease])
         self._settled(lease, effect)
         return effect
 
@@ -666,6 +674,7 @@ class Run:
         latest one is kept in memory until the lease settles, for ``drain``.
         Returns whether ``lease`` is current (``False``: fenced, ignored)."""
         self._open_check()
+        _check_result(lease, sample, "progress")
         if not self.collector.current(lease):
             self._counters.fenced += 1
             return False
@@ -1045,6 +1054,19 @@ def _commits(ref: weakref.ref[Run]) -> None:
             wake.wait(1.0)  # bounded: a close or a collection is seen within a second
         else:
             time.sleep(max(due, 0.0005))
+
+
+def _check_result(lease: object, sample: object, call: str) -> None:
+    """Refuse what is no lease or no payload before anything moves (a
+    ``seal`` the ledger accepted and the journal then refused would land a
+    group with a sample nothing holds)."""
+    if not isinstance(lease, Lease):
+        raise TypeError(f"{call}: lease must be a frontier_core.Lease, got {shown(lease)}")
+    if not isinstance(sample, (BytesPayload, JsonPayload, TokenPayload)):
+        raise TypeError(
+            f"{call}: the sample must be a TokenPayload, JsonPayload or BytesPayload, "
+            f"got {type(sample).__name__} (raw objects are never pickled)"
+        )
 
 
 def _under(remote: str | os.PathLike[str], name: str) -> str | Path:

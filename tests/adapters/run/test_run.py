@@ -348,3 +348,25 @@ def test_sync_races_the_commit_thread_without_writing_a_group_twice(
         with Run.open(root, source(16), config(16, samples=4)) as run:
             continued = [run.prefix(lease) for taken in run.take(16) for lease in taken.leases]
             assert continued == [prefix] * 64
+
+
+@pytest.mark.parametrize("bad", ["lease", "sample"])
+def test_a_refused_result_changes_nothing(tmp_path: Path, bad: str) -> None:
+    # A seal the journal would refuse must not move the ledger first: the
+    # group would land with a sample nothing holds, and the caller's retry
+    # with a good sample would be fenced.
+    with Run.open(tmp_path, source(2), config(2)) as run:
+        ((first, second),) = [g.leases for g in run.take(1)]
+        wrong = ((first.ordinal, first.sibling, first.attempt), payload([1]))
+        if bad == "sample":
+            wrong = (first, "not a payload")  # type: ignore[assignment]
+        for call in (run.seal, run.progress):
+            with pytest.raises(TypeError, match=r"(lease|sample) must be"):
+                call(*wrong)  # type: ignore[arg-type]
+        assert run.seal(first, payload([1, 2])).sealed == (first,)
+        assert run.seal(second, payload([3])).landed == (0,)
+        assert run.metrics()["fenced"] == 0
+    with Run.open(tmp_path, source(2), config(2)) as run:
+        (group,) = run.take(1)
+        assert group.complete
+        assert [list(run.sample(lease).tokens()) for lease in group.reused] == [[1, 2], [3]]
