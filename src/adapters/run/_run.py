@@ -99,7 +99,7 @@ from ..journal import (
     RolloutJournal,
     Shipper,
 )
-from ..store import is_url, open_store
+from ..store import StoreLocationError, local_path, open_store
 
 #: The checkpoint part the run keeps its own state in (``frontier.json``).
 PART: Final = "frontier"
@@ -355,8 +355,9 @@ class Run:
                 "a run binds its checkpoints and journal to the dataset: give "
                 "LedgerConfig(fingerprint=...)"
             )
-        root.mkdir(parents=True, exist_ok=True)
         store = None if remote is None else open_store(remote)
+        _apart(root, remote)
+        root.mkdir(parents=True, exist_ok=True)
         checkpoints = root / "checkpoints" if remote is None else _under(remote, "checkpoints")
 
         def resume_from() -> tuple[LoadedCheckpoint | None, Mapping[str, Any] | None, str | None]:
@@ -1069,12 +1070,32 @@ def _check_result(lease: object, sample: object, call: str) -> None:
         )
 
 
+def _apart(root: Path, remote: str | os.PathLike[str] | None) -> None:
+    """Refuse a directory ``remote`` that is ``root``, or holds it, or lies
+    in it: the node's files and the shipped copy would be one set of names
+    (a journal file where the shipped segments go), which fails only at the
+    first upload, a minute later, and a node loss would take the copy."""
+    local = None if remote is None else local_path(remote)
+    if local is None:
+        return
+    here, there = root.resolve(), local.resolve()
+    if here == there or here.is_relative_to(there) or there.is_relative_to(here):
+        raise StoreLocationError(
+            str(remote)[:200],
+            None,
+            f"remote= must be a place apart from the run's root {str(root)[:200]!r} "
+            "(neither the same directory, nor inside it, nor holding it)",
+        )
+
+
 def _under(remote: str | os.PathLike[str], name: str) -> str | Path:
-    """``name`` under ``remote``: a URL's path or a directory's."""
-    if is_url(remote):
-        assert isinstance(remote, str)
-        return remote.rstrip("/") + "/" + name
-    return Path(remote) / name
+    """``name`` under ``remote``: a directory's (a ``file://`` URL's path:
+    the one place ``open_store`` opens), or an object store URL's."""
+    local = local_path(remote)
+    if local is not None:
+        return local / name
+    assert isinstance(remote, str)
+    return remote.rstrip("/") + "/" + name
 
 
 def _read_part(loaded: LoadedCheckpoint) -> Mapping[str, Any]:

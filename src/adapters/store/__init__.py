@@ -77,6 +77,7 @@ from ._errors import StoreConflictError as StoreConflictError
 from ._errors import StoreError as StoreError
 from ._errors import StoreKeyError as StoreKeyError
 from ._errors import StoreLimitError as StoreLimitError
+from ._errors import StoreLocationError as StoreLocationError
 from ._errors import StoreObjectError as StoreObjectError
 from ._errors import StoreUnavailableError as StoreUnavailableError
 from ._object import ObjectStore as ObjectStore
@@ -95,6 +96,7 @@ __all__ = [
     "StoreError",
     "StoreKeyError",
     "StoreLimitError",
+    "StoreLocationError",
     "StoreObjectError",
     "StoreUnavailableError",
     "Versioned",

@@ -31,6 +31,13 @@ class StoreKeyError(StoreError, ValueError):
     store's own names), a NUL or control character, or too long."""
 
 
+class StoreLocationError(StoreError, ValueError):
+    """A location that names no store: empty, a ``file://`` URL with a host
+    or without a path, an unknown scheme, an ``s3://`` URL without a bucket
+    or with an empty, ``.`` or ``..`` component in its prefix. Raised by
+    ``open_store`` before anything is read or written."""
+
+
 class StoreConflictError(StoreError):
     """A conditional write lost: ``create`` of a key that exists, or
     ``swap`` whose expected version is no longer the object's (another

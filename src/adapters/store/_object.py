@@ -13,6 +13,7 @@ from ._errors import (
     StoreConflictError,
     StoreError,
     StoreLimitError,
+    StoreLocationError,
     StoreObjectError,
     StoreUnavailableError,
 )
@@ -245,6 +246,7 @@ def connect(
     prefix, its configuration) when given, else ``obstore``'s ``from_url``.
     Raises ``ImportError`` naming the ``s3`` extra without ``obstore``."""
     try:
+        import obstore.exceptions
         import obstore.store
     except ImportError as exc:
         raise ImportError(
@@ -253,13 +255,19 @@ def connect(
     # The retries are ObjectStore's own (it must know whether a conditional
     # write was retried); obstore's are off.
     retry: Any = {"max_retries": 0}
-    if s3 is None:
-        inner: Any = obstore.store.from_url(location, client_options=client, retry_config=retry)
-    else:
-        bucket, prefix, config = s3
-        inner = obstore.store.S3Store(
-            bucket, prefix=prefix, client_options=client, retry_config=retry, **config
-        )
+    try:
+        if s3 is None:
+            inner: Any = obstore.store.from_url(
+                location, client_options=client, retry_config=retry
+            )
+        else:
+            bucket, prefix, config = s3
+            inner = obstore.store.S3Store(
+                bucket, prefix=prefix, client_options=client, retry_config=retry, **config
+            )
+    except (ValueError, obstore.exceptions.BaseError) as exc:
+        # Building the client parses and configures; it sends nothing.
+        raise StoreLocationError(location[:200], None, f"not a store URL ({exc})") from None
     return ObjectStore(
         inner, where=location, max_retries=max_retries, retry_deadline_s=retry_deadline_s
     )

@@ -9,6 +9,7 @@ from typing import Any, Final
 from urllib.parse import unquote, urlsplit
 
 from ._api import Store
+from ._errors import StoreLocationError
 from ._object import connect
 from ._posix import PosixStore
 
@@ -30,16 +31,27 @@ def is_url(location: object) -> bool:
 
 def local_path(location: str | os.PathLike[str]) -> Path | None:
     """The directory a path or a ``file://`` URL names, ``None`` for
-    another URL. Raises ``ValueError`` for a ``file://`` URL with a host."""
+    another URL. Raises ``StoreLocationError`` (a ``ValueError``) for an
+    empty location and a ``file://`` URL with a host or without a path:
+    neither may fall back to the working directory."""
     if not is_url(location):
+        if not isinstance(location, (str, os.PathLike)):
+            raise TypeError(f"a store location is a path or a URL, got {type(location).__name__}")
+        if os.fspath(location) == "":
+            raise StoreLocationError("''", None, "an empty location names no store")
         return Path(location)
     assert isinstance(location, str)
     parts = urlsplit(location)
     if parts.scheme.lower() != "file":
         return None
     if parts.netloc not in ("", "localhost"):
-        raise ValueError(f"a file:// URL names a local path, not host {parts.netloc!r}")
-    return Path(unquote(parts.path))
+        raise StoreLocationError(
+            location[:200], None, f"a file:// URL names a local path, not host {parts.netloc!r}"
+        )
+    path = unquote(parts.path)
+    if not path.startswith("/"):
+        raise StoreLocationError(location[:200], None, "a file:// URL needs an absolute path")
+    return Path(path)
 
 
 def open_store(
@@ -75,9 +87,11 @@ def open_store(
 
     Every request is bounded by ``timeout_s`` (``connect_timeout_s`` to
     connect) and transient failures are retried at most ``max_retries``
-    times within ``retry_deadline_s``. Raises ``ValueError`` for another
-    scheme or an S3 URL without a bucket, and ``ImportError`` naming the
-    ``s3`` extra when ``obstore`` is not installed."""
+    times within ``retry_deadline_s``. Raises ``StoreLocationError`` (a
+    ``ValueError``) for a location that names no store (see ``local_path``;
+    another scheme, an S3 URL without a bucket or with a ``..`` prefix),
+    and ``ImportError`` naming the ``s3`` extra when ``obstore`` is not
+    installed."""
     local = local_path(location)
     if local is not None:
         return PosixStore(local)
@@ -85,18 +99,26 @@ def open_store(
     parts = urlsplit(location)
     scheme = parts.scheme.lower()
     if scheme not in ("s3", "s3a", *_OBJECT_SCHEMES):
-        raise ValueError(f"{location[:200]!r}: not a path, file://, s3://, gs:// or az:// URL")
+        raise StoreLocationError(
+            location[:200], None, "not a path, file://, s3://, gs:// or az:// URL"
+        )
     client: Any = {
         "timeout": timedelta(seconds=timeout_s),
         "connect_timeout": timedelta(seconds=connect_timeout_s),
     }
     retry: Any = {"max_retries": max_retries, "retry_deadline_s": retry_deadline_s}
     if scheme in _OBJECT_SCHEMES:
+        if not parts.netloc:
+            raise StoreLocationError(location[:200], None, "the URL names no bucket or container")
         return connect(location, client=client, **retry)
     bucket = parts.netloc
     if not bucket:
-        raise ValueError(f"{location[:200]!r}: an s3:// URL names a bucket")
+        raise StoreLocationError(location[:200], None, "an s3:// URL names a bucket")
     prefix = parts.path.strip("/")
+    if prefix and any(c in ("", ".", "..") for c in prefix.split("/")):
+        raise StoreLocationError(
+            location[:200], None, "an empty, '.' or '..' component in the prefix"
+        )
     env = os.environ.get
     endpoint = endpoint or env("AWS_ENDPOINT_URL_S3") or env("AWS_ENDPOINT_URL")
     if allow_http is None:
@@ -117,3 +139,4 @@ def open_store(
     return connect(
         location.rstrip("/"), client=client, s3=(bucket, prefix or None, config), **retry
     )
+

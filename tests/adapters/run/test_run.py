@@ -370,3 +370,32 @@ def test_a_refused_result_changes_nothing(tmp_path: Path, bad: str) -> None:
         (group,) = run.take(1)
         assert group.complete
         assert [list(run.sample(lease).tokens()) for lease in group.reused] == [[1, 2], [3]]
+
+
+def test_a_remote_that_is_no_place_apart_is_refused_at_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from frontier_adapters.store import StoreLocationError
+
+    monkeypatch.chdir(tmp_path)
+    root = tmp_path / "node"
+    for remote in ("", "file://", root, root / "shipped", tmp_path, f"file://{root}"):
+        with pytest.raises(StoreLocationError):
+            Run.open(root, source(2), config(2), remote=remote)
+    assert sorted(p.name for p in tmp_path.iterdir()) == []  # nothing written anywhere
+
+
+def test_a_file_url_remote_is_the_directory_it_names(tmp_path: Path) -> None:
+    shared = tmp_path / "shared"
+    remote = f"file://{shared}"
+    with Run.open(tmp_path / "a", source(2), config(2), remote=remote) as run:
+        for group in run.take(1):
+            for lease in group.leases:
+                run.seal(lease, payload([lease.sibling]))
+        run.trained([0])
+        run.checkpoint(1)
+    assert (shared / "checkpoints" / "LATEST").is_file() and (shared / "journal").is_dir()
+    # Node lost: a fresh node reads everything from the shared directory.
+    shutil.rmtree(tmp_path / "a")
+    with Run.open(tmp_path / "b", source(2), config(2), remote=str(shared)) as run:
+        assert run.step == 1 and [g.ordinal for g in run.take(2)] == [1]

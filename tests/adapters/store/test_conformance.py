@@ -24,6 +24,7 @@ from frontier_adapters.store import (
     StoreError,
     StoreKeyError,
     StoreLimitError,
+    StoreLocationError,
     StoreObjectError,
     StoreUnavailableError,
     Versioned,
@@ -221,9 +222,33 @@ def test_open_store_picks_the_store(tmp_path: Path, monkeypatch: pytest.MonkeyPa
     monkeypatch.setenv("AWS_ENDPOINT_URL", "http://127.0.0.1:9")
     s3 = open_store("s3://bucket/some/prefix/")
     assert isinstance(s3, ObjectStore) and s3.where == "s3://bucket/some/prefix"
-    for bad in ("ftp://x/y", "s3:///prefix", "file://host/x"):
-        with pytest.raises(ValueError):
+    for bad in (
+        "ftp://x/y",
+        "s3:///prefix",
+        "file://host/x",
+        "",
+        "file://",
+        "file://relative/x",
+        "s3://bucket/../x",
+        "s3://bucket/a//b",
+        "s3://bucket/./a",
+        "gs://",
+    ):
+        with pytest.raises(StoreLocationError) as info:
             open_store(bad)
+        assert isinstance(info.value, ValueError), bad
+
+
+def test_a_location_that_names_no_store_touches_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # An empty path or a path-less file:// URL once meant the working
+    # directory: a run's files landed wherever the process happened to be.
+    monkeypatch.chdir(tmp_path)
+    for bad in ("", "file://"):
+        with pytest.raises(StoreLocationError):
+            open_store(bad)
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_an_unreachable_store_is_a_typed_error_in_bounded_time(
