@@ -38,7 +38,7 @@ import sys
 import traceback
 from collections.abc import Callable, Iterator, Sequence
 from importlib.metadata import EntryPoint, PackageNotFoundError, distribution, entry_points
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 import attrs
 
@@ -113,15 +113,46 @@ def _trace_lines(path: str) -> Iterator[bytes]:
         yield from f
 
 
+_T = TypeVar("_T")
+
+
+class _OutputError(Exception):
+    """Writing the command's output failed (not its input)."""
+
+
+class _Output:
+    """``sys.stdout`` whose write errors are told apart from the input's."""
+
+    def write(self, text: str, /) -> int:
+        return _writing(lambda: sys.stdout.write(text))
+
+    def flush(self) -> None:
+        _writing(sys.stdout.flush)
+
+
+def _writing(call: Callable[[], _T]) -> _T:
+    try:
+        return call()
+    except BrokenPipeError:
+        raise  # the reader went away: ``main`` exits 141, as audit does
+    except OSError as exc:
+        raise _OutputError(exc.strerror or str(exc)) from exc
+
+
 def _run_replay(args: argparse.Namespace) -> int:
     from ._errors import TraceError
     from ._replay import replay
 
     try:
-        replay(_trace_lines(args.trace), sys.stdout)
+        replay(_trace_lines(args.trace), _Output())
     except TraceError as exc:
         print(f"frontier replay: {args.trace}:{exc.line}: {exc.reason}", file=sys.stderr)
         return 2
+    except _OutputError as exc:
+        print(f"frontier replay: standard output: {exc}", file=sys.stderr)
+        return 2
+    except BrokenPipeError:
+        raise
     except OSError as exc:
         print(f"frontier replay: {args.trace}: {exc.strerror or exc}", file=sys.stderr)
         return 2
@@ -356,6 +387,21 @@ def _progress(total: int, quiet: bool) -> Any:
     )
 
 
+def _unwritable(path: str | None) -> str | None:
+    """Why files cannot be written at ``path`` (``None`` if they can, or
+    if no path is given): its directory is missing or not writable."""
+    if not path:
+        return None
+    import os
+
+    parent = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(parent):
+        return f"no such directory {parent}"
+    if not os.access(parent, os.W_OK):
+        return f"directory {parent} is not writable"
+    return None
+
+
 def _run_simulate(args: argparse.Namespace) -> int:
     from ._errors import FrontierError
     from ._events import FailurePolicy
@@ -364,6 +410,12 @@ def _run_simulate(args: argparse.Namespace) -> int:
     from .sim._report import format_ab
     from .sim._sweep import format_sweep, plot_coverage, sweep
 
+    for option, path in (("--log", args.log), ("--plot", args.plot)):
+        unwritable = _unwritable(path)
+        if unwritable:
+            # Checked first: the simulation would run to its end and then fail.
+            print(f"frontier simulate: {option} {path}: {unwritable}", file=sys.stderr)
+            return 2
     if args.prompts * args.epochs > LIMIT:
         # No ledger holds a stream past 2**64 ordinals (LedgerConfig would
         # refuse it mid-run, exit 3).

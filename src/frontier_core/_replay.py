@@ -36,7 +36,7 @@ from __future__ import annotations
 import json
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
-from typing import IO, Any, Final
+from typing import Any, Final, Protocol
 
 import attrs
 
@@ -92,6 +92,14 @@ MAX_SAMPLES: Final = 1024
 #: 10**6 attempts, took 55 s and 830 MB; so did a trace of a thousand
 #: ``finish`` lines, each counting the whole lineage again.
 WORK_PER_BYTE: Final = 16
+
+class Output(Protocol):
+    """Where ``replay`` writes: a text stream's ``write`` and ``flush``."""
+
+    def write(self, text: str, /) -> int: ...
+
+    def flush(self) -> None: ...
+
 
 _LIVE: Final = (Status.PENDING, Status.OUTSTANDING, Status.BUFFERED)
 
@@ -1099,7 +1107,7 @@ def _sibling_list(value: object, key: str, line: int, n: int, width: int) -> lis
     return out
 
 
-def replay(lines: Iterable[str | bytes], out: IO[str]) -> None:
+def replay(lines: Iterable[str | bytes], out: Output) -> None:
     """Replay trace ``lines`` and write the output lines to ``out``.
 
     Lines given as bytes must be UTF-8 without a byte-order mark. Raises

@@ -363,3 +363,33 @@ def test_an_internal_error_is_exit_3_never_the_verdict_status(
     assert main(["replay", str(trace)]) == 3
     err = capsys.readouterr().err
     assert "ZeroDivisionError" in err and "internal error" in err
+
+
+def test_an_output_that_fails_is_not_blamed_on_the_trace(tmp_path: Path) -> None:
+    # A full disk on stdout said "TRACE: No space left on device", and a
+    # closed reader "TRACE: Broken pipe" (exit 2, naming a good trace).
+    trace = tmp_path / "good.jsonl"
+    trace.write_text('{"op":"config"}\n' + '{"op":"stamp","count":1}\n' * 2000)
+    with open("/dev/full", "w") as full:
+        done = subprocess.run(
+            [sys.executable, "-m", "frontier_core._cli", "replay", str(trace)],
+            stdout=full,
+            stderr=subprocess.PIPE,
+            timeout=120,
+        )
+    assert done.returncode == 2 and str(trace) not in done.stderr.decode()
+    assert b"standard output" in done.stderr and b"Traceback" not in done.stderr
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "frontier_core._cli", "replay", str(trace)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    assert proc.stdout is not None and proc.stderr is not None
+    proc.stdout.read(10)
+    proc.stdout.close()
+    try:
+        err = proc.stderr.read()
+        assert proc.wait(timeout=120) == 141
+    finally:
+        proc.kill()
+    assert err == b""

@@ -256,6 +256,19 @@ def test_simulate_rejects_bad_options(capsys: pytest.CaptureFixture[str]) -> Non
         main(["simulate", "--step-prompts", "0"])
 
 
+@pytest.mark.parametrize("waste", [False, True])
+@pytest.mark.parametrize("option", ["--log", "--plot"])
+def test_an_output_path_that_cannot_be_written_is_refused_before_the_run(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, option: str, waste: bool
+) -> None:
+    # It ran the whole simulation, then exited 3 with a traceback.
+    target = tmp_path / "missing" / "out.png"
+    argv = ["simulate", option, str(target), "--prompts", "64", *(["--waste"] if waste else [])]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert f"{option} {target}: no such directory" in err and "Traceback" not in err
+
+
 def test_importing_the_core_does_not_import_the_simulator() -> None:
     out = subprocess.run(
         [
