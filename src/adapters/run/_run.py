@@ -90,6 +90,7 @@ from ..checkpoints import (
 from ..journal import (
     RESERVE,
     SEGMENT_SECONDS,
+    JournalHold,
     JournalShipError,
     JournalWriter,
     Recovered,
@@ -250,6 +251,9 @@ class Run:
         self._deadline: float | None = None
         self._handlers: dict[int, Any] = {}
         self._closed = False
+        #: The node's hold on its journal (``JournalWriter.hold``): taken
+        #: by ``open`` before its claim, let go at ``close`` after the writer.
+        self._hold: JournalHold | None = None
         # The journal commits a group when an append finds it due; a group
         # that no later append comes to (the last seal before a long
         # training step) is committed by this thread instead, within the
@@ -327,10 +331,12 @@ class Run:
         refused for the node's journal held by a live writer
         (``JournalFileError``) or for the checkpoint's refusals (another
         dataset's fingerprint, another lineage, damage) fences nothing:
-        those are checked first, the journal's lock held through the
-        claim; the checkpoint is read again after the claim only when an
-        older life published in between. Two opens racing on one node, or
-        a refusal after the claim, can still fence the live life, and an
+        those are checked first, under the node's hold on its journal
+        (``JournalWriter.hold``: taken before the claim, let go at
+        ``close``), so a second open racing on this node is refused
+        (``JournalFileError``) before it claims; the checkpoint is read
+        again after the claim only when an older life published in
+        between. A refusal after the claim can still fence the live life, and an
         older life pruning the checkpoint being read before the claim
         fails the open with ``CheckpointFileError`` (open again).
 
@@ -376,37 +382,45 @@ class Run:
 
         # What refuses an open is checked before the claim, so that a
         # refused open (the journal held by the live run of this node,
-        # another dataset's checkpoint, a damaged one) fences nothing.
-        with JournalWriter.unheld(root / "journal"):
+        # another dataset's checkpoint, a damaged one) fences nothing. The
+        # hold is kept from here until this life's writer is closed: a
+        # second open on this node is refused by it before its claim, never
+        # between this claim and the writer's own lock, journal file or not.
+        hold = JournalWriter.hold(root / "journal")
+        try:
             loaded, saved, resumed = resume_from()
             # From here on every older life of the run (a node that comes
             # back) is fenced.
             epoch = claim_epoch(checkpoints)
-        # An older life may have published between the read and the claim
-        # (never after it): then what this life continues is read again.
-        published = [p.name for p in published_checkpoints(checkpoints)]
-        now = published[previous] if previous < len(published) else None
-        if now != (None if loaded is None else loaded.path.name):
-            loaded, saved, resumed = resume_from()
-        lineage = resumed
-        lineage = DEFAULT_LINEAGE if lineage is None else lineage
-        collector = StreamCollector(source, config, reserve=reserve)
-        epoch_of = epoch_reader(checkpoints)
-        journal = RolloutJournal(
-            root / "journal",
-            fingerprint=fingerprint,
-            lineage=lineage,
-            policy=policy,
-            progress_every=progress_every,
-            ship_to=None
-            if store is None
-            else Shipper(
-                store,
-                segment_seconds=segment_seconds,
-                epoch=epoch,
-                fence=epoch_of,
-            ),
-        )
+            # An older life may have published between the read and the
+            # claim (never after it): then what this life continues is
+            # read again.
+            published = [p.name for p in published_checkpoints(checkpoints)]
+            now = published[previous] if previous < len(published) else None
+            if now != (None if loaded is None else loaded.path.name):
+                loaded, saved, resumed = resume_from()
+            lineage = resumed
+            lineage = DEFAULT_LINEAGE if lineage is None else lineage
+            collector = StreamCollector(source, config, reserve=reserve)
+            epoch_of = epoch_reader(checkpoints)
+            journal = RolloutJournal(
+                root / "journal",
+                fingerprint=fingerprint,
+                lineage=lineage,
+                policy=policy,
+                progress_every=progress_every,
+                ship_to=None
+                if store is None
+                else Shipper(
+                    store,
+                    segment_seconds=segment_seconds,
+                    epoch=epoch,
+                    fence=epoch_of,
+                ),
+            )
+        except BaseException:
+            hold.close()
+            raise
         try:
             if loaded is None or saved is None:
                 recovered = journal.recover(
@@ -455,11 +469,15 @@ class Run:
                 epoch=epoch,
                 epoch_of=epoch_of,
             )
+            run._hold = hold
             if loaded is None:
                 # A first checkpoint before anything is generated.
                 run.checkpoint(0)
         except BaseException:
-            journal.close()
+            try:
+                journal.close()
+            finally:
+                hold.close()
             raise
         return run
 
@@ -1011,7 +1029,12 @@ class Run:
             for sig, previous in self._handlers.items():
                 signal.signal(sig, previous)
             self._handlers.clear()
-            self.journal.close(ship_timeout=ship_timeout)
+            try:
+                self.journal.close(ship_timeout=ship_timeout)
+            finally:
+                # After the writer: the node's next open waits for neither.
+                if self._hold is not None:
+                    self._hold.close()
 
     def __enter__(self) -> Run:
         return self

@@ -14,6 +14,7 @@ import os
 import shutil
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -241,6 +242,70 @@ def test_an_open_that_is_refused_fences_nothing(tmp_path: Path) -> None:
     with pytest.raises(CheckpointFencedError):
         live.close()
     newer.close()
+
+
+@pytest.mark.parametrize("resumed", [False, True], ids=["fresh", "resumed"])
+def test_two_opens_racing_on_one_node_fence_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, resumed: bool
+) -> None:
+    """A second open of the same node's root comes in after the first one
+    claimed its epoch and before its writer locked the journal (with no
+    journal file yet, or one), and claims as soon as it can: it is refused
+    by type before any claim, and the first life, live, is not fenced."""
+    import frontier_adapters.run._run as run_module
+
+    remote, node = str(tmp_path / "shared"), tmp_path / "a"
+    if resumed:
+        open_life(node, remote).close()
+    claim, listed = run_module.claim_epoch, run_module.published_checkpoints
+    reached, opened = threading.Event(), threading.Event()
+    outcome: dict[str, object] = {}
+
+    def second() -> None:
+        try:
+            outcome["run"] = open_life(node, remote)
+        except BaseException as exc:
+            outcome["error"] = exc
+        finally:
+            reached.set()
+
+    racer = threading.Thread(target=second, daemon=True)
+
+    def claim_then_wait(root: object) -> int:
+        epoch = claim(root)  # type: ignore[arg-type]
+        if threading.current_thread() is racer:
+            reached.set()  # claimed: keep going only once the first has its writer
+            assert opened.wait(60)
+        return epoch
+
+    def race_after_the_claim(root: object) -> object:
+        if threading.current_thread() is not racer and "started" not in outcome:
+            outcome["started"] = True
+            racer.start()
+            assert reached.wait(60)
+        return listed(root)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(run_module, "claim_epoch", claim_then_wait)
+    monkeypatch.setattr(run_module, "published_checkpoints", race_after_the_claim)
+    try:
+        first = open_life(node, remote)
+    finally:
+        opened.set()
+        racer.join(60)
+        monkeypatch.undo()
+    assert "started" in outcome and "run" not in outcome
+    assert isinstance(outcome["error"], JournalFileError)
+    assert "another writer holds" in str(outcome["error"])
+    assert first.epoch == (2 if resumed else 1)
+    first.check_epoch()  # the refused open claimed nothing
+    trained: dict[int, list[list[int]]] = {}
+    while not first.drained:
+        step(first, trained, 3)
+    first.close()
+    assert trained == {o: [full(o, s) for s in range(SAMPLES)] for o in range(PROMPTS)}
+    again = open_life(node, remote)  # the hold was let go at close
+    assert again.epoch == first.epoch + 1
+    again.close()
 
 
 def test_a_publish_between_an_opens_read_and_its_claim_is_read_again(
