@@ -79,6 +79,7 @@ from .._collector import StreamCollector, StreamSource, Taken
 from .._state import KEY_FORMAT, KEY_VERSION, check_state
 from ..checkpoints import (
     CheckpointFencedError,
+    CheckpointFileError,
     LoadedCheckpoint,
     PartCodec,
     claim_epoch,
@@ -109,6 +110,11 @@ _KEY_LINEAGE: Final = "lineage"
 _KEYS: Final = frozenset({KEY_FORMAT, KEY_VERSION, _KEY_COLLECTOR, _KEY_POSITION, _KEY_LINEAGE})
 #: The window a compaction keeps: every ordinal at or above the cut.
 _END: Final = 1 << 62
+#: How often, and for how long (seconds), an open reads the checkpoint
+#: again before its claim when an older life's publish moved ``LATEST``
+#: and its pruning removed what the read had reached.
+_READS: Final = 16
+_READ_SECONDS: Final = 60.0
 #: The lineage a run's journal is written under when the caller names none.
 DEFAULT_LINEAGE: Final = "run"
 
@@ -336,9 +342,10 @@ class Run:
         ``close``), so a second open racing on this node is refused
         (``JournalFileError``) before it claims; the checkpoint is read
         again after the claim only when an older life published in
-        between. A refusal after the claim can still fence the live life, and an
-        older life pruning the checkpoint being read before the claim
-        fails the open with ``CheckpointFileError`` (open again).
+        between. A refusal after the claim can still fence the live life.
+        A read before the claim that fails (``CheckpointFileError``) while
+        ``LATEST`` moved (an older life's publish, its pruning removing
+        what the read had reached) is repeated, a bounded number of times.
 
         Raises the checkpoint reader's ``CheckpointError``s (a damaged,
         foreign or mismatched checkpoint: nothing is written), the journal's
@@ -388,7 +395,23 @@ class Run:
         # between this claim and the writer's own lock, journal file or not.
         hold = JournalWriter.hold(root / "journal")
         try:
-            loaded, saved, resumed = resume_from()
+            deadline = time.monotonic() + _READ_SECONDS
+            for tries in range(1, _READS + 1):
+                before = published_checkpoints(checkpoints)
+                try:
+                    loaded, saved, resumed = resume_from()
+                    break
+                except CheckpointFileError:
+                    # An older life (not fenced before this claim) may have
+                    # pruned what the read had reached, after its publish
+                    # moved LATEST: read the new newest one. The same
+                    # LATEST means the damage is real (or no retry left).
+                    if (
+                        tries == _READS
+                        or time.monotonic() > deadline
+                        or published_checkpoints(checkpoints) == before
+                    ):
+                        raise
             # From here on every older life of the run (a node that comes
             # back) is fenced.
             epoch = claim_epoch(checkpoints)

@@ -338,6 +338,43 @@ def test_a_publish_between_an_opens_read_and_its_claim_is_read_again(
     newer.close()
 
 
+def test_a_checkpoint_pruned_mid_read_before_the_claim_is_read_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An older life publishes twice while the opening life reads the
+    newest checkpoint before its claim, and its pruning removes the very
+    directory being read: the open reads the new newest one (``LATEST``
+    moved) and continues it, instead of failing with
+    ``CheckpointFileError``."""
+    import frontier_adapters.checkpoints._dirs as dirs_module
+
+    remote = str(tmp_path / "shared")
+    trained: dict[int, list[list[int]]] = {}
+    old = open_life(tmp_path / "a", remote)
+    step(old, trained, 1)
+    read_dir = dirs_module._read_dir
+    pruned: list[str] = []
+
+    def prune_mid_read(root: Path, root_fd: int, name: str, *args: object, **kw: object) -> object:
+        if not pruned:
+            pruned.append(name)
+            step(old, trained, 1)  # the older life is not fenced yet
+            step(old, trained, 1)  # keep=2: the directory being read is pruned
+            assert name not in checkpoints_of(remote)
+        return read_dir(root, root_fd, name, *args, **kw)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(dirs_module, "_read_dir", prune_mid_read)
+    newer = open_life(tmp_path / "b", remote)
+    monkeypatch.undo()
+    assert pruned == ["ckpt-000001"] and newer.step == old.step == 3
+    with contextlib.suppress(CheckpointFencedError):
+        old.close()
+    while not newer.drained:
+        step(newer, trained, 2)
+    newer.close()
+    assert trained == {o: [full(o, s) for s in range(SAMPLES)] for o in range(PROMPTS)}
+
+
 def test_check_epoch_tells_a_fenced_life_before_it_writes(tmp_path: Path) -> None:
     from frontier_adapters.checkpoints import claim_epoch
 
