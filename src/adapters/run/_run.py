@@ -94,6 +94,7 @@ from ..journal import (
     JournalHold,
     JournalShipError,
     JournalWriter,
+    JournalWriterError,
     Recovered,
     RolloutJournal,
     Shipper,
@@ -260,6 +261,10 @@ class Run:
         #: The node's hold on its journal (``JournalWriter.hold``): taken
         #: by ``open`` before its claim, let go at ``close`` after the writer.
         self._hold: JournalHold | None = None
+        #: What stopped the commit thread (its poll raised), if anything:
+        #: raised by every call from then on (``_open_check``).
+        self._commit_failure: BaseException | None = None
+        self._commit_said = False
         # The journal commits a group when an append finds it due; a group
         # that no later append comes to (the last seal before a long
         # training step) is committed by this thread instead, within the
@@ -1005,7 +1010,9 @@ class Run:
         generated again) and ``calls_pending`` (calls a crash left without
         a durable answer, found at this life's start); ``journal_lost_records``
         (records the checkpoint counted that the journal had lost with its
-        node at this life's start: ``recovered.lost``; 0 when none)."""
+        node at this life's start: ``recovered.lost``; 0 when none);
+        ``commit_failed`` (1 once the run's commit thread stopped on an
+        error, which every call of the run then raises; 0 before)."""
         c = self._counters
         ledger = self.collector.ledger
         writer, shipper = self.journal.writer, self.journal.shipper
@@ -1034,6 +1041,7 @@ class Run:
             "journal_lost_records": float(
                 0 if self.recovered.lost is None else self.recovered.lost.records
             ),
+            "commit_failed": float(self._commit_failure is not None),
         }
 
     # -- life ------------------------------------------------------------------
@@ -1042,8 +1050,11 @@ class Run:
     def close(self) -> None:
         """Sync and close the journal (what was not checkpointed is kept in
         it for the next life) and give back the signal handlers ``watch``
-        replaced."""
+        replaced. Raises what stopped the commit thread if no call did."""
+        closing = not self._closed
         self._close(ship_timeout=None)
+        if closing and not self._commit_said:
+            self._commit_check()
 
     def _close(self, *, ship_timeout: float | None) -> None:
         if not self._closed:
@@ -1068,6 +1079,20 @@ class Run:
     def _open_check(self) -> None:
         if self._closed:
             raise RuntimeError("this run is closed: Run.open it again")
+        self._commit_check()
+
+    def _commit_check(self) -> None:
+        """Raise what stopped the commit thread, if anything (typed)."""
+        failure = self._commit_failure
+        if failure is not None:
+            self._commit_said = True
+            if isinstance(failure, CheckpointFencedError):
+                raise failure  # a newer life claimed the run: said as itself
+            raise JournalWriterError(
+                f"{self.journal.writer.path}: the run's commit thread stopped on "
+                f"{failure!r:.200}, so the journal's groups are no longer committed: "
+                "close the run and open it again"
+            ) from failure
 
 
 def _commits(ref: weakref.ref[Run]) -> None:
@@ -1083,8 +1108,13 @@ def _commits(ref: weakref.ref[Run]) -> None:
             run._wake.clear()
             try:
                 due = run.journal.poll()
-            except BaseException:
-                return  # the writer is unusable: the run's next call raises why
+            except BaseException as exc:
+                # Never silent: every call of the run raises it from now on
+                # (a call that does not touch the writer would not), and
+                # ``metrics()["commit_failed"]`` shows it.
+                run._commit_failure = exc
+                log.error("the run's commit thread stopped: %r", exc)
+                return
         wake = run._wake
         del run  # hold the run only while polling
         if due is None:
