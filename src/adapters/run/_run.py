@@ -76,6 +76,7 @@ from frontier_core.journal import (
 )
 
 from .._collector import StreamCollector, StreamSource, Taken
+from .._errors import MAX_EPOCH
 from .._state import KEY_FORMAT, KEY_VERSION, check_state
 from ..checkpoints import (
     CheckpointFencedError,
@@ -104,11 +105,14 @@ from ..store import is_url, open_store
 #: The checkpoint part the run keeps its own state in (``frontier.json``).
 PART: Final = "frontier"
 FORMAT: Final = "frontier_adapters.run"
-VERSION: Final = 1
+#: Version 2 records the writer's epoch (``epoch``); version 1 is still read.
+VERSION: Final = 2
 _KEY_COLLECTOR: Final = "collector"
 _KEY_POSITION: Final = "journal_position"
 _KEY_LINEAGE: Final = "lineage"
-_KEYS: Final = frozenset({KEY_FORMAT, KEY_VERSION, _KEY_COLLECTOR, _KEY_POSITION, _KEY_LINEAGE})
+_KEY_EPOCH: Final = "epoch"
+_KEYS_V1: Final = frozenset({KEY_FORMAT, KEY_VERSION, _KEY_COLLECTOR, _KEY_POSITION, _KEY_LINEAGE})
+_KEYS: Final = _KEYS_V1 | {_KEY_EPOCH}
 #: The window a compaction keeps: every ordinal at or above the cut.
 _END: Final = 1 << 62
 #: How often, and for how long (seconds), an open reads the checkpoint
@@ -464,6 +468,10 @@ class Run:
             else:
                 state = saved[_KEY_COLLECTOR]
                 record = _record(state, fingerprint)
+                # The lives since the checkpoint's writer (this one
+                # included): what a loss of the journal must fence. A
+                # version 1 checkpoint did not record its epoch: one.
+                written = saved.get(_KEY_EPOCH)
                 recovered = journal.recover(
                     record,
                     position=saved[_KEY_POSITION],
@@ -472,6 +480,7 @@ class Run:
                     fork=loaded.step,
                     step=loaded.step,
                     reserve=reserve,
+                    lives=None if written is None else max(epoch - written, 1),
                 )
                 collector.resume(
                     state,
@@ -856,6 +865,7 @@ class Run:
             _KEY_COLLECTOR: state,
             _KEY_POSITION: position,
             _KEY_LINEAGE: self.lineage,
+            _KEY_EPOCH: self.epoch,
         }
         path = write_checkpoint(
             self.checkpoints,
@@ -1133,13 +1143,20 @@ def _under(remote: str | os.PathLike[str], name: str) -> str | Path:
 
 def _read_part(loaded: LoadedCheckpoint) -> Mapping[str, Any]:
     """The run's own part of a checkpoint, checked by shape."""
+    part = loaded.json_parts[PART]
+    old = isinstance(part, Mapping) and part.get(KEY_VERSION) == 1
     state = check_state(
-        loaded.json_parts[PART],
+        part,
         what="the run's checkpoint part",
         fmt=FORMAT,
-        version=VERSION,
-        keys=_KEYS,
+        version=1 if old else VERSION,
+        keys=_KEYS_V1 if old else _KEYS,
     )
+    epoch = state.get(_KEY_EPOCH)
+    if not old and (type(epoch) is not int or not 0 <= epoch <= MAX_EPOCH):
+        raise CheckpointCorruptError(
+            f"the run's epoch must be an int in [0, {MAX_EPOCH}], got {shown(epoch)}"
+        )
     position = state[_KEY_POSITION]
     if type(position) is not int or position < 0:
         raise CheckpointCorruptError(

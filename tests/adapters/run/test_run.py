@@ -397,3 +397,24 @@ def test_a_failure_that_stops_the_commit_thread_is_raised_by_the_next_call(
     monkeypatch.undo()
     with pytest.raises(JournalWriterError, match="commit thread stopped"):
         run.close()
+
+
+def test_a_version_1_run_part_without_its_epoch_is_still_read(tmp_path: Path) -> None:
+    """A checkpoint of the previous version (its run part records no
+    epoch) resumes, its loss fenced as before (one life assumed)."""
+    from frontier_adapters.checkpoints import write_checkpoint
+
+    Run.open(tmp_path, source(), config()).close()
+    (ckpt,) = (tmp_path / "checkpoints").glob("ckpt-*")
+    part = json.loads((ckpt / "frontier.json").read_text())
+    assert part.pop("epoch") == 1 and part["version"] == 2
+    part["version"] = 1
+    write_checkpoint(tmp_path / "checkpoints", 1, fingerprint=FP, json_parts={"frontier": part})
+    (tmp_path / "journal").unlink()  # and a loss, fenced from the checkpoint's attempts
+    with Run.open(tmp_path, source(), config()) as run:
+        assert run.step == 1 and run.recovered.lost is not None
+    part["epoch"] = "one"
+    part["version"] = 2
+    write_checkpoint(tmp_path / "checkpoints", 2, fingerprint=FP, json_parts={"frontier": part})
+    with pytest.raises(CheckpointError, match="epoch"):
+        Run.open(tmp_path, source(), config())
