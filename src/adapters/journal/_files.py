@@ -521,6 +521,7 @@ class JournalWriter:
         clock: Callable[[], float] = time.monotonic,
         fsync_timeout: float = FSYNC_TIMEOUT,
         ship: Shipper | None = None,
+        _decoded: tuple[bytes, Decoded] | None = None,
     ) -> None:
         if not isinstance(header, JournalHeader):
             raise TypeError(f"header must be a JournalHeader, got {type(header).__name__}")
@@ -566,9 +567,20 @@ class JournalWriter:
         try:
             self._lock(self._fd)
             data = _read_fd(self._fd, self.path, max_bytes)
-            self.recovered = _decode_file(
-                data, self.path, header.fingerprint, header.lineage, max_frame
-            )
+            if (
+                _decoded is not None
+                and max_frame == DEFAULT_MAX_FRAME
+                and _decoded[1].header.fingerprint == header.fingerprint
+                and _decoded[1].header.lineage == header.lineage
+                and data == _decoded[0]
+            ):
+                # The very bytes a restore just decoded (under the same
+                # checks: decoding is a function of them): not again.
+                self.recovered = _decoded[1]
+            else:
+                self.recovered = _decode_file(
+                    data, self.path, header.fingerprint, header.lineage, max_frame
+                )
             # The journal's own header from here on: its id keys every frame
             # appended (``JournalHeader.key``), and its marks are carried by
             # compactions.
@@ -589,6 +601,9 @@ class JournalWriter:
             raise
         self._next = self.recovered.next_seq
         self._written = self._syncer.durable = self.recovered.last_seq
+        # Until the first compaction: ``recovered`` is then still the file
+        # while nothing was appended (``as_opened``).
+        self._compacted = False
         # Ends the thread of a writer collected unclosed; not at exit, where
         # it would end the thread under a writer still to be closed (its
         # ``close`` then fsyncs in the caller's thread: see ``hand``).
@@ -688,6 +703,16 @@ class JournalWriter:
         self._usable()
         return self._syncer.durable
 
+    def as_opened(self) -> Decoded | None:
+        """``recovered`` while it is still the journal on disk (nothing
+        appended, nothing compacted since the open; a torn tail it
+        reported is truncated), else ``None``: what ``read`` would return
+        then, without reading and decoding the file again."""
+        self._usable()
+        if self._compacted or self._next - 1 != self.recovered.last_seq:
+            return None
+        return attrs.evolve(self.recovered, torn=None) if self.recovered.torn else self.recovered
+
     def read(self) -> Decoded:
         """Commit, then decode the journal as it now is on disk (for
         ``compact``)."""
@@ -749,6 +774,7 @@ class JournalWriter:
         # the file it replaced.
         old, self._fd = self._fd, -1
         os.close(old)
+        self._compacted = True
         self.path = target
         self._written = self._syncer.durable = header.base + len(records)
         self._next = self._written + 1

@@ -218,9 +218,12 @@ class RolloutJournal:
         self.ship_timeout = float(ship_timeout)
         #: Which copy this life's journal came from (``Restored``), when shipped.
         self.restored: Restored | None = None
+        written = None
         if ship_to is not None:
-            self.restored = restore_local(Path(path), ship_to, fingerprint, lineage)
-        self.writer = JournalWriter(path, JournalHeader(fingerprint, lineage), policy, ship=ship_to)
+            self.restored, written = restore_local(Path(path), ship_to, fingerprint, lineage)
+        self.writer = JournalWriter(
+            path, JournalHeader(fingerprint, lineage), policy, ship=ship_to, _decoded=written
+        )
         #: The attempts this life deals start here (``recover`` sets it);
         #: ``None`` until the journal is recovered.
         self.attempt_floor: int | None = None
@@ -418,7 +421,9 @@ class RolloutJournal:
         _check_block(reserve)
         if lives is not None and (type(lives) is not int or lives < 1):
             raise ValueError(f"lives must be an int >= 1 or None, got {lives!r:.40}")
-        decoded = self.writer.read()
+        # The writer's own decoding at its open, when nothing was appended
+        # or compacted since (a resume's open, then this): not read again.
+        decoded = self.writer.as_opened() or self.writer.read()
         lost: JournalLoss | None = None
         if checkpoint is None:
             if saved:
