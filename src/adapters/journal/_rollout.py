@@ -407,7 +407,8 @@ class RolloutJournal:
         or ``None`` when unknown (one is assumed). Each of them may have
         dealt up to ``LOST_ATTEMPTS`` past the checkpoint's attempts beyond
         the one before it, so a loss moves the floor ``lives`` times that
-        (a second loss before the next checkpoint stays fenced), and a
+        (a second loss before the next checkpoint stays fenced; as many as
+        the run's attempts hold, about 255, then a warning), and a
         life that found the journal whole may deal up to ``lives + 1``
         times that before its next mark (after a loss, a life is not held
         to the lost life's budget).
@@ -455,7 +456,19 @@ class RolloutJournal:
             state = replay((*saved_seals, *decoded.records))
             start = max(state.next_attempt, checkpoint.next_attempt)
             if lost_whole:
-                start = checkpoint.next_attempt + (lives or 1) * LOST_ATTEMPTS
+                # Past every lost life's budget; lives beyond what the run's
+                # attempts hold (about 255 since the checkpoint) are counted
+                # as many as fit, never a refusal: each dealt far less than
+                # its budget unless it ran that long without a checkpoint.
+                fit = (MAX_ATTEMPT + 1 - reserve - checkpoint.next_attempt) // LOST_ATTEMPTS
+                counted = max(min(lives or 1, fit), 1)
+                if counted < (lives or 1):
+                    _log.warning(
+                        "%d lives opened since checkpoint %d; its loss fences the attempts "
+                        "of %d of them (the run's 2**32 attempts hold no more)",
+                        lives, checkpoint_id, counted,
+                    )  # fmt: skip
+                start = checkpoint.next_attempt + counted * LOST_ATTEMPTS
                 if start + reserve > MAX_ATTEMPT + 1:
                     raise IllegalTransitionError(
                         "resume",
