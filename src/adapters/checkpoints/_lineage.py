@@ -28,6 +28,7 @@ from ..store import (
     StoreLimitError,
     StoreObjectError,
 )
+from ..store._posix import DEAD_PREFIX
 from . import _fs
 from ._sealed import check_sealed, is_int, parse_json, sealed_bytes
 
@@ -548,7 +549,10 @@ def remove_dead(
 ) -> None:
     """Remove every checkpoint directory of the root that the lineage does
     not list (``listed``, nor the lineage file read again under the lock):
-    dead branches, renamed but never published. Raises
+    dead branches, renamed but never published; and what an earlier
+    removal moved aside and was killed before removing (``.tmp-dead-*``,
+    garbage, so a root is cleaned by its next write whether or not that
+    write publishes; ``PosixStore.sweep`` takes them too). Raises
     ``CheckpointFencedError`` (nothing removed) when the file no longer
     names ``epoch``, and ``CheckpointFileError`` naming a directory that
     cannot be removed."""
@@ -557,7 +561,11 @@ def remove_dead(
         root_fd,
         kind,
         epoch,
-        lambda names: [n for n in names if kind.dirs.match(n) and n not in listed],
+        lambda names: [
+            n
+            for n in names
+            if (kind.dirs.match(n) and n not in listed) or n.startswith(DEAD_PREFIX)
+        ],
         strict=True,
     )
 
@@ -594,7 +602,7 @@ def remove_unlisted(
             for name in doomed(_fs.listing(root_fd, root)):
                 if name in listed or name == kind.name:
                     continue
-                trash = f"{_fs.TMP_PREFIX}dead-{secrets.token_hex(8)}"
+                trash = f"{DEAD_PREFIX}{secrets.token_hex(8)}"
                 try:
                     os.rename(name, trash, src_dir_fd=root_fd, dst_dir_fd=root_fd)
                 except FileNotFoundError:

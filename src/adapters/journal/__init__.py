@@ -37,6 +37,7 @@ holds samples when there is no checkpoint.
 """
 
 from ._files import JournalFileError as JournalFileError
+from ._files import JournalHold as JournalHold
 from ._files import JournalWriter as JournalWriter
 from ._files import JournalWriterError as JournalWriterError
 from ._files import read_journal as read_journal
@@ -66,6 +67,7 @@ __all__ = [
     "SEGMENT_BYTES",
     "SEGMENT_SECONDS",
     "JournalFileError",
+    "JournalHold",
     "JournalLoss",
     "JournalWriter",
     "JournalFencedError",

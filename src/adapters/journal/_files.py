@@ -83,8 +83,7 @@ import sys
 import threading
 import time
 import weakref
-from collections.abc import Callable, Iterable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Final
 
@@ -440,6 +439,58 @@ class _Syncer:
             self._idle.release()
 
 
+class JournalHold:
+    """A hold on one journal from before its writer is opened until after
+    it is closed: an exclusive ``flock`` on ``<journal>.lock`` beside it
+    (created if absent and never removed, so its inode outlives the
+    journal file's, which a creation, a compaction or a restore replaces,
+    and exists before the journal does). Taking it also checks that no
+    writer holds the journal file itself (a writer opened outside a hold),
+    then lets that check's lock go again: the writer this holder opens
+    takes it. ``JournalFileError`` when either is held, or a lock the
+    filesystem refuses. ``close()`` lets the hold go (idempotent)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        lock = path.with_name(path.name + ".lock")
+        try:
+            fd = os.open(lock, os.O_RDWR | os.O_CREAT | _OPEN_FLAGS, 0o644)
+        except OSError as exc:
+            raise JournalFileError(lock, f"cannot be opened: {exc.strerror or exc}") from None
+        try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                raise JournalFileError(lock, "not a regular file (a FIFO, device or directory)")
+            _lock(fd, path)
+            try:
+                # Opened for writing, as the writer opens it: on NFS an
+                # exclusive flock is a byte-range write lock, refused on a
+                # read-only descriptor.
+                file = _open(path, os.O_RDWR)
+            except FileNotFoundError:
+                pass
+            else:
+                try:
+                    _lock(file, path)
+                finally:
+                    os.close(file)  # releases that flock: the writer takes it
+        except BaseException:
+            os.close(fd)
+            raise
+        self._fd = fd
+
+    def close(self) -> None:
+        """Let the hold go (its ``flock`` with its descriptor)."""
+        fd, self._fd = self._fd, -1
+        if fd >= 0:
+            os.close(fd)
+
+    def __enter__(self) -> JournalHold:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
 class JournalWriter:
     """The single writer of one journal file (see the module's docstring).
 
@@ -470,6 +521,7 @@ class JournalWriter:
         clock: Callable[[], float] = time.monotonic,
         fsync_timeout: float = FSYNC_TIMEOUT,
         ship: Shipper | None = None,
+        _decoded: tuple[bytes, Decoded] | None = None,
     ) -> None:
         if not isinstance(header, JournalHeader):
             raise TypeError(f"header must be a JournalHeader, got {type(header).__name__}")
@@ -515,9 +567,20 @@ class JournalWriter:
         try:
             self._lock(self._fd)
             data = _read_fd(self._fd, self.path, max_bytes)
-            self.recovered = _decode_file(
-                data, self.path, header.fingerprint, header.lineage, max_frame
-            )
+            if (
+                _decoded is not None
+                and max_frame == DEFAULT_MAX_FRAME
+                and _decoded[1].header.fingerprint == header.fingerprint
+                and _decoded[1].header.lineage == header.lineage
+                and data == _decoded[0]
+            ):
+                # The very bytes a restore just decoded (under the same
+                # checks: decoding is a function of them): not again.
+                self.recovered = _decoded[1]
+            else:
+                self.recovered = _decode_file(
+                    data, self.path, header.fingerprint, header.lineage, max_frame
+                )
             # The journal's own header from here on: its id keys every frame
             # appended (``JournalHeader.key``), and its marks are carried by
             # compactions.
@@ -538,6 +601,9 @@ class JournalWriter:
             raise
         self._next = self.recovered.next_seq
         self._written = self._syncer.durable = self.recovered.last_seq
+        # Until the first compaction: ``recovered`` is then still the file
+        # while nothing was appended (``as_opened``).
+        self._compacted = False
         # Ends the thread of a writer collected unclosed; not at exit, where
         # it would end the thread under a writer still to be closed (its
         # ``close`` then fsyncs in the caller's thread: see ``hand``).
@@ -637,6 +703,16 @@ class JournalWriter:
         self._usable()
         return self._syncer.durable
 
+    def as_opened(self) -> Decoded | None:
+        """``recovered`` while it is still the journal on disk (nothing
+        appended, nothing compacted since the open; a torn tail it
+        reported is truncated), else ``None``: what ``read`` would return
+        then, without reading and decoding the file again."""
+        self._usable()
+        if self._compacted or self._next - 1 != self.recovered.last_seq:
+            return None
+        return attrs.evolve(self.recovered, torn=None) if self.recovered.torn else self.recovered
+
     def read(self) -> Decoded:
         """Commit, then decode the journal as it now is on disk (for
         ``compact``)."""
@@ -698,6 +774,7 @@ class JournalWriter:
         # the file it replaced.
         old, self._fd = self._fd, -1
         os.close(old)
+        self._compacted = True
         self.path = target
         self._written = self._syncer.durable = header.base + len(records)
         self._next = self._written + 1
@@ -767,28 +844,14 @@ class JournalWriter:
         _lock(fd, self.path)
 
     @staticmethod
-    @contextmanager
-    def unheld(path: str | os.PathLike[str]) -> Iterator[None]:
-        """While the block runs, hold the lock a writer of the journal file
-        ``path`` holds (nothing to hold when there is no file yet), after
-        refusing one that another writer holds (``JournalFileError``, the
-        block not run): what a run's open checks before it does anything
-        another life would notice (claiming its epoch). A writer opened
-        inside the block is refused; one opened after it takes the lock
-        itself."""
-        path = Path(path)
-        try:
-            # Opened for writing, as the writer opens it: on NFS an exclusive
-            # flock is a byte-range write lock, refused on a read-only fd.
-            fd = _open(path, os.O_RDWR)
-        except FileNotFoundError:
-            yield
-            return
-        try:
-            _lock(fd, path)
-            yield
-        finally:
-            os.close(fd)  # releases the flock
+    def hold(path: str | os.PathLike[str]) -> JournalHold:
+        """Hold the journal at ``path`` for a writer this process opens
+        later (``JournalHold``), or raise ``JournalFileError`` ("another
+        writer holds this journal") when another holder or a writer of the
+        file has it: what a run's open takes before it does anything
+        another life would notice (claiming its epoch), and keeps until its
+        writer is closed."""
+        return JournalHold(Path(path))
 
     def _remove_leftovers(self) -> None:
         """Temporary files of creations and compactions killed midway."""

@@ -218,9 +218,12 @@ class RolloutJournal:
         self.ship_timeout = float(ship_timeout)
         #: Which copy this life's journal came from (``Restored``), when shipped.
         self.restored: Restored | None = None
+        written = None
         if ship_to is not None:
-            self.restored = restore_local(Path(path), ship_to, fingerprint, lineage)
-        self.writer = JournalWriter(path, JournalHeader(fingerprint, lineage), policy, ship=ship_to)
+            self.restored, written = restore_local(Path(path), ship_to, fingerprint, lineage)
+        self.writer = JournalWriter(
+            path, JournalHeader(fingerprint, lineage), policy, ship=ship_to, _decoded=written
+        )
         #: The attempts this life deals start here (``recover`` sets it);
         #: ``None`` until the journal is recovered.
         self.attempt_floor: int | None = None
@@ -370,6 +373,7 @@ class RolloutJournal:
         step: int,
         saved: Mapping[Lease, Payload] | None = None,
         reserve: int = RESERVE,
+        lives: int | None = None,
     ) -> Recovered:
         """What the journal offers a resume from ``checkpoint`` (``None``: a
         fresh start, on a new journal or on one that holds no samples, e.g.
@@ -398,6 +402,17 @@ class RolloutJournal:
         of the checkpoint whose sample neither holds is not in ``sealed``:
         it is generated again.
 
+        ``lives``: how many lives of the run opened since the one that
+        wrote ``checkpoint`` (``Run``: its epoch minus the checkpoint's),
+        or ``None`` when unknown (one is assumed). Each of them may have
+        dealt up to ``LOST_ATTEMPTS`` past the checkpoint's attempts beyond
+        the one before it, so a loss moves the floor ``lives`` times that
+        (a second loss before the next checkpoint stays fenced; as many as
+        the run's attempts hold, about 255, then a warning), and a
+        life that found the journal whole may deal up to ``lives + 1``
+        times that before its next mark (after a loss, a life is not held
+        to the lost life's budget).
+
         Raises ``JournalWithoutCheckpointError`` (a ``ValueError``) when
         there is no checkpoint but the journal holds samples or was
         compacted (a checkpoint existed: a missing checkpoint is not a fresh
@@ -405,7 +420,11 @@ class RolloutJournal:
         checkpoint does not record as sealed.
         """
         _check_block(reserve)
-        decoded = self.writer.read()
+        if lives is not None and (type(lives) is not int or lives < 1):
+            raise ValueError(f"lives must be an int >= 1 or None, got {lives!r:.40}")
+        # The writer's own decoding at its open, when nothing was appended
+        # or compacted since (a resume's open, then this): not read again.
+        decoded = self.writer.as_opened() or self.writer.read()
         lost: JournalLoss | None = None
         if checkpoint is None:
             if saved:
@@ -437,7 +456,19 @@ class RolloutJournal:
             state = replay((*saved_seals, *decoded.records))
             start = max(state.next_attempt, checkpoint.next_attempt)
             if lost_whole:
-                start = checkpoint.next_attempt + LOST_ATTEMPTS
+                # Past every lost life's budget; lives beyond what the run's
+                # attempts hold (about 255 since the checkpoint) are counted
+                # as many as fit, never a refusal: each dealt far less than
+                # its budget unless it ran that long without a checkpoint.
+                fit = (MAX_ATTEMPT + 1 - reserve - checkpoint.next_attempt) // LOST_ATTEMPTS
+                counted = max(min(lives or 1, fit), 1)
+                if counted < (lives or 1):
+                    _log.warning(
+                        "%d lives opened since checkpoint %d; its loss fences the attempts "
+                        "of %d of them (the run's 2**32 attempts hold no more)",
+                        lives, checkpoint_id, counted,
+                    )  # fmt: skip
+                start = checkpoint.next_attempt + counted * LOST_ATTEMPTS
                 if start + reserve > MAX_ATTEMPT + 1:
                     raise IllegalTransitionError(
                         "resume",
@@ -467,13 +498,16 @@ class RolloutJournal:
         if lost is None:
             self.reserve(min(start + reserve, MAX_ATTEMPT + 1))
         self.attempt_floor = start
-        # Until the next mark, reservations stay within LOST_ATTEMPTS of the
-        # checkpoint's attempts, which a resume that loses the journal
-        # fences. After a loss (or on a fresh start) of this life's first:
-        # a second loss before the next checkpoint is not fenced from this
-        # life (docs/storage.md), so write one soon.
-        anchor = start if checkpoint is None or lost is not None else checkpoint.next_attempt
-        self._budget = min(anchor + LOST_ATTEMPTS, MAX_ATTEMPT + 1)
+        # Until the next mark, reservations stay below what a resume that
+        # loses the journal fences: LOST_ATTEMPTS past this life's first
+        # after a loss (or on a fresh start); with the journal whole,
+        # LOST_ATTEMPTS past the checkpoint's for every life since it and
+        # this one (the next loss counts this life too, ``lives``).
+        if checkpoint is None or lost is not None:
+            budget = start + LOST_ATTEMPTS
+        else:
+            budget = checkpoint.next_attempt + ((lives or 0) + 1) * LOST_ATTEMPTS
+        self._budget = min(budget, MAX_ATTEMPT + 1)
         torn = 0 if self.writer.torn is None else self.writer.torn.length
         return Recovered(
             state=kept,

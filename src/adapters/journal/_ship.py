@@ -86,6 +86,7 @@ from typing import TYPE_CHECKING, Final
 import attrs
 
 from frontier_core.journal import (
+    Decoded,
     JournalCorruptError,
     JournalError,
     JournalMismatchError,
@@ -564,7 +565,9 @@ class Restored:
     shipped_last: int
 
 
-def restore_local(path: Path, shipper: Shipper, fingerprint: str, lineage: str) -> Restored:
+def restore_local(
+    path: Path, shipper: Shipper, fingerprint: str, lineage: str
+) -> tuple[Restored, tuple[bytes, Decoded] | None]:
     """Make ``path`` the journal a life should start from: the local file
     when it extends the shipped one (its bytes begin with the shipped
     journal's: the same history, as far or further, which is what a
@@ -575,7 +578,10 @@ def restore_local(path: Path, shipper: Shipper, fingerprint: str, lineage: str) 
     core's ``JournalError``s for a shipped journal that does not decode
     (another run's, a foreign segment, a corrupt object) and
     ``JournalMismatchError`` for a local file of another journal than the
-    shipped one (another run's file at this path: nothing is replaced)."""
+    shipped one (another run's file at this path: nothing is replaced).
+    With it, the bytes now at ``path`` and their decoding (the shipped
+    copy it wrote, or the local file it kept), for the writer's open not to
+    decode them again; ``None`` when there is neither."""
     from frontier_core.journal import DEFAULT_MAX_FRAME
 
     from ._files import (
@@ -597,7 +603,12 @@ def restore_local(path: Path, shipper: Shipper, fingerprint: str, lineage: str) 
     )
     local_last = -1 if local is None else local.last_seq
     if shipped is None:
-        return Restored("new" if local is None else "local", local_last, -1)
+        kept = None if raw is None or local is None else (raw, local)
+        return Restored("new" if local is None else "local", local_last, -1), kept
+    if local is not None and raw is not None and raw.startswith(shipped.data):
+        # The same bytes from the header on (so the same journal id), as
+        # far or further: the shipped copy needs no decoding of its own.
+        return Restored("local", local_last, shipped.last), (raw, local)
     where = Path(f"{shipper.store.where}/{shipper.prefix}")
     remote = _decode_file(shipped.data, where, fingerprint, lineage, DEFAULT_MAX_FRAME)
     if local is not None and raw is not None:
@@ -609,8 +620,6 @@ def restore_local(path: Path, shipper: Shipper, fingerprint: str, lineage: str) 
                 f"{path}: the local journal (id {local.header.journal_id.hex()}) is not the "
                 f"one shipped to {where} (id {remote.header.journal_id.hex()}): remove one",
             )
-        if raw.startswith(shipped.data):
-            return Restored("local", local_last, remote.last_seq)
         os.replace(path, path.with_name(f"{path.name}.stale-{secrets.token_hex(4)}"))
     tmp, _ = _write_temp(path, shipped.data)
     try:
@@ -619,4 +628,4 @@ def restore_local(path: Path, shipper: Shipper, fingerprint: str, lineage: str) 
         tmp.unlink(missing_ok=True)
         raise
     _fsync_dir(path.parent)
-    return Restored("shipped", local_last, remote.last_seq)
+    return Restored("shipped", local_last, remote.last_seq), (shipped.data, remote)

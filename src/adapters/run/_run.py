@@ -79,9 +79,11 @@ from frontier_core.journal import (
 )
 
 from .._collector import StreamCollector, StreamSource, Taken
+from .._errors import MAX_EPOCH
 from .._state import KEY_FORMAT, KEY_VERSION, check_state
 from ..checkpoints import (
     CheckpointFencedError,
+    CheckpointFileError,
     LoadedCheckpoint,
     PartCodec,
     claim_epoch,
@@ -93,8 +95,10 @@ from ..checkpoints import (
 from ..journal import (
     RESERVE,
     SEGMENT_SECONDS,
+    JournalHold,
     JournalShipError,
     JournalWriter,
+    JournalWriterError,
     Recovered,
     RolloutJournal,
     Shipper,
@@ -104,13 +108,21 @@ from ..store import StoreLocationError, local_path, open_store
 #: The checkpoint part the run keeps its own state in (``frontier.json``).
 PART: Final = "frontier"
 FORMAT: Final = "frontier_adapters.run"
-VERSION: Final = 1
+#: Version 2 records the writer's epoch (``epoch``); version 1 is still read.
+VERSION: Final = 2
 _KEY_COLLECTOR: Final = "collector"
 _KEY_POSITION: Final = "journal_position"
 _KEY_LINEAGE: Final = "lineage"
-_KEYS: Final = frozenset({KEY_FORMAT, KEY_VERSION, _KEY_COLLECTOR, _KEY_POSITION, _KEY_LINEAGE})
+_KEY_EPOCH: Final = "epoch"
+_KEYS_V1: Final = frozenset({KEY_FORMAT, KEY_VERSION, _KEY_COLLECTOR, _KEY_POSITION, _KEY_LINEAGE})
+_KEYS: Final = _KEYS_V1 | {_KEY_EPOCH}
 #: The window a compaction keeps: every ordinal at or above the cut.
 _END: Final = 1 << 62
+#: How often, and for how long (seconds), an open reads the checkpoint
+#: again before its claim when an older life's publish moved ``LATEST``
+#: and its pruning removed what the read had reached.
+_READS: Final = 16
+_READ_SECONDS: Final = 60.0
 #: The lineage a run's journal is written under when the caller names none.
 DEFAULT_LINEAGE: Final = "run"
 
@@ -253,6 +265,13 @@ class Run:
         self._deadline: float | None = None
         self._handlers: dict[int, Any] = {}
         self._closed = False
+        #: The node's hold on its journal (``JournalWriter.hold``): taken
+        #: by ``open`` before its claim, let go at ``close`` after the writer.
+        self._hold: JournalHold | None = None
+        #: What stopped the commit thread (its poll raised), if anything:
+        #: raised by every call from then on (``_open_check``).
+        self._commit_failure: BaseException | None = None
+        self._commit_said = False
         # The journal commits a group when an append finds it due; a group
         # that no later append comes to (the last seal before a long
         # training step) is committed by this thread instead, within the
@@ -330,12 +349,15 @@ class Run:
         refused for the node's journal held by a live writer
         (``JournalFileError``) or for the checkpoint's refusals (another
         dataset's fingerprint, another lineage, damage) fences nothing:
-        those are checked first, the journal's lock held through the
-        claim; the checkpoint is read again after the claim only when an
-        older life published in between. Two opens racing on one node, or
-        a refusal after the claim, can still fence the live life, and an
-        older life pruning the checkpoint being read before the claim
-        fails the open with ``CheckpointFileError`` (open again).
+        those are checked first, under the node's hold on its journal
+        (``JournalWriter.hold``: taken before the claim, let go at
+        ``close``), so a second open racing on this node is refused
+        (``JournalFileError``) before it claims; the checkpoint is read
+        again after the claim only when an older life published in
+        between. A refusal after the claim can still fence the live life.
+        A read before the claim that fails (``CheckpointFileError``) while
+        ``LATEST`` moved (an older life's publish, its pruning removing
+        what the read had reached) is repeated, a bounded number of times.
 
         Raises the checkpoint reader's ``CheckpointError``s (a damaged,
         foreign or mismatched checkpoint: nothing is written), the journal's
@@ -380,37 +402,61 @@ class Run:
 
         # What refuses an open is checked before the claim, so that a
         # refused open (the journal held by the live run of this node,
-        # another dataset's checkpoint, a damaged one) fences nothing.
-        with JournalWriter.unheld(root / "journal"):
-            loaded, saved, resumed = resume_from()
+        # another dataset's checkpoint, a damaged one) fences nothing. The
+        # hold is kept from here until this life's writer is closed: a
+        # second open on this node is refused by it before its claim, never
+        # between this claim and the writer's own lock, journal file or not.
+        hold = JournalWriter.hold(root / "journal")
+        try:
+            deadline = time.monotonic() + _READ_SECONDS
+            for tries in range(1, _READS + 1):
+                before = published_checkpoints(checkpoints)
+                try:
+                    loaded, saved, resumed = resume_from()
+                    break
+                except CheckpointFileError:
+                    # An older life (not fenced before this claim) may have
+                    # pruned what the read had reached, after its publish
+                    # moved LATEST: read the new newest one. The same
+                    # LATEST means the damage is real (or no retry left).
+                    if (
+                        tries == _READS
+                        or time.monotonic() > deadline
+                        or published_checkpoints(checkpoints) == before
+                    ):
+                        raise
             # From here on every older life of the run (a node that comes
             # back) is fenced.
             epoch = claim_epoch(checkpoints)
-        # An older life may have published between the read and the claim
-        # (never after it): then what this life continues is read again.
-        published = [p.name for p in published_checkpoints(checkpoints)]
-        now = published[previous] if previous < len(published) else None
-        if now != (None if loaded is None else loaded.path.name):
-            loaded, saved, resumed = resume_from()
-        lineage = resumed
-        lineage = DEFAULT_LINEAGE if lineage is None else lineage
-        collector = StreamCollector(source, config, reserve=reserve)
-        epoch_of = epoch_reader(checkpoints)
-        journal = RolloutJournal(
-            root / "journal",
-            fingerprint=fingerprint,
-            lineage=lineage,
-            policy=policy,
-            progress_every=progress_every,
-            ship_to=None
-            if store is None
-            else Shipper(
-                store,
-                segment_seconds=segment_seconds,
-                epoch=epoch,
-                fence=epoch_of,
-            ),
-        )
+            # An older life may have published between the read and the
+            # claim (never after it): then what this life continues is
+            # read again.
+            published = [p.name for p in published_checkpoints(checkpoints)]
+            now = published[previous] if previous < len(published) else None
+            if now != (None if loaded is None else loaded.path.name):
+                loaded, saved, resumed = resume_from()
+            lineage = resumed
+            lineage = DEFAULT_LINEAGE if lineage is None else lineage
+            collector = StreamCollector(source, config, reserve=reserve)
+            epoch_of = epoch_reader(checkpoints)
+            journal = RolloutJournal(
+                root / "journal",
+                fingerprint=fingerprint,
+                lineage=lineage,
+                policy=policy,
+                progress_every=progress_every,
+                ship_to=None
+                if store is None
+                else Shipper(
+                    store,
+                    segment_seconds=segment_seconds,
+                    epoch=epoch,
+                    fence=epoch_of,
+                ),
+            )
+        except BaseException:
+            hold.close()
+            raise
         try:
             if loaded is None or saved is None:
                 recovered = journal.recover(
@@ -426,6 +472,10 @@ class Run:
             else:
                 state = saved[_KEY_COLLECTOR]
                 record = _record(state, fingerprint)
+                # The lives since the checkpoint's writer (this one
+                # included): what a loss of the journal must fence. A
+                # version 1 checkpoint did not record its epoch: one.
+                written = saved.get(_KEY_EPOCH)
                 recovered = journal.recover(
                     record,
                     position=saved[_KEY_POSITION],
@@ -434,6 +484,7 @@ class Run:
                     fork=loaded.step,
                     step=loaded.step,
                     reserve=reserve,
+                    lives=None if written is None else max(epoch - written, 1),
                 )
                 collector.resume(
                     state,
@@ -459,11 +510,15 @@ class Run:
                 epoch=epoch,
                 epoch_of=epoch_of,
             )
+            run._hold = hold
             if loaded is None:
                 # A first checkpoint before anything is generated.
                 run.checkpoint(0)
         except BaseException:
-            journal.close()
+            try:
+                journal.close()
+            finally:
+                hold.close()
             raise
         return run
 
@@ -820,6 +875,7 @@ class Run:
             _KEY_COLLECTOR: state,
             _KEY_POSITION: position,
             _KEY_LINEAGE: self.lineage,
+            _KEY_EPOCH: self.epoch,
         }
         path = write_checkpoint(
             self.checkpoints,
@@ -974,7 +1030,9 @@ class Run:
         generated again) and ``calls_pending`` (calls a crash left without
         a durable answer, found at this life's start); ``journal_lost_records``
         (records the checkpoint counted that the journal had lost with its
-        node at this life's start: ``recovered.lost``; 0 when none)."""
+        node at this life's start: ``recovered.lost``; 0 when none);
+        ``commit_failed`` (1 once the run's commit thread stopped on an
+        error, which every call of the run then raises; 0 before)."""
         c = self._counters
         ledger = self.collector.ledger
         writer, shipper = self.journal.writer, self.journal.shipper
@@ -1003,6 +1061,7 @@ class Run:
             "journal_lost_records": float(
                 0 if self.recovered.lost is None else self.recovered.lost.records
             ),
+            "commit_failed": float(self._commit_failure is not None),
         }
 
     # -- life ------------------------------------------------------------------
@@ -1011,8 +1070,11 @@ class Run:
     def close(self) -> None:
         """Sync and close the journal (what was not checkpointed is kept in
         it for the next life) and give back the signal handlers ``watch``
-        replaced."""
+        replaced. Raises what stopped the commit thread if no call did."""
+        closing = not self._closed
         self._close(ship_timeout=None)
+        if closing and not self._commit_said:
+            self._commit_check()
 
     def _close(self, *, ship_timeout: float | None) -> None:
         if not self._closed:
@@ -1021,7 +1083,12 @@ class Run:
             for sig, previous in self._handlers.items():
                 signal.signal(sig, previous)
             self._handlers.clear()
-            self.journal.close(ship_timeout=ship_timeout)
+            try:
+                self.journal.close(ship_timeout=ship_timeout)
+            finally:
+                # After the writer: the node's next open waits for neither.
+                if self._hold is not None:
+                    self._hold.close()
 
     def __enter__(self) -> Run:
         return self
@@ -1032,6 +1099,20 @@ class Run:
     def _open_check(self) -> None:
         if self._closed:
             raise RuntimeError("this run is closed: Run.open it again")
+        self._commit_check()
+
+    def _commit_check(self) -> None:
+        """Raise what stopped the commit thread, if anything (typed)."""
+        failure = self._commit_failure
+        if failure is not None:
+            self._commit_said = True
+            if isinstance(failure, CheckpointFencedError):
+                raise failure  # a newer life claimed the run: said as itself
+            raise JournalWriterError(
+                f"{self.journal.writer.path}: the run's commit thread stopped on "
+                f"{failure!r:.200}, so the journal's groups are no longer committed: "
+                "close the run and open it again"
+            ) from failure
 
 
 def _commits(ref: weakref.ref[Run]) -> None:
@@ -1047,8 +1128,13 @@ def _commits(ref: weakref.ref[Run]) -> None:
             run._wake.clear()
             try:
                 due = run.journal.poll()
-            except BaseException:
-                return  # the writer is unusable: the run's next call raises why
+            except BaseException as exc:
+                # Never silent: every call of the run raises it from now on
+                # (a call that does not touch the writer would not), and
+                # ``metrics()["commit_failed"]`` shows it.
+                run._commit_failure = exc
+                log.error("the run's commit thread stopped: %r", exc)
+                return
         wake = run._wake
         del run  # hold the run only while polling
         if due is None:
@@ -1100,13 +1186,20 @@ def _under(remote: str | os.PathLike[str], name: str) -> str | Path:
 
 def _read_part(loaded: LoadedCheckpoint) -> Mapping[str, Any]:
     """The run's own part of a checkpoint, checked by shape."""
+    part = loaded.json_parts[PART]
+    old = isinstance(part, Mapping) and part.get(KEY_VERSION) == 1
     state = check_state(
-        loaded.json_parts[PART],
+        part,
         what="the run's checkpoint part",
         fmt=FORMAT,
-        version=VERSION,
-        keys=_KEYS,
+        version=1 if old else VERSION,
+        keys=_KEYS_V1 if old else _KEYS,
     )
+    epoch = state.get(_KEY_EPOCH)
+    if not old and (type(epoch) is not int or not 0 <= epoch <= MAX_EPOCH):
+        raise CheckpointCorruptError(
+            f"the run's epoch must be an int in [0, {MAX_EPOCH}], got {shown(epoch)}"
+        )
     position = state[_KEY_POSITION]
     if type(position) is not int or position < 0:
         raise CheckpointCorruptError(

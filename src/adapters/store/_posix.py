@@ -31,6 +31,11 @@ _NEW: Final = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | _CLOEXEC
 LOCK: Final = ".store-lock"
 #: The prefix of a write in progress (a killed write leaves it behind).
 TMP_PREFIX: Final = ".tmp-"
+#: The prefix of an entry a writer moved aside, under the lock, to remove
+#: it after the lock is released (a checkpoint writer's dead and pruned
+#: directories): garbage whatever it holds, so ``sweep`` removes it whole
+#: (a kill between the rename and the removal leaves one behind).
+DEAD_PREFIX: Final = f"{TMP_PREFIX}dead-"
 #: How long a ``swap`` or ``delete`` waits for the lock.
 LOCK_WAIT_S: Final = 30.0
 #: Errors of ``link`` on a filesystem without hard links.
@@ -267,10 +272,17 @@ class PosixStore:
                 except OSError as exc:
                     if exc.errno not in _NO_LINKS:
                         raise self._unavailable(key, exc) from None
+                    _unlink(tmp, fd)
                     with self._locked():
                         if self._stat(key, fd, name) is not None:
                             return self._exists(key, fd, name)
-                        os.rename(tmp, name, src_dir_fd=fd, dst_dir_fd=fd)
+                        # Written again under the lock a ``sweep`` holds, so
+                        # none can take it before the rename.
+                        tmp, version = self._write_tmp(fd, data)
+                        try:
+                            os.rename(tmp, name, src_dir_fd=fd, dst_dir_fd=fd)
+                        except OSError as exc:
+                            raise self._unavailable(key, exc) from None
             finally:
                 _unlink(tmp, fd)
             os.fsync(fd)
@@ -356,7 +368,9 @@ class PosixStore:
     def sweep(self, prefix: str = "") -> int:
         """Remove the temporary files that writes killed midway left under
         ``prefix`` (``.tmp-*``: a SIGKILL between a write's temporary file
-        and its link or rename), in this directory only: no symlink is
+        and its link or rename) and the entries a writer moved aside to
+        remove (``.tmp-dead-*``, whole: a kill between the rename and the
+        removal), in this directory only: no symlink is
         followed, nothing but a regular file of that name is removed, and
         nothing outside the directory is touched. It holds the lock
         ``swap`` holds, so a ``swap``'s temporary file is never taken;
@@ -387,7 +401,15 @@ class PosixStore:
                     st = os.stat(name, dir_fd=fd, follow_symlinks=False)
                 except FileNotFoundError:
                     continue
-                if stat.S_ISDIR(st.st_mode) and not name.startswith(".") and depth < 64:
+                if name.startswith(DEAD_PREFIX):
+                    # Moved aside under this lock by a writer that was to
+                    # remove it after: nothing in it is live.
+                    if stat.S_ISDIR(st.st_mode):
+                        shutil.rmtree(name, dir_fd=fd, onerror=_gone_is_fine)
+                    else:
+                        _unlink(name, fd)
+                    removed += 1
+                elif stat.S_ISDIR(st.st_mode) and not name.startswith(".") and depth < 64:
                     sub = os.open(name, _DIR | os.O_NOFOLLOW, dir_fd=fd)
                     try:
                         walk(sub, depth + 1)
@@ -487,6 +509,16 @@ def read_exactly(fd: int, size: int) -> bytes | None:
     if got != size or os.read(fd, 1):
         return None
     return b"".join(chunks)
+
+
+def _gone_is_fine(
+    _func: object, _path: object, exc_info: tuple[type, BaseException, object]
+) -> None:
+    """``rmtree``'s error handler: an entry removed meanwhile (by the writer
+    that moved the tree aside) is what was wanted; any other error is
+    raised."""
+    if not isinstance(exc_info[1], FileNotFoundError):
+        raise exc_info[1]
 
 
 def _unlink(name: str, fd: int) -> None:

@@ -631,7 +631,8 @@ class Decoded:
                     "old to be proven against this journal"
                     if older
                     else "it remembers no such mark: a journal of another branch (or one "
-                    "rewritten after it was lost with its node, at a later checkpoint's mark)"
+                    "rewritten after it was lost with its node, at a later checkpoint's mark: "
+                    "resume that later checkpoint)"
                 ),
             )
         if position > self.last_seq:

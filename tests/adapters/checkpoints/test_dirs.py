@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -189,3 +190,31 @@ def test_a_parent_names_what_the_write_continues(tmp_path: Path) -> None:
     with pytest.raises(CheckpointFileError, match="not on the published lineage"):
         save(5, parent="ckpt-000002")
     assert published_checkpoints(tmp_path) == [four, three, one]
+
+
+def test_a_removal_killed_midway_is_cleaned_by_the_next_write_even_unpublished(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A writer killed between moving a pruned directory aside
+    (``.tmp-dead-*``) and removing it leaves it behind; the next write
+    removes it before it writes its own, under the store's lock, so it is
+    gone even when that write fails before it publishes."""
+    from frontier_adapters.checkpoints import _fs
+
+    root = tmp_path / "ckpts"
+    write_checkpoint(root, 0, fingerprint=FP, json_parts={"s": {"x": 0}}, keep=1)
+    with monkeypatch.context() as killed:
+        killed.setattr(_fs, "remove", lambda root, name: None)  # the kill, after the rename
+        write_checkpoint(root, 1, fingerprint=FP, json_parts={"s": {"x": 1}}, keep=1)
+    dead = [n for n in os.listdir(root) if n.startswith(".tmp-dead-")]
+    assert len(dead) == 1
+
+    def full_disk(root: Path, prefix: str) -> Path:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(_fs, "make_tmp_dir", full_disk)
+    with pytest.raises(OSError, match="No space"):
+        write_checkpoint(root, 2, fingerprint=FP, json_parts={"s": {"x": 2}}, keep=1)
+    monkeypatch.undo()
+    assert sorted(os.listdir(root)) == [".store-lock", "LATEST", "ckpt-000001"]
+    assert read_checkpoint(root, fingerprint=FP) is not None

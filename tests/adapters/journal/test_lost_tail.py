@@ -219,3 +219,33 @@ def test_another_branch_is_still_refused_after_a_loss(tmp_path: Path) -> None:
     with pytest.raises(JournalBehindError, match="another branch"):
         resume(journal, 3, position, checkpoint, Reuse.everything())
     journal.close()
+
+
+def test_a_loss_after_more_lives_than_the_attempts_hold_is_not_a_refusal(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Each life since the checkpoint moves a loss's floor by
+    LOST_ATTEMPTS (a second loss stays fenced); more lives than the run's
+    2**32 attempts hold (a crash loop without a checkpoint) are counted as
+    many as fit, with a warning, never a refusal."""
+    path = tmp_path / "journal"
+    journal, ledger = fresh(path)
+    position = journal.mark(1)
+    checkpoint = ledger.checkpoint()
+    journal.close()
+    floors = {}
+    for lives in (1, 2, 10**6):
+        path.unlink(missing_ok=True)
+        journal = open_journal(path)
+        with caplog.at_level(logging.WARNING, logger="frontier_adapters.journal"):
+            got = journal.recover(
+                checkpoint, position=position, checkpoint_id=1, reuse=Reuse.everything(),
+                fork=0, step=0, lives=lives,
+            )  # fmt: skip
+        journal.close()
+        assert got.lost is not None
+        floors[lives] = got.attempt_floor
+    assert floors[1] == checkpoint.next_attempt + LOST_ATTEMPTS
+    assert floors[2] == checkpoint.next_attempt + 2 * LOST_ATTEMPTS
+    assert floors[10**6] + RESERVE <= 1 << 32 and floors[10**6] > floors[2]
+    assert "fences the attempts of" in caplog.text

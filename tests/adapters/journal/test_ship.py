@@ -300,3 +300,43 @@ def test_a_shipper_that_fails_to_take_a_group_leaves_the_journal_readable(
     monkeypatch.undo()
     j.close()
     assert read_journal(local / "journal").last_seq >= 1  # and the file is sound
+
+
+@pytest.mark.parametrize("local_file", ["lost", "kept"])
+def test_a_resume_decodes_the_journal_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, local_file: str
+) -> None:
+    """A resume (restore, the writer's open, ``recover``) decodes the
+    journal once, not once per step: from the shipped copy on a new node,
+    and from the node's own file that extends it (compared by bytes). What
+    it recovers is the same."""
+    from frontier_adapters.journal import _files
+
+    from frontier_core import Checkpoint
+
+    local, remote = tmp_path / "node", tmp_path / "remote"
+    local.mkdir()
+    j = journal(local, remote)
+    j.recover(None, position=None, checkpoint_id=None, reuse=Reuse.everything(), fork=0, step=0)
+    seal_some(j, range(4))
+    position = j.mark(1)
+    j.close()
+    if local_file == "lost":
+        shutil.rmtree(local)
+        local.mkdir()
+    decode, decoded = _files.decode, []
+
+    def counted(data: bytes, **kw: object) -> object:
+        decoded.append(len(data))
+        return decode(data, **kw)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(_files, "decode", counted)
+    again = journal(local, remote)
+    got = again.recover(
+        Checkpoint(cut=0, samples=1, next_attempt=4), position=position, checkpoint_id=1,
+        reuse=Reuse.everything(), fork=1, step=1,
+    )  # fmt: skip
+    assert len(decoded) == 1
+    assert sorted(lease.ordinal for lease in got.sealed) == [0, 1, 2, 3]
+    monkeypatch.undo()
+    again.close()

@@ -399,3 +399,71 @@ def test_a_file_url_remote_is_the_directory_it_names(tmp_path: Path) -> None:
     shutil.rmtree(tmp_path / "a")
     with Run.open(tmp_path / "b", source(2), config(2), remote=str(shared)) as run:
         assert run.step == 1 and [g.ordinal for g in run.take(2)] == [1]
+def test_a_failure_that_stops_the_commit_thread_is_raised_by_the_next_call(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The run's commit thread meets a failed write (a full disk) on a
+    group it commits in the background: the run's next call raises it by
+    type, with the write's error as its cause, even a call that does not
+    touch the journal (``trained``), and ``metrics()`` shows it; the
+    thread never stops silently."""
+    import errno
+    import threading
+
+    from frontier_adapters.journal import JournalWriterError, _files
+
+    write, failed = _files._write_all, threading.Event()
+
+    def full_disk(fd: int, data: bytes | memoryview) -> None:
+        if threading.current_thread().name == "frontier-run-commits":
+            failed.set()
+            raise OSError(errno.ENOSPC, "No space left on device")
+        write(fd, data)
+
+    run = Run.open(tmp_path, source(4), config(4))
+    assert run.metrics()["commit_failed"] == 0.0
+    (t,) = run.take(1)
+    monkeypatch.setattr(_files, "_write_all", full_disk)
+    run.seal(t.leases[0], generate(run, t.leases[0]))  # its group is due in 5 ms
+    assert failed.wait(60)
+    assert run.metrics()["commit_failed"] == 1.0  # under the run's lock: after the thread's
+    with pytest.raises(JournalWriterError, match="commit thread stopped") as raised:
+        run.trained([])
+    assert isinstance(raised.value.__cause__, OSError)
+    assert raised.value.__cause__.errno == errno.ENOSPC
+    with pytest.raises(JournalWriterError):
+        run.take(1)
+    monkeypatch.undo()
+    run.close()  # said already: closed without raising it again
+
+    # Said at close when no call came after the failure.
+    failed.clear()
+    run = Run.open(tmp_path / "again", source(4), config(4))
+    (t,) = run.take(1)
+    monkeypatch.setattr(_files, "_write_all", full_disk)
+    run.seal(t.leases[0], generate(run, t.leases[0]))
+    assert failed.wait(60)
+    monkeypatch.undo()
+    with pytest.raises(JournalWriterError, match="commit thread stopped"):
+        run.close()
+
+
+def test_a_version_1_run_part_without_its_epoch_is_still_read(tmp_path: Path) -> None:
+    """A checkpoint of the previous version (its run part records no
+    epoch) resumes, its loss fenced as before (one life assumed)."""
+    from frontier_adapters.checkpoints import write_checkpoint
+
+    Run.open(tmp_path, source(), config()).close()
+    (ckpt,) = (tmp_path / "checkpoints").glob("ckpt-*")
+    part = json.loads((ckpt / "frontier.json").read_text())
+    assert part.pop("epoch") == 1 and part["version"] == 2
+    part["version"] = 1
+    write_checkpoint(tmp_path / "checkpoints", 1, fingerprint=FP, json_parts={"frontier": part})
+    (tmp_path / "journal").unlink()  # and a loss, fenced from the checkpoint's attempts
+    with Run.open(tmp_path, source(), config()) as run:
+        assert run.step == 1 and run.recovered.lost is not None
+    part["epoch"] = "one"
+    part["version"] = 2
+    write_checkpoint(tmp_path / "checkpoints", 2, fingerprint=FP, json_parts={"frontier": part})
+    with pytest.raises(CheckpointError, match="epoch"):
+        Run.open(tmp_path, source(), config())

@@ -14,6 +14,7 @@ import os
 import shutil
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -243,6 +244,70 @@ def test_an_open_that_is_refused_fences_nothing(tmp_path: Path) -> None:
     newer.close()
 
 
+@pytest.mark.parametrize("resumed", [False, True], ids=["fresh", "resumed"])
+def test_two_opens_racing_on_one_node_fence_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, resumed: bool
+) -> None:
+    """A second open of the same node's root comes in after the first one
+    claimed its epoch and before its writer locked the journal (with no
+    journal file yet, or one), and claims as soon as it can: it is refused
+    by type before any claim, and the first life, live, is not fenced."""
+    import frontier_adapters.run._run as run_module
+
+    remote, node = str(tmp_path / "shared"), tmp_path / "a"
+    if resumed:
+        open_life(node, remote).close()
+    claim, listed = run_module.claim_epoch, run_module.published_checkpoints
+    reached, opened = threading.Event(), threading.Event()
+    outcome: dict[str, object] = {}
+
+    def second() -> None:
+        try:
+            outcome["run"] = open_life(node, remote)
+        except BaseException as exc:
+            outcome["error"] = exc
+        finally:
+            reached.set()
+
+    racer = threading.Thread(target=second, daemon=True)
+
+    def claim_then_wait(root: object) -> int:
+        epoch = claim(root)  # type: ignore[arg-type]
+        if threading.current_thread() is racer:
+            reached.set()  # claimed: keep going only once the first has its writer
+            assert opened.wait(60)
+        return epoch
+
+    def race_after_the_claim(root: object) -> object:
+        if threading.current_thread() is not racer and "started" not in outcome:
+            outcome["started"] = True
+            racer.start()
+            assert reached.wait(60)
+        return listed(root)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(run_module, "claim_epoch", claim_then_wait)
+    monkeypatch.setattr(run_module, "published_checkpoints", race_after_the_claim)
+    try:
+        first = open_life(node, remote)
+    finally:
+        opened.set()
+        racer.join(60)
+        monkeypatch.undo()
+    assert "started" in outcome and "run" not in outcome
+    assert isinstance(outcome["error"], JournalFileError)
+    assert "another writer holds" in str(outcome["error"])
+    assert first.epoch == (2 if resumed else 1)
+    first.check_epoch()  # the refused open claimed nothing
+    trained: dict[int, list[list[int]]] = {}
+    while not first.drained:
+        step(first, trained, 3)
+    first.close()
+    assert trained == {o: [full(o, s) for s in range(SAMPLES)] for o in range(PROMPTS)}
+    again = open_life(node, remote)  # the hold was let go at close
+    assert again.epoch == first.epoch + 1
+    again.close()
+
+
 def test_a_publish_between_an_opens_read_and_its_claim_is_read_again(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -271,6 +336,43 @@ def test_a_publish_between_an_opens_read_and_its_claim_is_read_again(
     with contextlib.suppress(CheckpointFencedError):
         old.close()  # fenced by the newer life's claim, with what it had not shipped
     newer.close()
+
+
+def test_a_checkpoint_pruned_mid_read_before_the_claim_is_read_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An older life publishes twice while the opening life reads the
+    newest checkpoint before its claim, and its pruning removes the very
+    directory being read: the open reads the new newest one (``LATEST``
+    moved) and continues it, instead of failing with
+    ``CheckpointFileError``."""
+    import frontier_adapters.checkpoints._dirs as dirs_module
+
+    remote = str(tmp_path / "shared")
+    trained: dict[int, list[list[int]]] = {}
+    old = open_life(tmp_path / "a", remote)
+    step(old, trained, 1)
+    read_dir = dirs_module._read_dir
+    pruned: list[str] = []
+
+    def prune_mid_read(root: Path, root_fd: int, name: str, *args: object, **kw: object) -> object:
+        if not pruned:
+            pruned.append(name)
+            step(old, trained, 1)  # the older life is not fenced yet
+            step(old, trained, 1)  # keep=2: the directory being read is pruned
+            assert name not in checkpoints_of(remote)
+        return read_dir(root, root_fd, name, *args, **kw)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(dirs_module, "_read_dir", prune_mid_read)
+    newer = open_life(tmp_path / "b", remote)
+    monkeypatch.undo()
+    assert pruned == ["ckpt-000001"] and newer.step == old.step == 3
+    with contextlib.suppress(CheckpointFencedError):
+        old.close()
+    while not newer.drained:
+        step(newer, trained, 2)
+    newer.close()
+    assert trained == {o: [full(o, s) for s in range(SAMPLES)] for o in range(PROMPTS)}
 
 
 def test_check_epoch_tells_a_fenced_life_before_it_writes(tmp_path: Path) -> None:

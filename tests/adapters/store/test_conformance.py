@@ -510,3 +510,55 @@ except StoreUnavailableError:
         assert (tmp_path / ".tmp-0123456789abcdef").exists()
     assert store.sweep() == 1
     assert not (tmp_path / ".tmp-0123456789abcdef").exists()
+
+
+def test_posix_sweep_removes_what_a_killed_removal_moved_aside(tmp_path: Path) -> None:
+    """``.tmp-dead-*`` entries (a checkpoint writer moved them aside under
+    the lock and was killed before removing them) are garbage: the sweep
+    removes them whole, directories and files, at any depth it walks, and
+    leaves a write in progress (a ``.tmp-ckpt-*`` directory) alone."""
+    store = PosixStore(tmp_path)
+    store.create("a/b", b"1")
+    dead = tmp_path / ".tmp-dead-0123456789abcdef"
+    (dead / "ckpt-000003").mkdir(parents=True)
+    (dead / "ckpt-000003" / "frontier.json").write_bytes(b"{}")
+    (tmp_path / "a" / ".tmp-dead-fedcba9876543210").write_bytes(b"moved aside")
+    (tmp_path / ".tmp-ckpt-live").mkdir()
+    assert store.sweep() == 2
+    assert not dead.exists() and not (tmp_path / "a" / ".tmp-dead-fedcba9876543210").exists()
+    assert (tmp_path / ".tmp-ckpt-live").is_dir() and store.get("a/b", max_bytes=8) == b"1"
+
+
+def test_posix_create_without_hard_links_survives_a_sweep_mid_write(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On a filesystem without hard links ``create`` renames under the lock;
+    a sweep that took its first temporary file before that (outside the
+    lock) does not fail it with a bare ``FileNotFoundError``: the object is
+    created whole."""
+    import errno
+
+    from frontier_adapters.store import _posix
+
+    store = PosixStore(tmp_path)
+    write_tmp = store._write_tmp
+    swept: list[int] = []
+
+    def then_sweep(fd: int, data: bytes) -> tuple[str, str]:
+        written = write_tmp(fd, data)
+        if not swept:
+            swept.append(store.sweep())  # a life's open sweeping meanwhile
+        return written
+
+    def no_links(*args: Any, **kwargs: Any) -> None:
+        raise OSError(errno.EPERM, os.strerror(errno.EPERM))
+
+    monkeypatch.setattr(store, "_write_tmp", then_sweep)
+    monkeypatch.setattr(_posix.os, "link", no_links)
+    version = store.create("k/x", b"whole")
+    monkeypatch.undo()
+    assert swept == [1]
+    assert store.get_versioned("k/x", max_bytes=8) == Versioned(b"whole", version)
+    assert sorted(os.listdir(tmp_path / "k")) == ["x"]
+    with pytest.raises(StoreConflictError):
+        store.create("k/x", b"again")
