@@ -22,6 +22,10 @@ journal's own fold and continues each after a resume from what that fold
 gives back, as a framework would; its episode report (turns redone, calls
 sent again, fenced answers trained, keys called twice) is computed from its
 own record of what was durable, so it checks the journal's continuation.
+A failure (``fail_sample``, ``fail``, ``evict``) is journaled as a
+framework's ``Run`` journals it: every sibling it sends back gets an empty
+progress of the ledger's next attempt, which voids what the journal held of
+it, so a resumed life starts it afresh as the life without the kill does.
 
 The coverage report at ``finish`` is computed from the replayer's own record
 of the surviving lineage (which steps trained what, which drops happened,
@@ -64,9 +68,11 @@ from ._ranges import LIMIT, count
 from ._trainlog import Lineage
 from ._transitions import current_attempt
 from .journal import (
+    NO_TOKENS,
     Answer,
     JournalEpisodeError,
     JsonPayload,
+    Progress,
     Sealed,
     SiblingState,
     TokenPayload,
@@ -193,6 +199,9 @@ class Replayer:
         # never as the ledger echoed them), not reused yet, each with its
         # ``_accepted`` verdict.
         self._held: dict[Lease, bool] = {}
+        # The samples a failure of their group abandoned (``_void``), in
+        # any life: the journal holds them voided.
+        self._abandoned: set[Lease] = set()
         # Sample mode only: the episodes (turns and tool answers).
         self._episodes = _Episodes(NAMESPACE)
 
@@ -447,6 +456,8 @@ class Replayer:
         self.ledger = result.ledger
         if effect.dropped:
             self._dropped.append(effect.dropped)
+        if name in ("fail", "evict"):
+            self._void((), {*ordinals, *effect.requeued, *effect.unstamped, *effect.dropped})
         if name == "dispatch":
             self._dispatch(ordinals, effect)
             continued, repeated = self._episodes.dispatched(ordinals, effect.leases)
@@ -513,6 +524,7 @@ class Replayer:
             self._running.pop(o, None)
 
     def _fail_sample(self, leases: Iterable[Lease], effect: Effect) -> None:
+        self._void(effect.restart, {*effect.requeued, *effect.unstamped, *effect.dropped})
         fenced = set(effect.fenced)
         for o, s, a in leases:
             running = self._running.get(o, {})
@@ -524,6 +536,23 @@ class Replayer:
             self._samples.pop(o, None)
         if effect.dropped:
             self._dropped.append(effect.dropped)
+
+    def _void(self, siblings: Iterable[tuple[int, int]], groups: Iterable[int]) -> None:
+        """Journal a failure as ``Run`` does (the module doc): these
+        siblings, and every sibling of these groups, start afresh from the
+        ledger's next attempt. The samples their groups had sealed are
+        abandoned: a resume that holds one trains a sample no current
+        attempt made (reported as ``fenced``)."""
+        assert self.ledger is not None
+        attempt = min(self.ledger.next_attempt, MAX_ATTEMPT)
+        n = self.config.samples
+        groups = set(groups)
+        voided = [*siblings, *((o, s) for o in sorted(groups) for s in range(n))]
+        for o in groups:
+            for lease, _ in self._samples.get(o, ()):
+                self._accepted[lease] = False
+                self._abandoned.add(lease)
+        self._episodes.voided(voided, attempt)
 
     def _resume_samples(self, op: Mapping[str, Any], line: int) -> dict[str, Any]:
         if self.ledger is not None:
@@ -543,7 +572,13 @@ class Replayer:
         )
         buffered = sum(len(samples) for samples in self._saved.buffered.values())
         self._spend(line, _span(checkpoint) + len(checkpoint.sealed) + buffered, "resume")
-        saved = checkpoint.sealed if load_sealed else ()
+        # The framework's journal voided the saved seals a later failure
+        # sent back (``_void``): they are not held.
+        saved = tuple(
+            lease
+            for lease in (checkpoint.sealed if load_sealed else ())
+            if lease not in self._abandoned
+        )
         # The checkpoint's sealed siblings are the ledger's word, not the
         # replayer's, so they are checked like the journal's: a framework
         # holds no sample that no seal accepted.
@@ -758,6 +793,9 @@ class _Episodes:
         self.offered: set[int] = set()
         # Every accepted seal's transcript, in any life (a journal keeps it).
         self.transcripts: dict[Lease, tuple[tuple[int, int | None], ...]] = {}
+        # Per sibling, the attempt of its latest failure: a turn of an
+        # older attempt was abandoned by it, and is never trained.
+        self.abandoned: dict[tuple[int, int], int] = {}
         self.turns_redone = 0
         self.tokens_redone = 0
         self.reissued: Counter[str] = Counter()
@@ -824,6 +862,21 @@ class _Episodes:
             or self.turn_ops[int(last[0] or 0)].key != key
         ):
             self.violations.add(key)
+
+    def voided(self, siblings: Iterable[tuple[int, int]], attempt: int) -> None:
+        """A failure sent these siblings back: their journal state is voided
+        (an empty ``Progress`` of ``attempt``, at or below the next attempt
+        dealt) and so is the replayer's own record of their episodes; a turn
+        made before it (by an attempt below ``attempt``) is abandoned."""
+        for o, s in siblings:
+            self.abandoned[(o, s)] = attempt
+            state = self.journal.get((o, s))
+            if state is not None:
+                after = advance(state, Progress(o, s, attempt, NO_TOKENS))
+                if after is not None:
+                    self.journal[(o, s)] = after
+            if (o, s) in self.durable:
+                self.durable[(o, s)] = _Episode(attempt, [])
 
     def restarted(self, leases: Iterable[Lease]) -> None:
         for o, s, a in leases:
@@ -1011,6 +1064,7 @@ class _Episodes:
                     made is None
                     or made.turn != i
                     or made.lease[:2] != lease[:2]
+                    or made.lease.attempt < self.abandoned.get(lease[:2], 0)
                     or (aid is not None and (got is None or got.key != made.key))
                 ):
                     inexact.add(lease)

@@ -340,6 +340,51 @@ def test_a_ledger_that_accepts_a_stale_attempt_is_reported(
     assert out[-1]["fenced"] == [[0, 0, 0]] and not clean(out[-1])
 
 
+@pytest.mark.parametrize("how", ["fail", "evict", "fail_sample"])
+def test_a_resume_that_holds_a_seal_its_group_failed_with_trains_a_fenced_sample(
+    how: str,
+) -> None:
+    # The group's seal (0, 0, 0) is abandoned by the failure: a journal voids
+    # it, so a framework that still holds it after a kill trains a sample no
+    # current attempt made. The checkpoint's saved copy is voided too.
+    failure: list[Op] = {
+        "fail": [{"op": "fail", "ordinals": [0]}],
+        "evict": [
+            {"op": "seal", "leases": [[0, 1, 1]]},
+            {"op": "evict", "ordinals": [0]},
+        ],
+        "fail_sample": [{"op": "fail_sample", "leases": [[0, 1, 1]]}],
+    }[how]
+    life_1 = [
+        *group_of(2, on_failure="retry", granularity="group"),
+        {"op": "seal", "leases": [[0, 0, 0]]},
+        {"op": "checkpoint", "save_sealed": True},
+        *failure,
+        {"op": "kill"},
+    ]
+    rest: list[Op] = [
+        {"op": "stamp", "count": 1},
+        {"op": "dispatch", "ordinals": [0]},
+    ]
+    held = run([*life_1, {"op": "resume", "sealed": [[0, 0, 0]], "attempt_floor": 2}, *rest])
+    assert held[-1]["reused"] == [[0, 0, 0]]
+    (fresh,) = held[-1]["leases"]
+    report = run(
+        [
+            *life_1,
+            {"op": "resume", "sealed": [[0, 0, 0]], "attempt_floor": 2},
+            *rest,
+            {"op": "seal", "leases": [fresh]},
+            {"op": "train", "ordinals": [0]},
+            {"op": "finish"},
+        ]
+    )[-1]
+    assert report["fenced"] == [[0, 0, 0]] and not clean(report)
+    # Without the journal's copy, the saved one is not held either.
+    out = run([*life_1, {"op": "resume", "attempt_floor": 2}, *rest])
+    assert out[-1]["reused"] == [] and len(out[-1]["leases"]) == 2
+
+
 @pytest.mark.parametrize("held_by", ["journal", "checkpoint"])
 def test_a_stale_sample_a_ledger_accepted_stays_fenced_across_a_kill(
     monkeypatch: pytest.MonkeyPatch, held_by: str
@@ -499,14 +544,22 @@ class Driver:
         self.line += 1
         note(json.dumps(op))
         out = self.replayer.feed(op, self.line)
+        if op["op"] in ("fail", "evict"):
+            self.void(op["ordinals"])  # a journal voids the groups a failure sent back
         for obj in out:
             self.handed += obj.get("leases", [])
+            if obj["event"] == "fail_sample":
+                self.void([*obj["requeued"], *obj["unstamped"], *obj["dropped"]])
             if obj["event"] == "seal":
                 for o, s, a in obj["sealed"]:
                     self.accepted[(o, s)] = [o, s, a]
             if obj["event"] == "checkpoint":
                 self.saved_sealed = obj["sealed"]
         return out
+
+    def void(self, ordinals: list[int]) -> None:
+        for key in [k for k in self.accepted if k[0] in ordinals]:
+            del self.accepted[key]
 
     @property
     def ledger(self) -> Ledger:

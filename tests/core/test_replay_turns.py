@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 import frontier_core._replay as replay_module
 from frontier_core import Ledger, Sibling, Status
 from frontier_core._replay import Replayer, TraceError
-from frontier_core.journal import Turn, advance, call_key
+from frontier_core.journal import NO_TOKENS, Progress, Turn, advance, call_key
 
 from .._docs import section
 from .test_replay import replay as cli
@@ -213,6 +213,67 @@ def test_a_restarted_sibling_starts_afresh() -> None:
     )
     assert last(out, "answer")["fenced"] is True
     assert out[-1]["turns_redone"] == 1 and clean(out[-1])
+
+
+@pytest.mark.parametrize(
+    "failure",
+    [
+        [{"op": "fail", "ordinals": [0]}],
+        [{"op": "fail_sample", "leases": [[0, 0, 0]]}],  # killed before its restart
+        [{"op": "fail_sample", "leases": [[0, 0, 0]]}, {"op": "restart", "siblings": [[0, 0]]}],
+    ],
+)
+def test_a_kill_right_after_a_failure_does_not_continue_the_failed_episode(
+    failure: list[Op],
+) -> None:
+    """As without the kill, the attempt the failure gave up on is not
+    continued: its answered turns are abandoned, its pending call is not
+    sent again."""
+    life_1 = [
+        *one_group(on_failure="retry"),
+        turn([0, 0, 0], 0),
+        answer([0, 0, 0], key(0, 0, 0, 0)),
+        turn([0, 0, 0], 1),  # its call pending
+        *failure,
+    ]
+    floor = 1 + len(failure) // 2  # above every attempt handed out
+    out = run([*life_1, *relife(floor)])
+    assert last(out, "dispatch")["continued"] == []
+    assert last(out, "dispatch")["repeated"] == []
+    report = run(
+        [
+            *life_1,
+            *relife(floor),
+            turn([0, 0, floor], 0, call=False),
+            *finish_trained([0, 0, floor]),
+        ]
+    )[-1]
+    assert clean(report) and report["calls_repeated"] == []
+
+
+def test_a_journal_that_keeps_a_failed_episode_shows_in_the_report(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    def unvoided(current: Any, record: Any) -> Any:
+        if isinstance(record, Progress) and record.payload == NO_TOKENS:
+            return current  # the failure's record, lost
+        return advance(current, record)
+
+    monkeypatch.setattr(replay_module, "advance", unvoided)
+    out = run(
+        [
+            *one_group(on_failure="retry"),
+            turn([0, 0, 0], 0),
+            answer([0, 0, 0], key(0, 0, 0, 0)),
+            {"op": "fail", "ordinals": [0]},
+            *relife(1),
+            turn([0, 0, 1], 1, call=False),
+            *finish_trained([0, 0, 1]),
+        ]
+    )
+    # The next life continued the failed attempt's turn and trained it.
+    assert last(out, "dispatch")["continued"] == [[0, 0, 1, 1]]
+    assert out[-1]["inexact"] == [[0, 0, 1]] and not clean(out[-1])
 
 
 def test_a_sealed_episode_held_by_the_resume_is_trained_with_its_transcript() -> None:

@@ -56,6 +56,7 @@ from frontier_core import (
     Ledger,
 )
 from frontier_core.journal import (
+    NO_TOKENS,
     Answer,
     CommitPolicy,
     Extend,
@@ -177,9 +178,12 @@ class Recovered:
 
     def prefix(self, ordinal: int, sibling: int) -> SiblingState | None:
         """The durable progress a new attempt of this sibling continues from
-        (``None``: it starts from nothing)."""
+        (``None``: it starts from nothing, as after a failure voided what
+        it held: an empty progress, no turns)."""
         st = self.state.get(ordinal, sibling)
-        return None if st is None or st.sealed else st
+        if st is None or st.sealed or (not st.turns and st.payload == NO_TOKENS):
+            return None
+        return st
 
 
 class RolloutJournal:

@@ -21,6 +21,11 @@ taken here, in the order the invariants need (``proofs/SAMPLES.md``,
   ``progress``), checked under the run's lock, and a seal reaches the
   ledger only once journaled: the journal never holds a fenced answer,
   and a result the journal refuses changes nothing.
+* A failure is journaled before what replaces it is dealt (``fail``,
+  ``failed``, ``evicted``): every sibling it sends back to generation gets
+  an empty ``Progress`` of an attempt no older than its next one, which
+  voids what the journal held of it (its prefix, its episode, its seal),
+  so a resume starts it afresh as the run without the crash would have.
 * ``checkpoint`` marks and syncs the journal, writes the checkpoint (the
   collector's state, the mark's position and the caller's parts) and only
   when it is published compacts the journal to the checkpoint's window.
@@ -53,6 +58,7 @@ from typing import Any, Concatenate, Final, ParamSpec, TypeVar
 import attrs
 
 from frontier_core import (
+    MAX_ATTEMPT,
     Checkpoint,
     CheckpointCorruptError,
     Effect,
@@ -63,6 +69,7 @@ from frontier_core import (
 )
 from frontier_core._errors import shown
 from frontier_core.journal import (
+    NO_TOKENS,
     Answer,
     BytesPayload,
     CommitPolicy,
@@ -770,6 +777,7 @@ class Run:
         effect = self.collector.failed_samples([lease])
         self._settled(lease, effect)
         self._forget((*effect.requeued, *effect.dropped))
+        self._void(effect.restart, self._groups(effect))
         leases: tuple[Lease, ...] = ()
         if effect.restart:
             leases = self.collector.restart(effect.restart)
@@ -798,6 +806,7 @@ class Run:
         ordinals = list(ordinals)
         effect = self.collector.evicted(ordinals)
         self._forget((*ordinals, *effect.requeued, *effect.dropped))
+        self._void((), {*ordinals, *self._groups(effect)})
         return effect
 
     @_locked
@@ -808,7 +817,36 @@ class Run:
         ordinals = list(ordinals)
         effect = self.collector.failed(ordinals)
         self._forget((*ordinals, *effect.requeued, *effect.dropped))
+        self._void((), {*ordinals, *self._groups(effect)})
         return effect
+
+    @staticmethod
+    def _groups(effect: Effect) -> set[int]:
+        """The groups a failure sent back whole (to generation, or dropped)."""
+        return {*effect.requeued, *effect.unstamped, *effect.dropped}
+
+    def _void(self, siblings: Iterable[tuple[int, int]], groups: Iterable[int]) -> None:
+        """Journal that these siblings, and every sibling of these groups,
+        start afresh: an empty ``Progress`` (no tokens, no turns) of an
+        attempt at or below any the ledger deals from now on and above any
+        it dealt, so replay supersedes whatever the journal held of them (a
+        prefix, an episode, a seal), and a later record of the attempt that
+        generates them again continues it as it would continue nothing. Run
+        before that attempt is dealt: a crash after the failure then never
+        continues (or trains) an attempt the run gave up on. Not synced:
+        whatever the next attempt makes durable comes after it in the
+        journal, and a crash before it is durable is a crash before the
+        failure. Cost: one record per sibling sent back."""
+        n = self.collector.config.samples
+        voided = [*siblings, *((o, s) for o in sorted(set(groups)) for s in range(n))]
+        if not voided:
+            return
+        floor = self.journal.attempt_floor or 0
+        # 2**32 attempts dealt: nothing is dealt again, and the last one
+        # stands for "afresh" (the record must fit the journal's u32).
+        attempt = min(max(self.ledger.next_attempt, floor), MAX_ATTEMPT)
+        for o, s in voided:
+            self.journal.progress(Lease(o, s, attempt), NO_TOKENS)
 
     def _forget(self, ordinals: Iterable[int]) -> None:
         """Drop the episodes of these groups' siblings: a group dealt again

@@ -210,7 +210,10 @@ class JournalBounds:
     ``turns``: 0 for the alphabet of samples; else the alphabet of episodes
     of up to ``turns`` turns (turn indexes ``0..turns-1``): ``Turn`` and
     ``Answer`` records and the sample records that meet an episode (the
-    module docstring)."""
+    module docstring). ``voids``: the episode alphabet also holds an empty
+    ``Progress`` of each attempt, the record a failure journals to void
+    what an older attempt held (``Run.fail``, ``failed``, ``evicted``), so
+    every episode sequence meets a failure at every point."""
 
     ordinals: int = 2
     siblings: int = 2
@@ -222,6 +225,7 @@ class JournalBounds:
     masks: tuple[int, ...] = (0xFF,)
     base: int = 0
     turns: int = 0
+    voids: bool = False
 
     def __attrs_post_init__(self) -> None:
         for name in ("ordinals", "siblings", "attempts", "tokens"):
@@ -593,6 +597,8 @@ def _alphabet(bounds: JournalBounds) -> tuple[_Symbol, ...]:
             out += [_Symbol("last turn", o, s, a), _Symbol("answer", o, s, a)]
             out += [_Symbol("unknown answer", o, s, a), _Symbol("progress", o, s, a, bounds.tokens)]
             out += [_Symbol("extend", o, s, a, 0), _Symbol("sealed", o, s, a)]
+            if bounds.voids:
+                out.append(_Symbol("progress", o, s, a, 0))
             continue
         out += [_Symbol("progress", o, s, a, 0), _Symbol("progress", o, s, a, bounds.tokens)]
         if bounds.opaque:

@@ -22,6 +22,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from frontier_core.journal import (
+    DEFAULT_MAX_FRAME,
     NO_TOKENS,
     Answer,
     BytesPayload,
@@ -49,6 +50,7 @@ from frontier_core.journal import (
     replay,
     reusable,
 )
+from frontier_core.journal._format import append_frames
 
 from ._strategies import (
     FORGED_ID,
@@ -142,6 +144,10 @@ def test_turns_and_answers_are_encoded_as_the_layout_says_and_decode_back(
         forge_frame(layout(r)[0], seq, layout(r)[1]) for seq, r in enumerate(recs, start=first_seq)
     )
     assert encode_records(recs, first_seq=first_seq, header=HEADER) == forged
+    # The writer counts its bytes by what the encoder returns.
+    parts: list[bytes] = []
+    assert append_frames(parts, recs, first_seq, DEFAULT_MAX_FRAME, HEADER.key) == len(forged)
+    assert b"".join(parts) == forged
     whole = encode(HEADER, recs)
     assert decode(whole).records == tuple(recs)
 
@@ -190,6 +196,162 @@ def test_a_turn_frame_of_another_journal_is_refused() -> None:
     frame = encode_records([TURN], first_seq=1, header=other)
     with pytest.raises(JournalCorruptError, match="another journal"):
         decode(encode(HEADER, []) + frame + encode_records([ANSWER], first_seq=2, header=HEADER))
+
+
+def _segments(record: Turn | Answer) -> list[tuple[str, bytes]]:
+    """A turn's or an answer's body cut into the fields the decoder reads
+    one at a time, each named as the decoder names it when the body ends
+    inside it (``_format``'s docstring, the layout): ``("", b)`` a field
+    whose truncation the layout alone does not name (an answer's state
+    payload of bytes or JSON, read to the end of the body); ``("tokens",
+    b)`` a token payload's ids, log-probs and runs, whose counts say how
+    long they are."""
+    head = struct.pack("<QIII", record.ordinal, record.sibling, record.attempt, record.turn)
+
+    def tokens(p: TokenPayload) -> list[tuple[str, bytes]]:
+        raw = _payload_layout(p)[1]
+        return [("a token payload's counts", raw[:17]), ("tokens", raw[17:])]
+
+    def text(what: str, value: str) -> list[tuple[str, bytes]]:
+        data = value.encode()
+        return [(f"{what}'s length", bytes([len(data)])), (what, data)]
+
+    if isinstance(record, Turn):
+        out = [("a turn", head)]
+        c = record.call
+        out.append(("a turn's call flag", b"\0" if c is None else b"\1"))
+        if c is not None:
+            args = c.args.text.encode()
+            out += text("the tool name", c.name) + text("the idempotency key", c.key)
+            out += [("the args' length", struct.pack("<I", len(args))), ("the args", args)]
+        return out + tokens(record.payload)
+    kind, answer = _payload_layout(record.payload)
+    out = [("an answer", head), *text("the idempotency key", record.key)]
+    out += [("the answer's payload kind", bytes([kind]))]
+    out += [("the answer's length", struct.pack("<I", len(answer))), ("the answer", answer)]
+    state = record.state
+    if state is None:
+        return [*out, ("the state's payload kind", b"\xff")]
+    skind, sbytes = _payload_layout(state)
+    out.append(("the state's payload kind", bytes([skind])))
+    return out + (tokens(state) if isinstance(state, TokenPayload) else [("", sbytes)])
+
+
+def _cut_reason(segments: list[tuple[str, bytes]], cut: int) -> str | None:
+    """What the decoder says of the body cut to its first ``cut`` bytes
+    (``None``: not named by the layout alone)."""
+    at = 0
+    for i, (what, data) in enumerate(segments):
+        if cut < at + len(data):
+            left = cut - at
+            if what == "tokens":
+                n, r = struct.unpack_from("<II", segments[i - 1][1])
+                return (
+                    f"a token payload of {n} tokens and {r} version runs needs "
+                    f"{len(data)} bytes, the body has {left}"
+                )
+            if not what:
+                return None
+            return f"{what} needs {len(data)} bytes, the body has {left} left"
+        at += len(data)
+    raise AssertionError("a cut inside the body")
+
+
+@budget(40)
+@given(episode_records)
+def test_a_turn_or_answer_cut_short_is_refused_naming_the_field_it_ends_in(
+    record: Turn | Answer,
+) -> None:
+    """Every body shorter than its record's, cut at every byte: the refusal
+    names the field the body ends in, how many bytes it needs and how many
+    were left (a body that ends between two fields: the next one, with 0
+    left)."""
+    kind, body = layout(record)
+    segments = _segments(record)
+    assert b"".join(d for _, d in segments) == body
+    head = encode(HEADER, [])
+    for cut in range(len(body)):
+        reason = _cut_reason(segments, cut)
+        if reason is None:
+            continue  # the state's bytes or JSON, read to the end: another value, or bad JSON
+        with pytest.raises(JournalCorruptError) as info:
+            decode(head + forge_frame(kind, 1, body[:cut]))
+        assert (info.value.offset, info.value.reason) == (len(head), reason), cut
+
+
+_ARGS_HEAD = _TURN_HEAD + b"\1\1n\1k"
+
+
+@pytest.mark.parametrize(
+    ("kind", "body", "reason"),
+    [
+        (6, _TURN_HEAD + b"\1\1\xff\1k", "the tool name is not UTF-8"),
+        (6, _TURN_HEAD + b"\1\1n\1\xff", "the idempotency key is not UTF-8"),
+        (6, _ARGS_HEAD + struct.pack("<I", 1) + b"\xff", "the args is not UTF-8"),
+        (7, _TURN_HEAD + b"\1\xff", "the idempotency key is not UTF-8"),
+        (
+            7,
+            _TURN_HEAD + b"\1k\1" + struct.pack("<I", 1) + b"\xff",
+            "the JSON payload is not UTF-8",
+        ),
+        (
+            7,
+            _TURN_HEAD + b"\1k\0" + struct.pack("<I", 0) + b"\1\xff",
+            "the JSON payload is not UTF-8",
+        ),
+        (6, _TURN_HEAD + b"\1\0", "the tool name is empty"),
+        (6, _TURN_HEAD + b"\1\1n\0", "the idempotency key is empty"),
+        (7, _TURN_HEAD + b"\0", "the idempotency key is empty"),
+        (6, _TURN_HEAD + b"\2", "has_call is 2, not 0 or 1"),
+        (6, _TURN_HEAD + b"\xff", "has_call is 255, not 0 or 1"),
+        (
+            6,
+            _TURN_HEAD + b"\0" + _payload_layout(TokenPayload.of([1], [-1.0], 0, reward=1.0))[1],
+            "a turn's tokens carry no reward",
+        ),
+        (7, _TURN_HEAD + b"\1k\5" + struct.pack("<I", 0) + b"\xff", "unknown payload kind 5"),
+        (7, _TURN_HEAD + b"\1k\0" + struct.pack("<I", 0) + b"\7", "unknown payload kind 7"),
+        (
+            7,
+            _TURN_HEAD + b"\1k\0" + struct.pack("<I", 1) + b"a" + b"\xff\0",
+            "1 unexpected bytes after the answer",
+        ),
+        (
+            7,
+            _TURN_HEAD + b"\1k\2" + struct.pack("<I", 18) + bytes(18) + b"\xff",
+            "a token payload of 0 tokens and 0 version runs needs 0 bytes, the body has 1",
+        ),
+        (
+            6,
+            _body(Turn(3, 1, 2, 0, tp([4]))) + b"\0",
+            "a token payload of 1 tokens and 1 version runs needs 16 bytes, the body has 17",
+        ),
+    ],
+)
+def test_a_bad_turn_or_answer_is_refused_with_its_exact_reason(
+    kind: int, body: bytes, reason: str
+) -> None:
+    head = encode(HEADER, [])
+    with pytest.raises(JournalCorruptError) as info:
+        decode(head + forge_frame(kind, 1, body))
+    assert (info.value.offset, info.value.reason) == (len(head), reason)
+
+
+@budget(60)
+@given(episode_records)
+def test_a_turn_or_answer_with_a_byte_more_is_refused(record: Turn | Answer) -> None:
+    """One byte after a whole record's body is never read as part of it:
+    refused, or (an answer's state of bytes or JSON, read to the end of the
+    body) a different value."""
+    kind, body = layout(record)
+    head = encode(HEADER, [])
+    try:
+        got = decode(head + forge_frame(kind, 1, body + b"\0")).records
+    except JournalCorruptError as exc:
+        assert exc.offset == len(head)
+        return
+    assert isinstance(record, Answer) and got != (record,)
+    assert isinstance(record.state, BytesPayload | JsonPayload)
 
 
 # -- the values --------------------------------------------------------------------
