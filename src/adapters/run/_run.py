@@ -38,6 +38,7 @@ trained, or keeps a group it was handed; report it (``trained``,
 from __future__ import annotations
 
 import functools
+import itertools
 import logging
 import math
 import os
@@ -54,6 +55,7 @@ import attrs
 from frontier_core import (
     Checkpoint,
     CheckpointCorruptError,
+    CheckpointMismatchError,
     Effect,
     Lease,
     Ledger,
@@ -110,6 +112,9 @@ _KEYS: Final = frozenset({KEY_FORMAT, KEY_VERSION, _KEY_COLLECTOR, _KEY_POSITION
 _END: Final = 1 << 62
 #: The lineage a run's journal is written under when the caller names none.
 DEFAULT_LINEAGE: Final = "run"
+#: Numbers the prepared checkpoints of every run of the process, so that one
+#: run's ``Prepared`` never passes as another's.
+_SERIALS: Final = itertools.count(1)
 
 log = logging.getLogger("frontier_adapters.run")
 
@@ -150,6 +155,17 @@ class Drained:
     checkpointed: bool
     seconds: float
     in_time: bool
+
+
+@attrs.frozen
+class Prepared:
+    """A checkpoint ``Run.prepare`` made ready at training ``step``:
+    ``part``, the run's state (JSON values, the journal's mark durable), to
+    store with your own checkpoint; then ``Run.published(prepared)``."""
+
+    step: int
+    part: Mapping[str, Any] = attrs.field(eq=False)
+    serial: int = attrs.field(repr=False)
 
 
 @attrs.define
@@ -227,6 +243,9 @@ class Run:
         self._keep = keep
         self._logger = logger
         self._counters = _Counters()
+        #: Checkpoints prepared and not published yet: serial -> (the cut
+        #: they were prepared at, when they began).
+        self._prepared: dict[int, tuple[int, float]] = {}
         #: Recovered prefixes offered to this life's first lease of a
         #: sibling, by (ordinal, sibling), and how many tokens of each
         #: running lease the journal holds.
@@ -790,27 +809,17 @@ class Run:
     ) -> Path:
         """Make the run durable at training step ``step``, with your parts
         (``json_parts``: JSON values; ``tensor_parts``: what the run's
-        ``codec`` encodes). In order: the journal's mark, synced; the
-        checkpoint, published atomically (``frontier_adapters.checkpoints``);
-        the journal compacted to the checkpoint's window. A crash anywhere
-        leaves a run that resumes. Returns the checkpoint's directory."""
+        ``codec`` encodes). In order: the journal's mark, synced
+        (``prepare``); the checkpoint, published atomically
+        (``frontier_adapters.checkpoints``); the journal compacted to the
+        checkpoint's window (``published``). A crash anywhere leaves a run
+        that resumes. Returns the checkpoint's directory."""
         self._open_check()
-        if type(step) is not int or step < 0:
-            raise ValueError(f"step must be an int >= 0, got {step!r:.40}")
         json_parts = dict(json_parts or {})
         if PART in json_parts:
             raise ValueError(f"the part name {PART!r} is the run's own")
-        began = time.perf_counter()
-        position = self.journal.mark(step)
-        synced = time.perf_counter()
-        state = self.collector.checkpoint_state(save_buffer=True, save_sealed=False)
-        json_parts[PART] = {
-            KEY_FORMAT: FORMAT,
-            KEY_VERSION: VERSION,
-            _KEY_COLLECTOR: state,
-            _KEY_POSITION: position,
-            _KEY_LINEAGE: self.lineage,
-        }
+        prepared = self.prepare(step)
+        json_parts[PART] = prepared.part
         path = write_checkpoint(
             self.checkpoints,
             step,
@@ -821,17 +830,65 @@ class Run:
             keep=self._keep,
             epoch=self.epoch,
         )
-        self.journal.compact(range(self.collector.ledger.cut, _END))
-        self.step = step
+        self.published(prepared)
+        return path
+
+    @_locked
+    def prepare(self, step: int) -> Prepared:
+        """The first half of ``checkpoint``, for a caller that stores the
+        run's state itself: the journal's mark at ``step``, synced (and
+        shipped), and the run's state from that moment (``Prepared.part``,
+        JSON values). Store the part durably (call ``check_epoch`` first,
+        as for any write of your own), then call ``published``; until
+        then the journal keeps everything the part refers to."""
+        self._open_check()
+        if type(step) is not int or step < 0:
+            raise ValueError(f"step must be an int >= 0, got {step!r:.40}")
+        began = time.perf_counter()
+        position = self.journal.mark(step)
+        synced = time.perf_counter()
+        state = self.collector.checkpoint_state(save_buffer=True, save_sealed=False)
+        serial = next(_SERIALS)
+        self._prepared[serial] = (self.collector.ledger.cut, began)
+        self._counters.journal_sync_seconds = synced - began
+        part = {
+            KEY_FORMAT: FORMAT,
+            KEY_VERSION: VERSION,
+            _KEY_COLLECTOR: state,
+            _KEY_POSITION: position,
+            _KEY_LINEAGE: self.lineage,
+        }
+        return Prepared(step=step, part=part, serial=serial)
+
+    @_locked
+    def published(self, prepared: Prepared) -> None:
+        """The checkpoint holding ``prepared.part`` is durable: compact the
+        journal to its window (the ordinals at or above the cut it was
+        prepared at) and count it. Raises ``CheckpointMismatchError``,
+        changing nothing, for a ``Prepared`` this run did not hand out
+        since its last ``published`` (another run's or life's, or one
+        published already, itself or by a later one)."""
+        self._open_check()
+        entry = None
+        if isinstance(prepared, Prepared):
+            entry = self._prepared.get(prepared.serial)
+        if entry is None:
+            raise CheckpointMismatchError(
+                f"published: {shown(prepared)} is not a checkpoint this run prepared and "
+                "has not published yet"
+            )
+        cut, began = entry
+        for serial in [k for k in self._prepared if k <= prepared.serial]:
+            del self._prepared[serial]
+        self.journal.compact(range(cut, _END))
+        self.step = prepared.step
         c = self._counters
         c.checkpoints += 1
-        c.journal_sync_seconds = synced - began
         c.checkpoint_seconds = time.perf_counter() - began
         metrics = self.metrics()
-        log.info("checkpoint %d: %s", step, metrics)
+        log.info("checkpoint %d: %s", prepared.step, metrics)
         if self._logger is not None:
             self._logger({f"frontier/{k}": v for k, v in metrics.items()})
-        return path
 
     @_locked
     def poll(self) -> float | None:
