@@ -87,6 +87,7 @@ from __future__ import annotations
 
 import base64
 import itertools
+import math
 import os
 import time
 from collections import deque
@@ -117,6 +118,7 @@ from ._collector import StreamCollector, StreamSource, Taken
 from ._state import KEY_FORMAT, KEY_VERSION, check_state
 from .journal import JournalFileError, JournalShipError, Recovered, RolloutJournal
 from .run import Drained
+from .run._run import checkpoint_fits, drain_journal
 
 FORMAT: Final = "frontier_adapters.ledger_service"
 VERSION: Final = 1
@@ -361,8 +363,11 @@ class LedgerService:
             self._open: dict[int, Any] = {}
             self._buffer: dict[int, SampleGroup] = {}
             self._dropped: list[int] = []
-            #: checkpoint id -> its cut, for ``compact``.
-            self._marks: dict[int, int] = {}
+            #: checkpoint id -> its cut and when it began, for ``compact``.
+            self._marks: dict[int, tuple[int, float]] = {}
+            #: The last checkpoint's duration, from ``checkpoint`` to its
+            #: ``compact`` (the caller's write included): ``drain``'s rule.
+            self._checkpoint_seconds = math.nan
             self._next_id = 0
             self._step = 0
             self._checkpointed = False
@@ -594,6 +599,7 @@ class LedgerService:
         their samples) or generates them again."""
         if type(step) is not int or step < 0:
             raise ValueError(f"step must be an int >= 0, got {step!r}")
+        began = time.monotonic()
         checkpoint_id = self._next_id
         self._next_id += 1
         mark = None
@@ -617,7 +623,7 @@ class LedgerService:
         self._step = step
         self._checkpointed = True
         cut = self._collector.ledger.cut
-        self._marks[checkpoint_id] = cut
+        self._marks[checkpoint_id] = (cut, began)
         dropped, self._dropped = tuple(self._dropped), []
         return Snapshot(
             state={
@@ -644,10 +650,13 @@ class LedgerService:
         count); the journal is synced and, when shipped, flushed off the
         node (every seal and every progress report accepted so far
         survives the node: a resume continues each running sample from its
-        worker's last progress report); then, if that made it in time, the
-        state of a checkpoint at ``step`` (its journal mark durable and
+        worker's last progress report); then, if the time left allows it,
+        the state of a checkpoint at ``step`` (its journal mark durable and
         shipped too), for you to write as after ``checkpoint`` (then exit;
-        ``compact`` is not needed). Returns what was done (``Drained``;
+        ``compact`` is not needed). The rule is ``Run.drain``'s: at least
+        twice the last checkpoint's duration left, timed here from
+        ``checkpoint`` to its ``compact`` (your write included), and one
+        second before any was. Returns what was done (``Drained``;
         ``progress_records`` is 0: progress is journaled as workers report
         it) and the state, or ``None`` when the journal could not be made
         durable in time (the last checkpoint and the journal still resume
@@ -660,17 +669,10 @@ class LedgerService:
         deadline = began + seconds
         self._draining = True
         running = sum(1 for _ in self._collector.ledger.running())
-        shipped = True
-        if self._journal is not None:
-            try:
-                self._journal.writer.sync()
-                if self._journal.shipper is not None:
-                    self._journal.shipper.flush(max(deadline - time.monotonic(), 0.001))
-            except JournalShipError:
-                shipped = False
+        shipped = self._journal is None or drain_journal(self._journal, deadline)
         synced = time.monotonic()
         snapshot = None
-        if shipped and synced < deadline:
+        if shipped and checkpoint_fits(deadline, self._checkpoint_seconds):
             try:
                 snapshot = self.checkpoint(step=step)
             except JournalShipError:
@@ -708,7 +710,8 @@ class LedgerService:
                 "awaiting compaction (never taken here, or compacted already); awaiting: "
                 f"{shown(sorted(self._marks))}"
             )
-        cut = self._marks[checkpoint_id]
+        cut, began = self._marks[checkpoint_id]
+        self._checkpoint_seconds = time.monotonic() - began
         for old in [i for i in self._marks if i <= checkpoint_id]:
             del self._marks[old]
         if self._journal is None:

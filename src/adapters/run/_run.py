@@ -963,14 +963,10 @@ class Run:
             if self.collector.current(lease):
                 running += 1
                 records += self._journal_progress(lease, sample, force=True)
-        self.journal.writer.sync()
-        shipped = self._ship(self._deadline - time.monotonic())
+        shipped = drain_journal(self.journal, self._deadline)
         synced = time.monotonic()
-        left = self._deadline - synced
-        last = self._counters.checkpoint_seconds
-        need = 2 * last if not math.isnan(last) else 1.0
         checkpointed = False
-        if left >= need and shipped:
+        if shipped and checkpoint_fits(self._deadline, self._counters.checkpoint_seconds):
             at = self.step if step is None else step
             self.checkpoint(at, json_parts=json_parts, tensor_parts=tensor_parts)
             checkpointed = True
@@ -989,17 +985,6 @@ class Run:
             seconds=ended - began,
             in_time=ended <= self._deadline,
         )
-
-    def _ship(self, left: float) -> bool:
-        """Ship the journal's tail within ``left`` seconds; whether it is up."""
-        shipper = self.journal.shipper
-        if shipper is None:
-            return True
-        try:
-            shipper.flush(max(min(left, self.journal.ship_timeout), 0.001))
-        except JournalShipError:
-            return False
-        return True
 
     # -- observing ---------------------------------------------------------------
 
@@ -1102,6 +1087,33 @@ def _commits(ref: weakref.ref[Run]) -> None:
             wake.wait(1.0)  # bounded: a close or a collection is seen within a second
         else:
             time.sleep(max(due, 0.0005))
+
+
+def drain_journal(journal: RolloutJournal, deadline: float) -> bool:
+    """The first step of a drain (``Run.drain``, ``LedgerService.drain``:
+    one rule): sync the journal, then ship its tail within what is left
+    until ``deadline`` (``time.monotonic``; at most the journal's
+    ``ship_timeout``). Returns whether all of it is off the node (``True``
+    without a shipper: nothing to ship)."""
+    journal.writer.sync()
+    shipper = journal.shipper
+    if shipper is None:
+        return True
+    left = min(deadline - time.monotonic(), journal.ship_timeout)
+    try:
+        shipper.flush(max(left, 0.001))
+    except JournalShipError:
+        return False
+    return True
+
+
+def checkpoint_fits(deadline: float, last: float) -> bool:
+    """The second step's rule: a drain checkpoints only with at least twice
+    the last checkpoint's duration (``last`` seconds; NaN before one was
+    timed: then one second) left until ``deadline``, since a checkpoint
+    the stop cuts off half-way is time lost for nothing."""
+    need = 2 * last if not math.isnan(last) else 1.0
+    return deadline - time.monotonic() >= need
 
 
 def _under(remote: str | os.PathLike[str], name: str) -> str | Path:
