@@ -97,7 +97,6 @@ from typing import Any, Final, cast
 import attrs
 
 from frontier_core import (
-    Checkpoint,
     CheckpointCorruptError,
     CheckpointMismatchError,
     Lease,
@@ -118,7 +117,7 @@ from ._collector import StreamCollector, StreamSource, Taken
 from ._state import KEY_FORMAT, KEY_VERSION, check_state
 from .journal import JournalFileError, JournalShipError, Recovered, RolloutJournal
 from .run import Drained
-from .run._run import checkpoint_fits, drain_journal
+from .run._run import checkpoint_fits, collector_record, drain_journal, recover
 
 FORMAT: Final = "frontier_adapters.ledger_service"
 VERSION: Final = 1
@@ -856,13 +855,14 @@ class LedgerService:
 
     def _start(self) -> None:
         assert self._journal is not None
-        self.recovered = self._journal.recover(
+        self.recovered, _ = recover(
+            self._collector,
+            self._journal,
             None,
             position=None,
-            checkpoint_id=None,
-            reuse=Reuse.nothing(),
-            fork=0,
+            checkpoint_id=0,
             step=0,
+            reuse=Reuse.nothing(),
             reserve=self._block,
         )
 
@@ -886,11 +886,7 @@ class LedgerService:
             raise CheckpointCorruptError(f"'step' must be an int >= 0, got {shown(step, 40)}")
         groups = self._read_buffer(buffer)
         collector = state[KEY_COLLECTOR]
-        if not isinstance(collector, Mapping) or "ledger" not in collector:
-            raise CheckpointCorruptError("'collector' is not a collector state")
-        checkpoint = Checkpoint.from_state_dict(
-            collector["ledger"], fingerprint=self.config.fingerprint
-        )
+        checkpoint = collector_record(collector, self.config.fingerprint)
         if self._journal is None or mark is None:
             # Without a journal (or with one the state does not mark)
             # nothing comes back but the state: every sibling outside the
@@ -903,23 +899,19 @@ class LedgerService:
             self._step = step
             self._next_id = (0 if mark is None else mark["id"]) + 1
             return
-        recovered = self._journal.recover(
-            checkpoint,
+        recovered, from_journal = recover(
+            self._collector,
+            self._journal,
+            collector,
             position=mark["position"],
             checkpoint_id=mark["id"],
-            reuse=reuse,
-            fork=step,
             step=step,
+            reuse=reuse,
             reserve=self._block,
-        )
-        resumed = self._collector.resume(
-            collector,
             load_replay_buffer=load_replay_buffer,
-            sealed=recovered.sealed,
-            attempt_floor=recovered.attempt_floor,  # the journal's reservations included
-            attempt_limit=recovered.attempt_limit,
         )
-        self._restored(resumed, groups, load_replay_buffer)
+        assert from_journal is not None
+        self._restored(from_journal, groups, load_replay_buffer)
         self.recovered = recovered
         # What the journal's samples alone would have started attempts at.
         self.journal_floor = max(
@@ -929,7 +921,7 @@ class LedgerService:
             st = recovered.prefix(lease.ordinal, lease.sibling)
             if st is not None:
                 self._prefix[(lease.ordinal, lease.sibling)] = st.payload
-        self.stats["recovered_sealed"] = len(resumed.reused)
+        self.stats["recovered_sealed"] = len(from_journal.reused)
         self.stats["recovered_prefixes"] = len(self._prefix)
         self._next_id = mark["id"] + 1
         self._step = step

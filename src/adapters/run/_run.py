@@ -60,6 +60,7 @@ from frontier_core import (
     Lease,
     Ledger,
     LedgerConfig,
+    Resumed,
     Status,
 )
 from frontier_core._errors import shown
@@ -427,37 +428,18 @@ class Run:
             ),
         )
         try:
-            if loaded is None or saved is None:
-                recovered = journal.recover(
-                    None,
-                    position=None,
-                    checkpoint_id=None,
-                    reuse=reuse,
-                    fork=0,
-                    step=0,
-                    reserve=reserve,
-                )
-                step = 0
-            else:
-                state = saved[_KEY_COLLECTOR]
-                record = _record(state, fingerprint)
-                recovered = journal.recover(
-                    record,
-                    position=saved[_KEY_POSITION],
-                    checkpoint_id=loaded.step,
-                    reuse=reuse,
-                    fork=loaded.step,
-                    step=loaded.step,
-                    reserve=reserve,
-                )
-                collector.resume(
-                    state,
-                    load_replay_buffer=False,
-                    sealed=recovered.sealed,
-                    attempt_floor=recovered.attempt_floor,
-                    attempt_limit=recovered.attempt_limit,
-                )
-                step = loaded.step
+            position = None if saved is None else saved[_KEY_POSITION]
+            step = 0 if loaded is None or saved is None else loaded.step
+            recovered, _ = recover(
+                collector,
+                journal,
+                None if saved is None else saved[_KEY_COLLECTOR],
+                position=position,
+                checkpoint_id=step,
+                step=step,
+                reuse=reuse,
+                reserve=reserve,
+            )
             collector.journal = journal
             run = cls(
                 root=root,
@@ -1089,6 +1071,50 @@ def _commits(ref: weakref.ref[Run]) -> None:
             time.sleep(max(due, 0.0005))
 
 
+def recover(
+    collector: StreamCollector,
+    journal: RolloutJournal,
+    state: Mapping[str, Any] | None,
+    *,
+    position: int | None,
+    checkpoint_id: int,
+    step: int,
+    reuse: Reuse,
+    reserve: int,
+    load_replay_buffer: bool = False,
+) -> tuple[Recovered, Resumed | None]:
+    """Recovery on a start, one rule for ``Run.open`` and ``LedgerService``:
+    the journal recovered against the checkpoint's collector ``state``
+    (marked at ``position`` as checkpoint ``checkpoint_id`` of training
+    ``step``), then the collector resumed from that state with the
+    journal's sealed siblings, its attempts above every attempt the journal
+    names or reserved. ``state=None`` is a fresh start: refused for a
+    journal that holds samples (``JournalWithoutCheckpointError``), and
+    nothing is resumed."""
+    if state is None:
+        fresh = journal.recover(
+            None, position=None, checkpoint_id=None, reuse=reuse, fork=0, step=0, reserve=reserve
+        )
+        return fresh, None
+    recovered = journal.recover(
+        collector_record(state, collector.config.fingerprint),
+        position=position,
+        checkpoint_id=checkpoint_id,
+        reuse=reuse,
+        fork=step,
+        step=step,
+        reserve=reserve,
+    )
+    resumed = collector.resume(
+        state,
+        load_replay_buffer=load_replay_buffer,
+        sealed=recovered.sealed,
+        attempt_floor=recovered.attempt_floor,  # the journal's reservations included
+        attempt_limit=recovered.attempt_limit,
+    )
+    return recovered, resumed
+
+
 def drain_journal(journal: RolloutJournal, deadline: float) -> bool:
     """The first step of a drain (``Run.drain``, ``LedgerService.drain``:
     one rule): sync the journal, then ship its tail within what is left
@@ -1146,7 +1172,7 @@ def _read_part(loaded: LoadedCheckpoint) -> Mapping[str, Any]:
     return state
 
 
-def _record(state: object, fingerprint: str) -> Checkpoint:
+def collector_record(state: object, fingerprint: str) -> Checkpoint:
     """The ledger record inside a collector's state."""
     if not isinstance(state, Mapping) or "ledger" not in state:
         raise CheckpointCorruptError("the run's collector state holds no ledger record")
