@@ -117,7 +117,7 @@ from ._collector import StreamCollector, StreamSource, Taken
 from ._state import KEY_FORMAT, KEY_VERSION, check_state
 from .journal import JournalFileError, JournalShipError, Recovered, RolloutJournal
 from .run import Drained
-from .run._run import checkpoint_fits, collector_record, drain_journal, recover
+from .run._run import Awaiting, checkpoint_fits, collector_record, drain_journal, recover
 
 FORMAT: Final = "frontier_adapters.ledger_service"
 VERSION: Final = 1
@@ -362,8 +362,8 @@ class LedgerService:
             self._open: dict[int, Any] = {}
             self._buffer: dict[int, SampleGroup] = {}
             self._dropped: list[int] = []
-            #: checkpoint id -> its cut and when it began, for ``compact``.
-            self._marks: dict[int, tuple[int, float]] = {}
+            #: The checkpoint ids awaiting ``compact``.
+            self._awaiting = Awaiting()
             #: The last checkpoint's duration, from ``checkpoint`` to its
             #: ``compact`` (the caller's write included): ``drain``'s rule.
             self._checkpoint_seconds = math.nan
@@ -598,7 +598,6 @@ class LedgerService:
         their samples) or generates them again."""
         if type(step) is not int or step < 0:
             raise ValueError(f"step must be an int >= 0, got {step!r}")
-        began = time.monotonic()
         checkpoint_id = self._next_id
         self._next_id += 1
         mark = None
@@ -622,7 +621,7 @@ class LedgerService:
         self._step = step
         self._checkpointed = True
         cut = self._collector.ledger.cut
-        self._marks[checkpoint_id] = (cut, began)
+        self._awaiting.add(checkpoint_id, cut)
         dropped, self._dropped = tuple(self._dropped), []
         return Snapshot(
             state={
@@ -703,16 +702,9 @@ class LedgerService:
         nothing, for an id this service did not hand out since its last
         compaction: unknown, of another incarnation, or compacted already
         (itself or by a later id)."""
-        if type(checkpoint_id) is not int or checkpoint_id not in self._marks:
-            raise CheckpointMismatchError(
-                f"compact: {shown(checkpoint_id)} is not a checkpoint id of this service "
-                "awaiting compaction (never taken here, or compacted already); awaiting: "
-                f"{shown(sorted(self._marks))}"
-            )
-        cut, began = self._marks[checkpoint_id]
-        self._checkpoint_seconds = time.monotonic() - began
-        for old in [i for i in self._marks if i <= checkpoint_id]:
-            del self._marks[old]
+        cut, self._checkpoint_seconds = self._awaiting.publish(
+            checkpoint_id, f"compact: {shown(checkpoint_id)}"
+        )
         if self._journal is None:
             return 0
         return self._journal.compact(range(cut, _END))

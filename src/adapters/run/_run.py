@@ -169,6 +169,34 @@ class Prepared:
     serial: int = attrs.field(repr=False)
 
 
+class Awaiting:
+    """Checkpoints prepared (their journal mark taken) and not yet known
+    durable, by id, each with the cut its state holds and when it began:
+    one rule for ``Run.published`` and ``LedgerService.compact``."""
+
+    def __init__(self) -> None:
+        self._by_id: dict[int, tuple[int, float]] = {}
+
+    def add(self, key: int, cut: int) -> None:
+        self._by_id[key] = (cut, time.monotonic())
+
+    def publish(self, key: object, what: str) -> tuple[int, float]:
+        """Checkpoint ``key`` is durable: its cut (compact the journal to
+        it) and its duration since ``add``. Every older id is retired with
+        it (the journal is compacted past its window). Raises
+        ``CheckpointMismatchError`` (``what`` names the call and the key),
+        changing nothing, for an id not awaiting: never added, or retired."""
+        if type(key) is not int or key not in self._by_id:
+            raise CheckpointMismatchError(
+                f"{what} is not a checkpoint awaiting publication here (never prepared "
+                "here, or published already, itself or by a later one)"
+            )
+        cut, began = self._by_id[key]
+        for older in [k for k in self._by_id if k <= key]:
+            del self._by_id[older]
+        return cut, time.monotonic() - began
+
+
 @attrs.define
 class _Counters:
     tokens_reused: int = 0
@@ -244,9 +272,8 @@ class Run:
         self._keep = keep
         self._logger = logger
         self._counters = _Counters()
-        #: Checkpoints prepared and not published yet: serial -> (the cut
-        #: they were prepared at, when they began).
-        self._prepared: dict[int, tuple[int, float]] = {}
+        #: Checkpoints prepared and not published yet, by serial.
+        self._awaiting = Awaiting()
         #: Recovered prefixes offered to this life's first lease of a
         #: sibling, by (ordinal, sibling), and how many tokens of each
         #: running lease the journal holds.
@@ -827,12 +854,11 @@ class Run:
         if type(step) is not int or step < 0:
             raise ValueError(f"step must be an int >= 0, got {step!r:.40}")
         began = time.perf_counter()
-        position = self.journal.mark(step)
-        synced = time.perf_counter()
-        state = self.collector.checkpoint_state(save_buffer=True, save_sealed=False)
         serial = next(_SERIALS)
-        self._prepared[serial] = (self.collector.ledger.cut, began)
-        self._counters.journal_sync_seconds = synced - began
+        self._awaiting.add(serial, self.collector.ledger.cut)
+        position = self.journal.mark(step)
+        self._counters.journal_sync_seconds = time.perf_counter() - began
+        state = self.collector.checkpoint_state(save_buffer=True, save_sealed=False)
         part = {
             KEY_FORMAT: FORMAT,
             KEY_VERSION: VERSION,
@@ -851,22 +877,13 @@ class Run:
         since its last ``published`` (another run's or life's, or one
         published already, itself or by a later one)."""
         self._open_check()
-        entry = None
-        if isinstance(prepared, Prepared):
-            entry = self._prepared.get(prepared.serial)
-        if entry is None:
-            raise CheckpointMismatchError(
-                f"published: {shown(prepared)} is not a checkpoint this run prepared and "
-                "has not published yet"
-            )
-        cut, began = entry
-        for serial in [k for k in self._prepared if k <= prepared.serial]:
-            del self._prepared[serial]
+        serial = prepared.serial if isinstance(prepared, Prepared) else None
+        cut, seconds = self._awaiting.publish(serial, f"published: {shown(prepared)}")
         self.journal.compact(range(cut, _END))
         self.step = prepared.step
         c = self._counters
         c.checkpoints += 1
-        c.checkpoint_seconds = time.perf_counter() - began
+        c.checkpoint_seconds = seconds
         metrics = self.metrics()
         log.info("checkpoint %d: %s", prepared.step, metrics)
         if self._logger is not None:
