@@ -87,6 +87,7 @@ from __future__ import annotations
 
 import base64
 import itertools
+import math
 import os
 import time
 from collections import deque
@@ -96,7 +97,6 @@ from typing import Any, Final, cast
 import attrs
 
 from frontier_core import (
-    Checkpoint,
     CheckpointCorruptError,
     CheckpointMismatchError,
     Lease,
@@ -117,6 +117,7 @@ from ._collector import StreamCollector, StreamSource, Taken
 from ._state import KEY_FORMAT, KEY_VERSION, check_state
 from .journal import JournalFileError, JournalShipError, Recovered, RolloutJournal
 from .run import Drained
+from .run._run import Awaiting, checkpoint_fits, collector_record, drain_journal, recover
 
 FORMAT: Final = "frontier_adapters.ledger_service"
 VERSION: Final = 1
@@ -361,8 +362,11 @@ class LedgerService:
             self._open: dict[int, Any] = {}
             self._buffer: dict[int, SampleGroup] = {}
             self._dropped: list[int] = []
-            #: checkpoint id -> its cut, for ``compact``.
-            self._marks: dict[int, int] = {}
+            #: The checkpoint ids awaiting ``compact``.
+            self._awaiting = Awaiting()
+            #: The last checkpoint's duration, from ``checkpoint`` to its
+            #: ``compact`` (the caller's write included): ``drain``'s rule.
+            self._checkpoint_seconds = math.nan
             self._next_id = 0
             self._step = 0
             self._checkpointed = False
@@ -617,7 +621,7 @@ class LedgerService:
         self._step = step
         self._checkpointed = True
         cut = self._collector.ledger.cut
-        self._marks[checkpoint_id] = cut
+        self._awaiting.add(checkpoint_id, cut)
         dropped, self._dropped = tuple(self._dropped), []
         return Snapshot(
             state={
@@ -644,10 +648,13 @@ class LedgerService:
         count); the journal is synced and, when shipped, flushed off the
         node (every seal and every progress report accepted so far
         survives the node: a resume continues each running sample from its
-        worker's last progress report); then, if that made it in time, the
-        state of a checkpoint at ``step`` (its journal mark durable and
+        worker's last progress report); then, if the time left allows it,
+        the state of a checkpoint at ``step`` (its journal mark durable and
         shipped too), for you to write as after ``checkpoint`` (then exit;
-        ``compact`` is not needed). Returns what was done (``Drained``;
+        ``compact`` is not needed). The rule is ``Run.drain``'s: at least
+        twice the last checkpoint's duration left, timed here from
+        ``checkpoint`` to its ``compact`` (your write included), and one
+        second before any was. Returns what was done (``Drained``;
         ``progress_records`` is 0: progress is journaled as workers report
         it) and the state, or ``None`` when the journal could not be made
         durable in time (the last checkpoint and the journal still resume
@@ -660,17 +667,10 @@ class LedgerService:
         deadline = began + seconds
         self._draining = True
         running = sum(1 for _ in self._collector.ledger.running())
-        shipped = True
-        if self._journal is not None:
-            try:
-                self._journal.writer.sync()
-                if self._journal.shipper is not None:
-                    self._journal.shipper.flush(max(deadline - time.monotonic(), 0.001))
-            except JournalShipError:
-                shipped = False
+        shipped = self._journal is None or drain_journal(self._journal, deadline)
         synced = time.monotonic()
         snapshot = None
-        if shipped and synced < deadline:
+        if shipped and checkpoint_fits(deadline, self._checkpoint_seconds):
             try:
                 snapshot = self.checkpoint(step=step)
             except JournalShipError:
@@ -702,15 +702,9 @@ class LedgerService:
         nothing, for an id this service did not hand out since its last
         compaction: unknown, of another incarnation, or compacted already
         (itself or by a later id)."""
-        if type(checkpoint_id) is not int or checkpoint_id not in self._marks:
-            raise CheckpointMismatchError(
-                f"compact: {shown(checkpoint_id)} is not a checkpoint id of this service "
-                "awaiting compaction (never taken here, or compacted already); awaiting: "
-                f"{shown(sorted(self._marks))}"
-            )
-        cut = self._marks[checkpoint_id]
-        for old in [i for i in self._marks if i <= checkpoint_id]:
-            del self._marks[old]
+        cut, self._checkpoint_seconds = self._awaiting.publish(
+            checkpoint_id, f"compact: {shown(checkpoint_id)}"
+        )
         if self._journal is None:
             return 0
         return self._journal.compact(range(cut, _END))
@@ -853,13 +847,14 @@ class LedgerService:
 
     def _start(self) -> None:
         assert self._journal is not None
-        self.recovered = self._journal.recover(
+        self.recovered, _ = recover(
+            self._collector,
+            self._journal,
             None,
             position=None,
-            checkpoint_id=None,
-            reuse=Reuse.nothing(),
-            fork=0,
+            checkpoint_id=0,
             step=0,
+            reuse=Reuse.nothing(),
             reserve=self._block,
         )
 
@@ -883,11 +878,7 @@ class LedgerService:
             raise CheckpointCorruptError(f"'step' must be an int >= 0, got {shown(step, 40)}")
         groups = self._read_buffer(buffer)
         collector = state[KEY_COLLECTOR]
-        if not isinstance(collector, Mapping) or "ledger" not in collector:
-            raise CheckpointCorruptError("'collector' is not a collector state")
-        checkpoint = Checkpoint.from_state_dict(
-            collector["ledger"], fingerprint=self.config.fingerprint
-        )
+        checkpoint = collector_record(collector, self.config.fingerprint)
         if self._journal is None or mark is None:
             # Without a journal (or with one the state does not mark)
             # nothing comes back but the state: every sibling outside the
@@ -900,23 +891,19 @@ class LedgerService:
             self._step = step
             self._next_id = (0 if mark is None else mark["id"]) + 1
             return
-        recovered = self._journal.recover(
-            checkpoint,
+        recovered, from_journal = recover(
+            self._collector,
+            self._journal,
+            collector,
             position=mark["position"],
             checkpoint_id=mark["id"],
-            reuse=reuse,
-            fork=step,
             step=step,
+            reuse=reuse,
             reserve=self._block,
-        )
-        resumed = self._collector.resume(
-            collector,
             load_replay_buffer=load_replay_buffer,
-            sealed=recovered.sealed,
-            attempt_floor=recovered.attempt_floor,  # the journal's reservations included
-            attempt_limit=recovered.attempt_limit,
         )
-        self._restored(resumed, groups, load_replay_buffer)
+        assert from_journal is not None
+        self._restored(from_journal, groups, load_replay_buffer)
         self.recovered = recovered
         # What the journal's samples alone would have started attempts at.
         self.journal_floor = max(
@@ -926,7 +913,7 @@ class LedgerService:
             st = recovered.prefix(lease.ordinal, lease.sibling)
             if st is not None:
                 self._prefix[(lease.ordinal, lease.sibling)] = st.payload
-        self.stats["recovered_sealed"] = len(resumed.reused)
+        self.stats["recovered_sealed"] = len(from_journal.reused)
         self.stats["recovered_prefixes"] = len(self._prefix)
         self._next_id = mark["id"] + 1
         self._step = step

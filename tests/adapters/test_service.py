@@ -334,6 +334,19 @@ def test_a_drain_stops_dealing_and_its_state_resumes_what_was_reported(tmp_path:
     assert seal_all(r, b.tasks).landed == (0, 1)
 
 
+def test_a_drain_keeps_run_drains_rule_for_its_checkpoint(tmp_path: Path) -> None:
+    """One drain rule with ``Run.drain``: a checkpoint only with twice the
+    last one's duration left, one second before any was timed (checkpoint
+    0 was never compacted here); what was reported is durable all the
+    same."""
+    s = service(tmp_path)
+    a = s.take(3)
+    seal_all(s, a.tasks[:1])
+    drained, snap = s.drain(step=1, seconds=0.5)
+    assert snap is None and (drained.checkpointed, drained.shipped) == (False, True)
+    assert s.draining and s.status()["journal_durable"] == s.flush()
+
+
 def test_drain_refuses_a_bad_step_or_time(tmp_path: Path) -> None:
     s = service(tmp_path)
     for bad in ({"step": -1}, {"step": 1, "seconds": 0}, {"step": "1"}):

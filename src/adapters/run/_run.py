@@ -44,6 +44,7 @@ trained, or keeps a group it was handed; report it (``trained``,
 from __future__ import annotations
 
 import functools
+import itertools
 import logging
 import math
 import os
@@ -61,10 +62,12 @@ from frontier_core import (
     MAX_ATTEMPT,
     Checkpoint,
     CheckpointCorruptError,
+    CheckpointMismatchError,
     Effect,
     Lease,
     Ledger,
     LedgerConfig,
+    Resumed,
     Status,
 )
 from frontier_core._errors import shown
@@ -132,6 +135,9 @@ _READS: Final = 16
 _READ_SECONDS: Final = 60.0
 #: The lineage a run's journal is written under when the caller names none.
 DEFAULT_LINEAGE: Final = "run"
+#: Numbers the prepared checkpoints of every run of the process, so that one
+#: run's ``Prepared`` never passes as another's.
+_SERIALS: Final = itertools.count(1)
 
 log = logging.getLogger("frontier_adapters.run")
 
@@ -172,6 +178,45 @@ class Drained:
     checkpointed: bool
     seconds: float
     in_time: bool
+
+
+@attrs.frozen
+class Prepared:
+    """A checkpoint ``Run.prepare`` made ready at training ``step``:
+    ``part``, the run's state (JSON values, the journal's mark durable), to
+    store with your own checkpoint; then ``Run.published(prepared)``."""
+
+    step: int
+    part: Mapping[str, Any] = attrs.field(eq=False)
+    serial: int = attrs.field(repr=False)
+
+
+class Awaiting:
+    """Checkpoints prepared (their journal mark taken) and not yet known
+    durable, by id, each with the cut its state holds and when it began:
+    one rule for ``Run.published`` and ``LedgerService.compact``."""
+
+    def __init__(self) -> None:
+        self._by_id: dict[int, tuple[int, float]] = {}
+
+    def add(self, key: int, cut: int) -> None:
+        self._by_id[key] = (cut, time.monotonic())
+
+    def publish(self, key: object, what: str) -> tuple[int, float]:
+        """Checkpoint ``key`` is durable: its cut (compact the journal to
+        it) and its duration since ``add``. Every older id is retired with
+        it (the journal is compacted past its window). Raises
+        ``CheckpointMismatchError`` (``what`` names the call and the key),
+        changing nothing, for an id not awaiting: never added, or retired."""
+        if type(key) is not int or key not in self._by_id:
+            raise CheckpointMismatchError(
+                f"{what} is not a checkpoint awaiting publication here (never prepared "
+                "here, or published already, itself or by a later one)"
+            )
+        cut, began = self._by_id[key]
+        for older in [k for k in self._by_id if k <= key]:
+            del self._by_id[older]
+        return cut, time.monotonic() - began
 
 
 @attrs.define
@@ -249,6 +294,8 @@ class Run:
         self._keep = keep
         self._logger = logger
         self._counters = _Counters()
+        #: Checkpoints prepared and not published yet, by serial.
+        self._awaiting = Awaiting()
         #: Recovered prefixes offered to this life's first lease of a
         #: sibling, by (ordinal, sibling), and how many tokens of each
         #: running lease the journal holds.
@@ -465,42 +512,23 @@ class Run:
             hold.close()
             raise
         try:
-            if loaded is None or saved is None:
-                recovered = journal.recover(
-                    None,
-                    position=None,
-                    checkpoint_id=None,
-                    reuse=reuse,
-                    fork=0,
-                    step=0,
-                    reserve=reserve,
-                )
-                step = 0
-            else:
-                state = saved[_KEY_COLLECTOR]
-                record = _record(state, fingerprint)
+            position = None if saved is None else saved[_KEY_POSITION]
+            written = None if saved is None else saved.get(_KEY_EPOCH)
+            step = 0 if loaded is None or saved is None else loaded.step
+            recovered, _ = recover(
+                collector,
+                journal,
+                None if saved is None else saved[_KEY_COLLECTOR],
+                position=position,
+                checkpoint_id=step,
+                step=step,
+                reuse=reuse,
+                reserve=reserve,
                 # The lives since the checkpoint's writer (this one
                 # included): what a loss of the journal must fence. A
                 # version 1 checkpoint did not record its epoch: one.
-                written = saved.get(_KEY_EPOCH)
-                recovered = journal.recover(
-                    record,
-                    position=saved[_KEY_POSITION],
-                    checkpoint_id=loaded.step,
-                    reuse=reuse,
-                    fork=loaded.step,
-                    step=loaded.step,
-                    reserve=reserve,
-                    lives=None if written is None else max(epoch - written, 1),
-                )
-                collector.resume(
-                    state,
-                    load_replay_buffer=False,
-                    sealed=recovered.sealed,
-                    attempt_floor=recovered.attempt_floor,
-                    attempt_limit=recovered.attempt_limit,
-                )
-                step = loaded.step
+                lives=None if written is None else max(epoch - written, 1),
+            )
             collector.journal = journal
             run = cls(
                 root=root,
@@ -893,28 +921,17 @@ class Run:
     ) -> Path:
         """Make the run durable at training step ``step``, with your parts
         (``json_parts``: JSON values; ``tensor_parts``: what the run's
-        ``codec`` encodes). In order: the journal's mark, synced; the
-        checkpoint, published atomically (``frontier_adapters.checkpoints``);
-        the journal compacted to the checkpoint's window. A crash anywhere
-        leaves a run that resumes. Returns the checkpoint's directory."""
+        ``codec`` encodes). In order: the journal's mark, synced
+        (``prepare``); the checkpoint, published atomically
+        (``frontier_adapters.checkpoints``); the journal compacted to the
+        checkpoint's window (``published``). A crash anywhere leaves a run
+        that resumes. Returns the checkpoint's directory."""
         self._open_check()
-        if type(step) is not int or step < 0:
-            raise ValueError(f"step must be an int >= 0, got {step!r:.40}")
         json_parts = dict(json_parts or {})
         if PART in json_parts:
             raise ValueError(f"the part name {PART!r} is the run's own")
-        began = time.perf_counter()
-        position = self.journal.mark(step)
-        synced = time.perf_counter()
-        state = self.collector.checkpoint_state(save_buffer=True, save_sealed=False)
-        json_parts[PART] = {
-            KEY_FORMAT: FORMAT,
-            KEY_VERSION: VERSION,
-            _KEY_COLLECTOR: state,
-            _KEY_POSITION: position,
-            _KEY_LINEAGE: self.lineage,
-            _KEY_EPOCH: self.epoch,
-        }
+        prepared = self.prepare(step)
+        json_parts[PART] = prepared.part
         path = write_checkpoint(
             self.checkpoints,
             step,
@@ -925,17 +942,56 @@ class Run:
             keep=self._keep,
             epoch=self.epoch,
         )
-        self.journal.compact(range(self.collector.ledger.cut, _END))
-        self.step = step
+        self.published(prepared)
+        return path
+
+    @_locked
+    def prepare(self, step: int) -> Prepared:
+        """The first half of ``checkpoint``, for a caller that stores the
+        run's state itself: the journal's mark at ``step``, synced (and
+        shipped), and the run's state from that moment (``Prepared.part``,
+        JSON values). Store the part durably (call ``check_epoch`` first,
+        as for any write of your own), then call ``published``; until
+        then the journal keeps everything the part refers to."""
+        self._open_check()
+        if type(step) is not int or step < 0:
+            raise ValueError(f"step must be an int >= 0, got {step!r:.40}")
+        began = time.perf_counter()
+        serial = next(_SERIALS)
+        self._awaiting.add(serial, self.collector.ledger.cut)
+        position = self.journal.mark(step)
+        self._counters.journal_sync_seconds = time.perf_counter() - began
+        state = self.collector.checkpoint_state(save_buffer=True, save_sealed=False)
+        part = {
+            KEY_FORMAT: FORMAT,
+            KEY_VERSION: VERSION,
+            _KEY_COLLECTOR: state,
+            _KEY_POSITION: position,
+            _KEY_LINEAGE: self.lineage,
+            _KEY_EPOCH: self.epoch,
+        }
+        return Prepared(step=step, part=part, serial=serial)
+
+    @_locked
+    def published(self, prepared: Prepared) -> None:
+        """The checkpoint holding ``prepared.part`` is durable: compact the
+        journal to its window (the ordinals at or above the cut it was
+        prepared at) and count it. Raises ``CheckpointMismatchError``,
+        changing nothing, for a ``Prepared`` this run did not hand out
+        since its last ``published`` (another run's or life's, or one
+        published already, itself or by a later one)."""
+        self._open_check()
+        serial = prepared.serial if isinstance(prepared, Prepared) else None
+        cut, seconds = self._awaiting.publish(serial, f"published: {shown(prepared)}")
+        self.journal.compact(range(cut, _END))
+        self.step = prepared.step
         c = self._counters
         c.checkpoints += 1
-        c.journal_sync_seconds = synced - began
-        c.checkpoint_seconds = time.perf_counter() - began
+        c.checkpoint_seconds = seconds
         metrics = self.metrics()
-        log.info("checkpoint %d: %s", step, metrics)
+        log.info("checkpoint %d: %s", prepared.step, metrics)
         if self._logger is not None:
             self._logger({f"frontier/{k}": v for k, v in metrics.items()})
-        return path
 
     @_locked
     def poll(self) -> float | None:
@@ -1010,14 +1066,10 @@ class Run:
             if self.collector.current(lease):
                 running += 1
                 records += self._journal_progress(lease, sample, force=True)
-        self.journal.writer.sync()
-        shipped = self._ship(self._deadline - time.monotonic())
+        shipped = drain_journal(self.journal, self._deadline)
         synced = time.monotonic()
-        left = self._deadline - synced
-        last = self._counters.checkpoint_seconds
-        need = 2 * last if not math.isnan(last) else 1.0
         checkpointed = False
-        if left >= need and shipped:
+        if shipped and checkpoint_fits(self._deadline, self._counters.checkpoint_seconds):
             at = self.step if step is None else step
             self.checkpoint(at, json_parts=json_parts, tensor_parts=tensor_parts)
             checkpointed = True
@@ -1036,17 +1088,6 @@ class Run:
             seconds=ended - began,
             in_time=ended <= self._deadline,
         )
-
-    def _ship(self, left: float) -> bool:
-        """Ship the journal's tail within ``left`` seconds; whether it is up."""
-        shipper = self.journal.shipper
-        if shipper is None:
-            return True
-        try:
-            shipper.flush(max(min(left, self.journal.ship_timeout), 0.001))
-        except JournalShipError:
-            return False
-        return True
 
     # -- observing ---------------------------------------------------------------
 
@@ -1212,6 +1253,79 @@ def _apart(root: Path, remote: str | os.PathLike[str] | None) -> None:
         )
 
 
+def recover(
+    collector: StreamCollector,
+    journal: RolloutJournal,
+    state: Mapping[str, Any] | None,
+    *,
+    position: int | None,
+    checkpoint_id: int,
+    step: int,
+    reuse: Reuse,
+    reserve: int,
+    load_replay_buffer: bool = False,
+    lives: int | None = None,
+) -> tuple[Recovered, Resumed | None]:
+    """Recovery on a start, one rule for ``Run.open`` and ``LedgerService``:
+    the journal recovered against the checkpoint's collector ``state``
+    (marked at ``position`` as checkpoint ``checkpoint_id`` of training
+    ``step``), then the collector resumed from that state with the
+    journal's sealed siblings, its attempts above every attempt the journal
+    names or reserved. ``state=None`` is a fresh start: refused for a
+    journal that holds samples (``JournalWithoutCheckpointError``), and
+    nothing is resumed."""
+    if state is None:
+        fresh = journal.recover(
+            None, position=None, checkpoint_id=None, reuse=reuse, fork=0, step=0, reserve=reserve
+        )
+        return fresh, None
+    recovered = journal.recover(
+        collector_record(state, collector.config.fingerprint),
+        position=position,
+        checkpoint_id=checkpoint_id,
+        reuse=reuse,
+        fork=step,
+        step=step,
+        reserve=reserve,
+        lives=lives,
+    )
+    resumed = collector.resume(
+        state,
+        load_replay_buffer=load_replay_buffer,
+        sealed=recovered.sealed,
+        attempt_floor=recovered.attempt_floor,  # the journal's reservations included
+        attempt_limit=recovered.attempt_limit,
+    )
+    return recovered, resumed
+
+
+def drain_journal(journal: RolloutJournal, deadline: float) -> bool:
+    """The first step of a drain (``Run.drain``, ``LedgerService.drain``:
+    one rule): sync the journal, then ship its tail within what is left
+    until ``deadline`` (``time.monotonic``; at most the journal's
+    ``ship_timeout``). Returns whether all of it is off the node (``True``
+    without a shipper: nothing to ship)."""
+    journal.writer.sync()
+    shipper = journal.shipper
+    if shipper is None:
+        return True
+    left = min(deadline - time.monotonic(), journal.ship_timeout)
+    try:
+        shipper.flush(max(left, 0.001))
+    except JournalShipError:
+        return False
+    return True
+
+
+def checkpoint_fits(deadline: float, last: float) -> bool:
+    """The second step's rule: a drain checkpoints only with at least twice
+    the last checkpoint's duration (``last`` seconds; NaN before one was
+    timed: then one second) left until ``deadline``, since a checkpoint
+    the stop cuts off half-way is time lost for nothing."""
+    need = 2 * last if not math.isnan(last) else 1.0
+    return deadline - time.monotonic() >= need
+
+
 def _under(remote: str | os.PathLike[str], name: str) -> str | Path:
     """``name`` under ``remote``: a directory's (a ``file://`` URL's path:
     the one place ``open_store`` opens), or an object store URL's."""
@@ -1251,7 +1365,7 @@ def _read_part(loaded: LoadedCheckpoint) -> Mapping[str, Any]:
     return state
 
 
-def _record(state: object, fingerprint: str) -> Checkpoint:
+def collector_record(state: object, fingerprint: str) -> Checkpoint:
     """The ledger record inside a collector's state."""
     if not isinstance(state, Mapping) or "ledger" not in state:
         raise CheckpointCorruptError("the run's collector state holds no ledger record")

@@ -14,10 +14,11 @@ from typing import Any
 
 import pytest
 from frontier_adapters import JournalWithoutCheckpointError, Run, SequenceSource
-from frontier_adapters.checkpoints import read_checkpoint
+from frontier_adapters.checkpoints import read_checkpoint, write_checkpoint
 
 from frontier_core import (
     CheckpointError,
+    CheckpointMismatchError,
     FingerprintMismatchError,
     Lease,
     LedgerConfig,
@@ -154,6 +155,47 @@ def test_buffered_groups_come_back_complete_from_the_journal(tmp_path: Path) -> 
         assert [t.complete for t in taken] == [True, True]
         run.trained([0, 1])
         assert run.drained
+
+
+def test_a_checkpoint_stored_by_the_caller_is_compacted_to_its_own_cut(tmp_path: Path) -> None:
+    """``prepare`` then ``published`` around the caller's own write: the
+    journal is compacted to the window of the state the caller stored (its
+    cut when prepared), not to the ledger's cut when it was published."""
+    run = Run.open(tmp_path, source(2), config(2))
+    for t in run.take(2):
+        for lease in t.leases:
+            run.seal(lease, payload(full(lease.ordinal, lease.sibling)))
+    prepared = run.prepare(1)  # both groups buffered, neither trained
+    run.trained([0, 1])  # the ledger moves on before the caller's write lands
+    run.check_epoch()
+    write_checkpoint(
+        tmp_path / "checkpoints", 1, fingerprint=FP, json_parts={"frontier": prepared.part},
+        epoch=run.epoch,
+    )  # fmt: skip
+    run.published(prepared)
+    assert run.step == 1 and run.metrics()["checkpoints"] == 2
+    with pytest.raises(CheckpointMismatchError, match="published"):
+        run.published(prepared)  # once
+    run.close()
+    with Run.open(tmp_path, source(2), config(2)) as run:
+        assert run.step == 1
+        taken = run.take(2)  # what the stored state holds comes back from the journal
+        assert [t.complete for t in taken] == [True, True]
+
+
+def test_published_refuses_what_this_run_did_not_prepare(tmp_path: Path) -> None:
+    with (
+        Run.open(tmp_path, source(), config()) as run,
+        Run.open(tmp_path / "other", source(), config()) as other,
+    ):
+        older, newer = run.prepare(1), run.prepare(2)
+        for bad in (other.prepare(1), "1", None):
+            with pytest.raises(CheckpointMismatchError, match="published"):
+                run.published(bad)  # type: ignore[arg-type]
+        run.published(newer)
+        with pytest.raises(CheckpointMismatchError):
+            run.published(older)  # superseded by the newer one
+        assert run.step == 2
 
 
 def test_a_reuse_policy_of_nothing_generates_everything_again(tmp_path: Path) -> None:
@@ -312,7 +354,6 @@ def test_a_drain_with_the_store_down_reports_it_inside_the_notice(tmp_path: Path
     assert time.monotonic() - began < 10
     assert not drained.shipped and not drained.checkpointed
     assert drained.progress_records == 1  # durable on the node all the same
-
 
 
 def test_sync_races_the_commit_thread_without_writing_a_group_twice(
