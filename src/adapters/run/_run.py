@@ -76,6 +76,7 @@ from frontier_core.journal import (
     Answer,
     BytesPayload,
     CommitPolicy,
+    JournalEpisodeError,
     JsonPayload,
     Payload,
     Reuse,
@@ -659,8 +660,9 @@ class Run:
         A turn with a call is durable when this returns (write-ahead): call
         the tool after, with ``call.key``. Returns whether ``lease`` is
         current (``False``: fenced, nothing journaled). Raises
-        ``JournalEpisodeError`` for a turn out of order (nothing
-        journaled): the journal's own replay rule (``advance``) decides.
+        ``JournalEpisodeError`` for a turn out of order or a call whose
+        key is not ``call_key(lease, turn)`` (nothing journaled): the
+        journal's own replay rule (``advance``) decides the order.
         If making it durable failed (``JournalError``: a sync or a ship),
         the turn is journaled but not known durable: call this again with
         the same turn and call, which journals nothing more and waits for
@@ -669,6 +671,15 @@ class Run:
         if not self.collector.current(lease):
             self._counters.fenced += 1
             return False
+        if call is not None and call.key != self.call_key(lease, turn):
+            # Keys are the run's: two calls sharing one would be answered
+            # from each other's record by a tool that honours the contract.
+            raise JournalEpisodeError(
+                lease.ordinal,
+                lease.sibling,
+                f"turn {turn}'s call has key {shown(call.key)}, not the run's "
+                f"call_key(lease, {turn}) (distinct calls never share a key)",
+            )
         key = (lease.ordinal, lease.sibling)
         current = self._episodes.get(key)
         if (

@@ -158,6 +158,11 @@ def test_bad_turns_and_answers_are_typed_errors_and_journal_nothing(tmp_path: Pa
         with pytest.raises(JournalEpisodeError, match="holds only 0 answered turns"):
             run.turn(lease, 1, tokens)
         key = run.call_key(lease, 0)
+        for foreign in ("K", run.call_key(lease, 1), run.call_key(group.leases[1], 0)):
+            # A key of another turn or sibling, or none of the run's: two
+            # calls would share it (agents.md: distinct calls never do).
+            with pytest.raises(JournalEpisodeError, match="not the run's"):
+                run.turn(lease, 0, tokens, ToolCall("add", JsonPayload.of({}), foreign))
         assert run.turn(lease, 0, tokens, ToolCall("add", JsonPayload.of({}), key))
         with pytest.raises(JournalEpisodeError, match="an answer for key 'other'"):
             run.answer(lease, 0, "other", BytesPayload(b""))
