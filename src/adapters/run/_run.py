@@ -436,6 +436,14 @@ class Run:
         _apart(root, remote)
         root.mkdir(parents=True, exist_ok=True)
         checkpoints = root / "checkpoints" if remote is None else _under(remote, "checkpoints")
+        if isinstance(checkpoints, Path) and checkpoints.is_symlink():
+            # The run's own names are never followed (its journal's never
+            # is): a planted link would read, and then write, another
+            # run's checkpoints.
+            raise CheckpointFileError(
+                checkpoints,
+                "a symlink: a run's checkpoints are a directory of its own, never followed",
+            )
 
         def resume_from() -> tuple[LoadedCheckpoint | None, Mapping[str, Any] | None, str | None]:
             loaded = read_checkpoint(

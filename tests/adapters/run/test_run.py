@@ -508,3 +508,20 @@ def test_a_version_1_run_part_without_its_epoch_is_still_read(tmp_path: Path) ->
     write_checkpoint(tmp_path / "checkpoints", 2, fingerprint=FP, json_parts={"frontier": part})
     with pytest.raises(CheckpointError, match="epoch"):
         Run.open(tmp_path, source(), config())
+
+
+@pytest.mark.parametrize("remote", [False, True])
+def test_a_symlinked_checkpoints_directory_is_never_followed(tmp_path: Path, remote: bool) -> None:
+    # It was: the open resumed another run's checkpoints and claimed its
+    # LATEST (a write into the other run's directory).
+    other = tmp_path / "other"
+    with Run.open(other, source(2), config(2)) as run:
+        run.checkpoint(1)
+    latest = (other / "checkpoints" / "LATEST").read_bytes()
+    place = tmp_path / ("shared" if remote else "node")
+    place.mkdir()
+    (place / "checkpoints").symlink_to(other / "checkpoints")
+    root = tmp_path / "node" if remote else place
+    with pytest.raises(CheckpointError, match="symlink"):
+        Run.open(root, source(2), config(2), remote=str(place) if remote else None)
+    assert (other / "checkpoints" / "LATEST").read_bytes() == latest
