@@ -522,6 +522,29 @@ class StreamCollector:
         self.resume(state_dict, load_replay_buffer=False, sealed=())
 
     @_exclusive
+    def resumable(self, state: Mapping[str, Any]) -> None:
+        """Raise what ``resume`` would raise for ``state`` itself (its
+        format, its stream against this source and config, its ledger
+        record), changing nothing: a caller that must not act on a state
+        this collector would refuse (``Run.open``, before it claims the
+        run) asks first."""
+        state, checkpoint, base = self._resumable(state)
+        Ledger.resume(self.config, checkpoint, load_replay_buffer=False, rewind_to=base)
+
+    def _resumable(self, state: Mapping[str, Any]) -> tuple[Mapping[str, Any], Checkpoint, int]:
+        state = check_state(state, what="collector state", fmt=FORMAT, version=VERSION, keys=_KEYS)
+        checkpoint = Checkpoint.from_state_dict(state[KEY_LEDGER])
+        saved, now = checkpoint.stream_len, self.config.stream_len
+        # A longer stream (more epochs) continues the saved one: an
+        # ordinal's row does not depend on the stream's length. A shorter
+        # one would leave saved ordinals beyond its end.
+        if now is not None and (saved is None or now < saved):
+            raise CheckpointMismatchError(
+                f"checkpoint was written for a stream of {saved} ordinals, this one has "
+                f"{now}: a resume may lengthen the stream, never shorten it"
+            )
+        return state, checkpoint, self.source.base(state[KEY_STREAM], checkpoint.cut)
+
     def resume(
         self,
         state: Mapping[str, Any],
@@ -562,18 +585,7 @@ class StreamCollector:
             raise TypeError(
                 f"load_replay_buffer must be a bool, got {type(load_replay_buffer).__name__}"
             )
-        state = check_state(state, what="collector state", fmt=FORMAT, version=VERSION, keys=_KEYS)
-        checkpoint = Checkpoint.from_state_dict(state[KEY_LEDGER])
-        saved, now = checkpoint.stream_len, self.config.stream_len
-        # A longer stream (more epochs) continues the saved one: an
-        # ordinal's row does not depend on the stream's length. A shorter
-        # one would leave saved ordinals beyond its end.
-        if now is not None and (saved is None or now < saved):
-            raise CheckpointMismatchError(
-                f"checkpoint was written for a stream of {saved} ordinals, this one has "
-                f"{now}: a resume may lengthen the stream, never shorten it"
-            )
-        base = self.source.base(state[KEY_STREAM], checkpoint.cut)
+        state, checkpoint, base = self._resumable(state)
         resumed = Ledger.resume(
             self.config,
             checkpoint,

@@ -461,6 +461,9 @@ class Run:
                     f"the checkpoint is of lineage {shown(saved[_KEY_LINEAGE])}, "
                     f"not {lineage!r:.60}: another run's checkpoint"
                 )
+            # What the collector's resume would refuse (another source's
+            # stream, a shorter one) is refused here, before the claim.
+            collector.resumable(saved[_KEY_COLLECTOR])
             return loaded, saved, saved[_KEY_LINEAGE]
 
         # What refuses an open is checked before the claim, so that a
@@ -469,6 +472,7 @@ class Run:
         # hold is kept from here until this life's writer is closed: a
         # second open on this node is refused by it before its claim, never
         # between this claim and the writer's own lock, journal file or not.
+        collector = StreamCollector(source, config, reserve=reserve)
         hold = JournalWriter.hold(root / "journal")
         try:
             deadline = time.monotonic() + _READ_SECONDS
@@ -500,7 +504,6 @@ class Run:
                 loaded, saved, resumed = resume_from()
             lineage = resumed
             lineage = DEFAULT_LINEAGE if lineage is None else lineage
-            collector = StreamCollector(source, config, reserve=reserve)
             epoch_of = epoch_reader(checkpoints)
             journal = RolloutJournal(
                 root / "journal",

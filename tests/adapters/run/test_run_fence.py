@@ -27,7 +27,7 @@ from frontier_adapters.checkpoints import (
 )
 from frontier_adapters.journal import JournalFencedError, JournalFileError
 
-from frontier_core import Lease, LedgerConfig
+from frontier_core import CheckpointCorruptError, Lease, LedgerConfig
 from frontier_core.journal import Sealed, TokenPayload
 
 FP = "run-fence-v1"
@@ -233,6 +233,12 @@ def test_an_open_that_is_refused_fences_nothing(tmp_path: Path) -> None:
     other = LedgerConfig(stream_len=PROMPTS, samples=SAMPLES, fingerprint="another-dataset")
     with pytest.raises(DatasetChangedError):
         Run.open(tmp_path / "b", source(), other, remote=remote)
+    # The same fingerprint over a source of another length: refused by the
+    # collector's resume, which once came after the claim (and fenced).
+    longer = SequenceSource(list(range(PROMPTS + 1)))
+    with pytest.raises(CheckpointCorruptError, match="rows, this source has"):
+        wider = LedgerConfig(stream_len=PROMPTS + 1, samples=SAMPLES, fingerprint=FP)
+        Run.open(tmp_path / "d", longer, wider, remote=remote)
     step(live, trained, 1)  # not fenced
     assert live.epoch == 1
     newer = open_life(tmp_path / "c", remote)
