@@ -106,6 +106,7 @@ from ..checkpoints import (
 from ..journal import (
     RESERVE,
     SEGMENT_SECONDS,
+    JournalFencedError,
     JournalHold,
     JournalShipError,
     JournalWriter,
@@ -974,7 +975,12 @@ class Run:
         shipped), and the run's state from that moment (``Prepared.part``,
         JSON values). Store the part durably (call ``check_epoch`` first,
         as for any write of your own), then call ``published``; until
-        then the journal keeps everything the part refers to."""
+        then the journal keeps everything the part refers to. ``open``
+        resumes only from ``checkpoints`` (a checkpoint there holding the
+        part as ``PART``, written with ``epoch=run.epoch``): a part stored
+        anywhere else is not what the next life resumes from, and after
+        ``published`` compacts, that life would generate and train again
+        what the part covers."""
         self._open_check()
         if type(step) is not int or step < 0:
             raise ValueError(f"step must be an int >= 0, got {step!r:.40}")
@@ -1334,6 +1340,8 @@ def drain_journal(journal: RolloutJournal, deadline: float) -> bool:
     left = min(deadline - time.monotonic(), journal.ship_timeout)
     try:
         shipper.flush(max(left, 0.001))
+    except JournalFencedError:
+        raise  # a newer life owns the run: not a store that was slow
     except JournalShipError:
         return False
     return True

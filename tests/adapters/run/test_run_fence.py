@@ -393,3 +393,19 @@ def test_check_epoch_tells_a_fenced_life_before_it_writes(tmp_path: Path) -> Non
     assert (refused.value.epoch, refused.value.current) == (live.epoch, claimed)
     with contextlib.suppress(CheckpointFencedError):
         live.close()
+
+
+def test_a_fenced_lifes_drain_raises_the_fence(tmp_path: Path) -> None:
+    """A drain whose shipper a newer life fenced reported ``shipped=False``,
+    as for a slow store, and the old life went on as if it could retry."""
+    remote = str(tmp_path / "shared")
+    trained: dict[int, list[list[int]]] = {}
+    live = open_life(tmp_path / "a", remote)
+    step(live, trained, 1)
+    newer = open_life(tmp_path / "c", remote)
+    (group,) = live.take(1)
+    live.progress(group.leases[0], sample(group.leases[0]))
+    live.notice(5)
+    with pytest.raises(JournalFencedError):
+        live.drain(step=live.step + 1)
+    newer.close()
