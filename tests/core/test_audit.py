@@ -306,23 +306,10 @@ def test_a_device_or_a_directory_is_refused_before_a_read(
 def test_a_closed_stdout_is_not_a_traceback(tmp_path: Path) -> None:
     """``frontier audit --json | head`` exited 3 with a ``BrokenPipeError``
     traceback; a closed reader is exit 141, as the shell reports SIGPIPE."""
-    import subprocess
-    import sys
+    from ._pipes import closed_reader
 
     path = tmp_path / "log.jsonl"
     path.write_text('{"step": 0, "ordinals": [0]}\n')
-    argv = ["audit", str(path), "--stream-len", "3000000", "--json"]
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "frontier_core._cli", *argv],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-    )
-    assert proc.stdout is not None and proc.stderr is not None
-    proc.stdout.read(10)
-    proc.stdout.close()
-    try:
-        err = proc.stderr.read()
-        assert proc.wait(timeout=60) == 141
-    finally:
-        proc.kill()
+    status, err = closed_reader(["audit", str(path), "--stream-len", "3000000", "--json"], 60)
+    assert status == 141
     assert b"Traceback" not in err

@@ -14,6 +14,8 @@ from hypothesis import strategies as st
 
 from frontier_core._replay import Replayer, TraceError
 
+from ._pipes import closed_reader
+
 
 def replay(
     tmp_path: Path, ops: list[dict[str, Any] | str]
@@ -379,17 +381,4 @@ def test_an_output_that_fails_is_not_blamed_on_the_trace(tmp_path: Path) -> None
         )
     assert done.returncode == 2 and str(trace) not in done.stderr.decode()
     assert b"standard output" in done.stderr and b"Traceback" not in done.stderr
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "frontier_core._cli", "replay", str(trace)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-    )
-    assert proc.stdout is not None and proc.stderr is not None
-    proc.stdout.read(10)
-    proc.stdout.close()
-    try:
-        err = proc.stderr.read()
-        assert proc.wait(timeout=120) == 141
-    finally:
-        proc.kill()
-    assert err == b""
+    assert closed_reader(["replay", str(trace)]) == (141, b"")
