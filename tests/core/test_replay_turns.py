@@ -682,6 +682,16 @@ class Driver:
                     self.accepted[(o, s)] = [o, s, a]
             if obj["event"] == "checkpoint":
                 self.saved_sealed = obj["sealed"]
+        # A failure voids in the journal every sibling of the groups it
+        # sends back (``Run._void``): a resume no longer holds their seals.
+        voided: set[int] = set()
+        if op["op"] in ("fail", "evict"):
+            voided |= set(op["ordinals"])
+        for obj in out:
+            if obj["event"] in ("fail", "evict", "fail_sample"):
+                voided |= {*obj.get("requeued", ()), *obj.get("unstamped", ()), *obj["dropped"]}
+        for key in [k for k in self.accepted if k[0] in voided]:
+            del self.accepted[key]
         return out
 
     def some(self, items: list[Any]) -> list[Any]:
