@@ -314,6 +314,7 @@ class Shipper:
     def close(self, timeout: float = 30.0) -> None:
         """Ship what is left (up to ``timeout`` s), then stop the thread.
         What could not be shipped stays in the local file."""
+        deadline = time.monotonic() + timeout
         try:
             if self._thread is not None:
                 self.flush(timeout)
@@ -322,7 +323,9 @@ class Shipper:
                 self._stopping = True
                 self._cond.notify_all()
             if self._thread is not None:
-                self._thread.join(timeout)
+                # One bound for the whole close: an upload the store holds
+                # keeps the (daemon) thread past it, never the caller.
+                self._thread.join(max(deadline - time.monotonic(), 0.001))
 
     # -- internals ----------------------------------------------------------------
 

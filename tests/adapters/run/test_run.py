@@ -323,6 +323,35 @@ def test_a_drain_without_time_for_a_checkpoint_still_keeps_the_samples(tmp_path:
         assert prefix is not None and list(prefix.tokens()) == [5, 6, 7]
 
 
+def test_a_drain_the_store_never_answers_ends_in_time_and_keeps_the_samples(
+    tmp_path: Path,
+) -> None:
+    """The wait for the store leaves the close its time: a drain whose
+    uploads all fail still ends before its deadline (it waited to the
+    deadline itself, then closed past it), and the samples stay in the
+    node's file for a resume on the same node."""
+    node, remote, parked = tmp_path / "node", tmp_path / "remote", tmp_path / "parked"
+    cfg = config(4, samples=2)
+    run = Run.open(node, source(4), cfg, progress_every=1000, remote=remote)
+    leases = [lease for t in run.take(2) for lease in t.leases]
+    for lease in leases:
+        assert run.progress(lease, payload(full(lease.ordinal, lease.sibling)[:5]))
+    remote.rename(parked)
+    remote.write_bytes(b"")  # the store's directory is a file now: every upload fails
+    run.notice(2.0)
+    drained = run.drain()
+    assert drained.progress_records == len(leases)
+    assert not drained.shipped and not drained.checkpointed
+    assert drained.in_time, drained
+    remote.unlink()
+    parked.rename(remote)  # the outage ends
+    with Run.open(node, source(4), cfg, remote=remote) as again:
+        for lease in [lease for t in again.take(2) for lease in t.leases]:
+            prefix = again.prefix(lease)
+            assert prefix is not None
+            assert list(prefix.tokens()) == full(lease.ordinal, lease.sibling)[:5]
+
+
 def test_a_watched_signal_is_a_notice_and_close_restores_the_handler(tmp_path: Path) -> None:
     import os
     import signal
