@@ -151,6 +151,25 @@ class StreamSource(Protocol):
         """The cut reached ``cut``: positions below it will never be needed."""
 
 
+#: What a ``StreamSource`` has (checked when a collector is built).
+_SOURCE_MEMBERS: Final = ("stream_len", "pull", "position", "base", "restore", "prune")
+
+
+def check_inputs(source: object, config: object) -> None:
+    """Refuse a ``source`` that is no ``StreamSource`` and a ``config``
+    (``None`` allowed) that is no ``LedgerConfig`` with a ``TypeError``
+    naming them, before anything is built or written (not an
+    ``AttributeError`` at the first pull)."""
+    if config is not None and not isinstance(config, LedgerConfig):
+        raise TypeError(f"config must be a LedgerConfig, got a {type(config).__name__:.60}")
+    missing = [m for m in _SOURCE_MEMBERS if not hasattr(source, m)]
+    if missing:
+        raise TypeError(
+            f"source must be a StreamSource ({', '.join(_SOURCE_MEMBERS)}; e.g. "
+            f"SequenceSource(rows)): a {type(source).__name__:.60} has no {', '.join(missing)}"
+        )
+
+
 class StreamCollector:
     """Pulls, stamps, slices and checkpoints a prompt stream whose prompts
     are groups of ``config.samples`` siblings (mutable façade over an
@@ -179,6 +198,7 @@ class StreamCollector:
     ) -> None:
         if type(reserve) is not int or reserve < 1:
             raise ValueError(f"reserve must be an int >= 1, got {reserve!r:.40}")
+        check_inputs(source, config)
         self._entry = threading.RLock()
         if config is None:
             config = LedgerConfig(stream_len=source.stream_len)
@@ -453,6 +473,8 @@ class StreamCollector:
     def current(self, lease: Lease) -> bool:
         """Whether ``lease`` is its sibling's current attempt: a seal of it
         would be accepted. (A query: no event, nothing changes.)"""
+        if not isinstance(lease, Lease):
+            raise TypeError(f"a lease must be a Lease, got {type(lease).__name__:.60}")
         return self._ledger.sibling(lease.ordinal, lease.sibling) == (
             Sibling.RUNNING,
             lease.attempt,

@@ -89,7 +89,7 @@ from frontier_core.journal import (
     call_key,
 )
 
-from .._collector import StreamCollector, StreamSource, Taken
+from .._collector import StreamCollector, StreamSource, Taken, check_inputs
 from .._errors import MAX_EPOCH
 from .._state import KEY_FORMAT, KEY_VERSION, check_state
 from ..checkpoints import (
@@ -421,6 +421,7 @@ class Run:
         but ends before its checkpoint's mark, a corrupt frame; a journal
         lost whole is not refused: ``recovered.lost``) and
         ``JournalWithoutCheckpointError`` (samples but no checkpoint)."""
+        check_inputs(source, config)
         root = Path(root)
         if lineage is not None and (type(lineage) is not str or not lineage):
             raise ValueError(f"lineage must be a non-empty str, got {lineage!r:.60}")

@@ -274,6 +274,29 @@ def test_a_closed_run_refuses_work(tmp_path: Path) -> None:
         run.take(1)
 
 
+@pytest.mark.parametrize(
+    ("bad_source", "bad_config", "named"),
+    [
+        (list(range(8)), None, "source must be a StreamSource"),
+        (None, {"stream_len": 8, "samples": 2}, "config must be a LedgerConfig"),
+    ],
+)
+def test_an_open_with_arguments_of_the_wrong_type_is_refused_before_anything_is_written(
+    tmp_path: Path, bad_source: Any, bad_config: Any, named: str
+) -> None:
+    root = tmp_path / "run"
+    with pytest.raises(TypeError, match=named):
+        Run.open(root, bad_source or source(), bad_config or config())
+    assert not root.exists()
+
+
+def test_a_lease_that_is_no_lease_is_a_type_error(tmp_path: Path) -> None:
+    with Run.open(tmp_path, source(), config()) as run:
+        for call in (run.prefix, run.episode):
+            with pytest.raises(TypeError, match="must be a Lease"):
+                call("x")  # type: ignore[arg-type]
+
+
 def test_a_config_without_fingerprint_is_refused(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="fingerprint"):
         Run.open(tmp_path, source(), LedgerConfig(stream_len=8, samples=2))
