@@ -65,7 +65,7 @@ from ._events import (
 from ._groups import LedgerConfig
 from ._ledger import MAX_ATTEMPT, Ledger
 from ._ranges import LIMIT, count
-from ._trainlog import Lineage
+from ._trainlog import DuplicateKeyError, Lineage, parse_line
 from ._transitions import current_attempt
 from .journal import (
     NO_TOKENS,
@@ -1180,10 +1180,13 @@ def replay(lines: Iterable[str | bytes], out: Output) -> None:
         if not text.strip():
             continue
         try:
-            op = json.loads(text)
+            op = parse_line(text)
         except RecursionError:
             out.flush()
             raise TraceError(number, "not JSON: nested too deeply") from None
+        except DuplicateKeyError as exc:
+            out.flush()
+            raise TraceError(number, str(exc)) from None
         except ValueError as exc:  # JSONDecodeError, and ints past the digit limit
             out.flush()
             raise TraceError(number, f"not JSON: {str(exc)[:200]}") from None

@@ -35,7 +35,7 @@ import os
 import stat
 from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import BinaryIO, Final
+from typing import Any, BinaryIO, Final
 
 import attrs
 
@@ -227,6 +227,35 @@ def read_train_log(path: str | os.PathLike[str]) -> Iterator[Record]:
         yield TornTail(len(torn), len(lines) + 1)
 
 
+class DuplicateKeyError(ValueError):
+    """A JSON object of a line names one key twice (``parse_line``)."""
+
+
+def _unique_pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    obj = dict(pairs)
+    if len(obj) != len(pairs):
+        seen: set[str] = set()
+        twice = ""
+        for k, _ in pairs:
+            if k in seen:
+                twice = k
+                break
+            seen.add(k)
+        raise DuplicateKeyError(
+            f"the key {shown(twice, 40)} stands twice in one object: which value is meant "
+            "is not said"
+        )
+    return obj
+
+
+def parse_line(text: str) -> Any:
+    """One line of a training log or a trace, as JSON. A key twice in an
+    object is refused (``DuplicateKeyError``), never read as its last
+    value as ``json.loads`` does: the line does not say which is meant.
+    Raises ``ValueError`` (``RecursionError`` for absurd nesting)."""
+    return json.loads(text, object_pairs_hook=_unique_pairs)
+
+
 def parse_record(name: str, number: int, raw: bytes | str) -> Record:
     try:
         text = raw.decode("utf-8") if isinstance(raw, bytes) else raw
@@ -235,9 +264,11 @@ def parse_record(name: str, number: int, raw: bytes | str) -> Record:
     if text.startswith("\ufeff"):
         raise TrainLogError(name, number, "starts with a byte-order mark: write plain UTF-8")
     try:
-        obj = json.loads(text)
+        obj = parse_line(text)
     except RecursionError:
         raise TrainLogError(name, number, "not JSON: nested too deeply") from None
+    except DuplicateKeyError as exc:
+        raise TrainLogError(name, number, str(exc)) from None
     except ValueError as exc:  # JSONDecodeError, and ints past the digit limit
         raise TrainLogError(name, number, f"not JSON: {str(exc)[:200]}") from None
     if not isinstance(obj, dict):

@@ -168,6 +168,9 @@ def test_cli_exit_statuses_and_json(tmp_path: Path, capsys: pytest.CaptureFixtur
         ('\n{"steps": 0}\n', 2, "unknown record"),
         ("[1, 2]\n", 1, "JSON object"),
         ('{"step": 0, "ordinals": [0]}\n{"resume": 5}\n', 2, "resume keeps 5"),
+        # A key twice: json.loads keeps the last; which is meant is not said.
+        ('{"step": 0, "ordinals": [0], "ordinals": [0, 1]}\n', 1, "'ordinals' stands twice"),
+        ('{"step": 0, "ordinals": [0]}\n{"step": 1, "step": 0, "ordinals": [1]}\n', 2, "twice"),
     ],
 )
 def test_cli_bad_input_names_the_line(

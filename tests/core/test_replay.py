@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 import subprocess
 import sys
@@ -331,6 +332,18 @@ def test_the_work_of_a_replay_follows_the_trace_across_ops(
         listed = sum(len(v) for x in out.getvalue().splitlines() for v in json.loads(x).values()
                      if isinstance(v, list))  # fmt: skip
         assert listed <= budget
+
+
+def test_a_key_twice_in_an_op_is_refused_at_its_line() -> None:
+    """``json.loads`` keeps a repeated key's last value; the replayer does
+    not guess which one the trace meant."""
+    import frontier_core._replay as replay_module
+
+    lines = ['{"op": "config", "stream_len": 4}\n', '{"op": "stamp", "count": 1, "count": 3}\n']
+    out = io.StringIO()
+    with pytest.raises(TraceError, match="'count' stands twice") as info:
+        replay_module.replay(lines, out)
+    assert info.value.line == 2
 
 
 @pytest.mark.parametrize("encoded", ["bom", "utf-16"])
