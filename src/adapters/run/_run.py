@@ -74,10 +74,8 @@ from frontier_core._errors import shown
 from frontier_core.journal import (
     NO_TOKENS,
     Answer,
-    BytesPayload,
     CommitPolicy,
     JournalEpisodeError,
-    JsonPayload,
     Payload,
     Reuse,
     SiblingState,
@@ -87,6 +85,7 @@ from frontier_core.journal import (
     TurnState,
     advance,
     call_key,
+    check_payload,
 )
 
 from .._collector import StreamCollector, StreamSource, Taken, check_inputs
@@ -1259,11 +1258,7 @@ def _check_result(lease: object, sample: object, call: str) -> None:
     group with a sample nothing holds)."""
     if not isinstance(lease, Lease):
         raise TypeError(f"{call}: lease must be a frontier_core.Lease, got {shown(lease)}")
-    if not isinstance(sample, (BytesPayload, JsonPayload, TokenPayload)):
-        raise TypeError(
-            f"{call}: the sample must be a TokenPayload, JsonPayload or BytesPayload, "
-            f"got {type(sample).__name__} (raw objects are never pickled)"
-        )
+    check_payload(sample, f"{call}: the sample")
 
 
 def _apart(root: Path, remote: str | os.PathLike[str] | None) -> None:

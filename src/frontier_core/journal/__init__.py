@@ -71,6 +71,7 @@ from ._records import TokenPayload as TokenPayload
 from ._records import ToolCall as ToolCall
 from ._records import Turn as Turn
 from ._records import call_key as call_key
+from ._records import check_payload as check_payload
 from ._replay import NO_TOKENS as NO_TOKENS
 from ._replay import JournalState as JournalState
 from ._replay import SiblingState as SiblingState
@@ -123,6 +124,7 @@ __all__ = [
     "accepts",
     "advance",
     "call_key",
+    "check_payload",
     "compact",
     "continue_sample",
     "decode",

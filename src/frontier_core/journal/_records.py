@@ -458,12 +458,21 @@ Payload = BytesPayload | JsonPayload | TokenPayload
 _PAYLOADS: Final = (BytesPayload, JsonPayload, TokenPayload)
 
 
-def _check_payload(_inst: object, _attribute: attrs.Attribute[Payload], value: object) -> None:
+def check_payload(value: object, what: str = "payload") -> Payload:
+    """``value`` if it is a payload the journal stores (``TokenPayload``,
+    ``JsonPayload``, ``BytesPayload``); else a ``TypeError`` naming
+    ``what``: raw objects are never pickled. The one check of every
+    record and of every caller that takes a sample before journaling it."""
     if not isinstance(value, _PAYLOADS):
         raise TypeError(
-            f"payload must be a BytesPayload, JsonPayload or TokenPayload, got "
+            f"{what} must be a BytesPayload, JsonPayload or TokenPayload, got "
             f"{type(value).__name__} (raw objects are never pickled)"
         )
+    return value
+
+
+def _check_payload(_inst: object, _attribute: attrs.Attribute[Payload], value: object) -> None:
+    check_payload(value)
 
 
 # -- records --------------------------------------------------------------------
