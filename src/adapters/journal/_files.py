@@ -75,6 +75,7 @@ from __future__ import annotations
 
 import errno
 import fcntl
+import logging
 import math
 import os
 import secrets
@@ -110,6 +111,8 @@ from .._errors import CheckpointFencedError
 
 if TYPE_CHECKING:
     from ._ship import Shipper
+
+_log = logging.getLogger("frontier_adapters.journal")
 
 #: The default bound on a journal file read whole at open.
 DEFAULT_MAX_BYTES: Final = 4 << 30
@@ -728,6 +731,7 @@ class JournalWriter:
         records: Iterable[Record],
         *,
         lost: tuple[int, int] | None = None,
+        ship_timeout: float = 60.0,
     ) -> int:
         """Commit, then write ``records`` as a new journal at ``new_path``
         (which may be this journal's own path) atomically, continuing this
@@ -745,7 +749,17 @@ class JournalWriter:
         end), where checkpoint ``checkpoint`` saved its mark. The new
         journal's base is ``position`` and its header remembers that mark,
         so the checkpoint is proven against it again after the next crash,
-        and what this life appends is numbered after everything lost."""
+        and what this life appends is numbered after everything lost.
+
+        Shipped (``ship``), the new journal is up in the store before it is
+        put in place, waiting up to ``ship_timeout`` seconds: a restart on
+        this node keeps its file only while the file extends the shipped
+        copy, which a compacted file whose base is not up does not. A store
+        that does not take it in time is logged at WARNING and the new
+        journal is put in place anyway, its base left queued: until it is
+        up, a restart on this node starts from the shipped copy (what the
+        node held past it is generated again). A fence is raised, nothing
+        changed."""
         marks = self.read().marks()  # commits: the commit thread is idle from here on
         base = self.position
         if lost is not None:
@@ -764,6 +778,16 @@ class JournalWriter:
         )
         records = tuple(records)
         data = encode(header, records, max_frame=self._max_frame)
+        if self.ship is not None:
+            from ._ship import JournalFencedError, JournalShipError
+
+            self.ship.replaced(data, header.base + len(records))
+            try:
+                self.ship.flush(ship_timeout)
+            except JournalFencedError:
+                raise
+            except JournalShipError as exc:
+                _log.warning("%s: compacted before its base was shipped: %s", target, exc)
         tmp, inode = _write_temp(target, data)
         try:
             os.replace(tmp, target)
@@ -778,8 +802,6 @@ class JournalWriter:
         self.path = target
         self._written = self._syncer.durable = header.base + len(records)
         self._next = self._written + 1
-        if self.ship is not None:
-            self.ship.replaced(data, self._written)
         try:
             fd = _open(target, os.O_RDWR | os.O_APPEND)
             self._fd = fd

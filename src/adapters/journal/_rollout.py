@@ -362,7 +362,7 @@ class RolloutJournal:
         ``window`` (normally: at or above the durable checkpoint's cut).
         Returns the durable position."""
         records = compact(self.writer.read().records, window)
-        return self.writer.compact_to(self.writer.path, records)
+        return self.writer.compact_to(self.writer.path, records, ship_timeout=self.ship_timeout)
 
     # -- resume -------------------------------------------------------------------
 
@@ -492,7 +492,10 @@ class RolloutJournal:
                 # mark and the journal holds this life's first reservation,
                 # so a crash right after it resumes proven and fenced.
                 self.writer.compact_to(
-                    self.writer.path, [Reserve(start + reserve)], lost=(position, checkpoint_id)
+                    self.writer.path,
+                    [Reserve(start + reserve)],
+                    lost=(position, checkpoint_id),
+                    ship_timeout=self.ship_timeout,
                 )
                 self.durable()
                 self.reserved = start + reserve

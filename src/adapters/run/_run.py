@@ -96,6 +96,7 @@ from ..checkpoints import (
     CheckpointFileError,
     LoadedCheckpoint,
     PartCodec,
+    checkpoint_name,
     claim_epoch,
     epoch_reader,
     published_checkpoints,
@@ -965,7 +966,7 @@ class Run:
             keep=self._keep,
             epoch=self.epoch,
         )
-        self.published(prepared)
+        self._publish(prepared)
         return path
 
     @_locked
@@ -1007,8 +1008,27 @@ class Run:
         prepared at) and count it. Raises ``CheckpointMismatchError``,
         changing nothing, for a ``Prepared`` this run did not hand out
         since its last ``published`` (another run's or life's, or one
-        published already, itself or by a later one)."""
+        published already, itself or by a later one), and for one whose
+        step no checkpoint on ``checkpoints``' published lineage has: a
+        part stored anywhere else is not what the next ``open`` resumes
+        from, and once the journal is compacted to it, that life would
+        generate and train again what the part covers. The check reads the
+        lineage (``LATEST``: one small read), not the part."""
         self._open_check()
+        if isinstance(prepared, Prepared):
+            name = checkpoint_name(prepared.step)
+            listed = [p.name for p in published_checkpoints(self.checkpoints)]
+            if not any(n == name or n.startswith(name + "-") for n in listed):
+                raise CheckpointMismatchError(
+                    f"published: no checkpoint of step {prepared.step} is on the published "
+                    f"lineage of {str(self.checkpoints)[:200]} ({', '.join(listed[:4]) or 'none'})"
+                    ": the next Run.open resumes only from there; write the part there first "
+                    "(write_checkpoint(run.checkpoints, step, json_parts={'frontier': "
+                    "prepared.part}, epoch=run.epoch))"
+                )
+        self._publish(prepared)
+
+    def _publish(self, prepared: Prepared) -> None:
         serial = prepared.serial if isinstance(prepared, Prepared) else None
         cut, seconds = self._awaiting.publish(serial, f"published: {shown(prepared)}")
         self.journal.compact(range(cut, _END))

@@ -127,6 +127,7 @@ class KillPointWriter(JournalWriter):
         records: Iterable[Record],
         *,
         lost: tuple[int, int] | None = None,
+        ship_timeout: float = 60.0,
     ) -> int:
         records = tuple(records)
         point = self.point
@@ -142,7 +143,7 @@ class KillPointWriter(JournalWriter):
             finally:
                 os.close(fd)
             point.die(f"compacted journal of {len(records)} records in {tmp.name}, not in place")
-        durable = super().compact_to(new_path, records, lost=lost)
+        durable = super().compact_to(new_path, records, lost=lost, ship_timeout=ship_timeout)
         if point is not None and point.passed("compacted"):
             point.die(f"compacted journal of {len(records)} records in place")
         return durable

@@ -29,6 +29,8 @@ from frontier_core.journal import (
     TokenPayload,
 )
 
+from ..._outage import store_down, store_up
+
 FP, LINEAGE = "ship-v1", "run-1"
 
 
@@ -204,6 +206,48 @@ def test_another_runs_segment_is_never_replayed(tmp_path: Path, where: str) -> N
     j.close()
 
 
+class SlowBases(PosixStore):
+    """A directory store that takes its time over whole journal files."""
+
+    def create(self, key: str, data: bytes) -> str:
+        if "/base-" in key:
+            time.sleep(0.3)
+        return super().create(key, data)
+
+
+def test_a_compaction_is_up_in_the_store_before_it_is_in_place(tmp_path: Path) -> None:
+    """So the node's file always extends the shipped copy: a restart on this
+    node during an outage that began right after a compaction keeps what
+    the node holds (a compacted file whose base was not up was set aside,
+    and its records after the compaction generated again)."""
+    local, remote, parked = tmp_path / "node", tmp_path / "remote", tmp_path / "parked"
+    local.mkdir()
+
+    def opened() -> RolloutJournal:
+        shipper = Shipper(SlowBases(remote), segment_bytes=1 << 20, segment_seconds=3600.0)
+        return RolloutJournal(
+            local / "journal", fingerprint=FP, lineage=LINEAGE, ship_to=shipper, ship_timeout=30.0
+        )
+
+    j = opened()
+    seal_some(j, range(4))
+    j.mark(1)
+    durable = j.compact(range(2, 1 << 62))
+    shipped = restore(PosixStore(remote))
+    assert shipped is not None and shipped.last == durable
+    assert (local / "journal").read_bytes().startswith(shipped.data)
+    store_down(remote, parked)  # the outage: nothing more goes up
+    seal_some(j, range(4, 6))
+    j.writer.sync()
+    with pytest.raises(JournalShipError):
+        j.close(ship_timeout=0.5)
+    store_up(remote, parked)
+    again = opened()
+    assert again.writer.read().last_seq == durable + 2  # the node's two seals kept
+    assert not list(local.glob("journal.stale-*"))
+    again.close()
+
+
 def test_a_flush_the_store_cannot_take_is_a_typed_error_in_time(tmp_path: Path) -> None:
     local, remote = tmp_path / "node", tmp_path / "remote"
     local.mkdir()
@@ -211,14 +255,12 @@ def test_a_flush_the_store_cannot_take_is_a_typed_error_in_time(tmp_path: Path) 
     remote_parked = tmp_path / "parked"
     seal_some(j, range(2))
     j.writer.sync()
-    remote.rename(remote_parked)
-    remote.write_bytes(b"")  # the store's directory is a file now: every upload fails
+    store_down(remote, remote_parked)  # every upload fails from now on
     began = time.monotonic()
     with pytest.raises(JournalShipError, match="could not be uploaded"):
         j.mark(1)
     assert time.monotonic() - began < 30
-    remote.unlink()
-    remote_parked.rename(remote)  # the outage ends: shipping catches up
+    store_up(remote, remote_parked)  # the outage ends: shipping catches up
     assert j.shipper is not None and j.shipper.flush(30) >= 0
     j.close()
 

@@ -115,10 +115,15 @@ def test_an_older_lifes_base_prunes_nothing_of_a_newer_one(tmp_path: Path, store
     two.durable()
     newer = {k for k in store.list("journal") if k.endswith(f"-e{2:020d}")}
     assert newer
-    one.compact(range(0, 1 << 62))  # a base of life 1: its prune finds life 2's objects
+    before = one.writer.read()
     with pytest.raises(JournalFencedError) as refused:
-        one.durable()
+        # A base of life 1, shipped before it is put in place: its prune
+        # finds life 2's objects, and the compaction changes nothing.
+        one.compact(range(0, 1 << 62))
     assert (refused.value.epoch, refused.value.current) == (1, 2)
+    assert one.writer.read() == before
+    with pytest.raises(JournalFencedError):
+        one.durable()
     assert newer <= set(store.list("journal"))
     got = restore(store)
     assert got is not None and (3, 2) in seals(got.data)

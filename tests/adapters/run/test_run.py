@@ -25,6 +25,8 @@ from frontier_core import (
 )
 from frontier_core.journal import Reuse, TokenPayload
 
+from ..._outage import store_down, store_up
+
 FP = "run-test-v1"
 
 
@@ -183,6 +185,32 @@ def test_a_checkpoint_stored_by_the_caller_is_compacted_to_its_own_cut(tmp_path:
         assert [t.complete for t in taken] == [True, True]
 
 
+def test_published_refuses_a_part_stored_where_the_next_open_does_not_look(
+    tmp_path: Path,
+) -> None:
+    """A part stored outside ``run.checkpoints`` is refused by ``published``
+    with nothing changed (the journal compacted to it, the next open would
+    resume the older checkpoint there and train again what it covers);
+    stored there, the same ``Prepared`` is published."""
+    cfg = config(2)
+    run = Run.open(tmp_path / "run", source(2), cfg)
+    for t in run.take(2):
+        for lease in t.leases:
+            run.seal(lease, payload(full(lease.ordinal, lease.sibling)))
+    run.trained([0, 1])
+    prepared = run.prepare(1)
+    part = {"frontier": prepared.part}
+    write_checkpoint(tmp_path / "elsewhere", 1, fingerprint=FP, json_parts=part)
+    with pytest.raises(CheckpointMismatchError, match="no checkpoint of step 1"):
+        run.published(prepared)
+    assert run.step == 0 and run.metrics()["checkpoints"] == 1
+    write_checkpoint(run.checkpoints, 1, fingerprint=FP, json_parts=part, epoch=run.epoch)
+    run.published(prepared)
+    run.close()
+    with Run.open(tmp_path / "run", source(2), cfg) as again:
+        assert again.step == 1 and again.drained
+
+
 def test_published_refuses_what_this_run_did_not_prepare(tmp_path: Path) -> None:
     with (
         Run.open(tmp_path, source(), config()) as run,
@@ -192,6 +220,11 @@ def test_published_refuses_what_this_run_did_not_prepare(tmp_path: Path) -> None
         for bad in (other.prepare(1), "1", None):
             with pytest.raises(CheckpointMismatchError, match="published"):
                 run.published(bad)  # type: ignore[arg-type]
+        for prepared in (older, newer):
+            write_checkpoint(
+                run.checkpoints, prepared.step, fingerprint=FP,
+                json_parts={"frontier": prepared.part}, epoch=run.epoch,
+            )  # fmt: skip
         run.published(newer)
         with pytest.raises(CheckpointMismatchError):
             run.published(older)  # superseded by the newer one
@@ -355,19 +388,22 @@ def test_a_drain_the_store_never_answers_ends_in_time_and_keeps_the_samples(
     node's file for a resume on the same node."""
     node, remote, parked = tmp_path / "node", tmp_path / "remote", tmp_path / "parked"
     cfg = config(4, samples=2)
-    run = Run.open(node, source(4), cfg, progress_every=1000, remote=remote)
+    # No segment rolls before the drain (not by size, not by time): no upload
+    # is in flight while the store goes down (one into a directory the
+    # outage then removes would be an acknowledged object lost).
+    run = Run.open(
+        node, source(4), cfg, progress_every=1000, remote=remote, segment_seconds=3600.0
+    )
     leases = [lease for t in run.take(2) for lease in t.leases]
     for lease in leases:
         assert run.progress(lease, payload(full(lease.ordinal, lease.sibling)[:5]))
-    remote.rename(parked)
-    remote.write_bytes(b"")  # the store's directory is a file now: every upload fails
+    store_down(remote, parked)  # every upload fails from now on
     run.notice(2.0)
     drained = run.drain()
     assert drained.progress_records == len(leases)
     assert not drained.shipped and not drained.checkpointed
     assert drained.in_time, drained
-    remote.unlink()
-    parked.rename(remote)  # the outage ends
+    store_up(remote, parked)
     with Run.open(node, source(4), cfg, remote=remote) as again:
         for lease in [lease for t in again.take(2) for lease in t.leases]:
             prefix = again.prefix(lease)
