@@ -220,7 +220,7 @@ def test_the_checker_sees_lazy_and_relative_imports(tmp_path: Path) -> None:
     assert area("frontier_adapters._collector") == "root"
     assert area("frontier_adapters.checkpoints._lineage") == "checkpoints"
     assert area("frontier_adapters.store._posix") == "store"
-    found = {target for _, target in imports(PACKAGES["frontier_adapters"] / "torch" / "_files.py")}
+    found = {target for _, target in imports(PACKAGES["frontier_adapters"] / "torch" / "_checkpoints.py")}
     assert "frontier_adapters.checkpoints" in found
     assert area("frontier_core.testing._harness") == "core.testing"
 

@@ -144,7 +144,7 @@ from ..store import (
     local_path,
     open_store,
 )
-from ._files import TENSOR_PARTS
+from ._checkpoints import TENSOR_PARTS
 
 # -- one rank's collector ---------------------------------------------------------------
 

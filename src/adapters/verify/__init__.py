@@ -3,7 +3,7 @@ without notice.
 
 The tortures under real SIGKILLs (torch, elastic, TRL, Ray: ``torch_job``,
 ``elastic_job``, ``trl_job``, ``ray_job``), the kill points
-(``_killpoints``), the audits (``_samples``: the per-sample one), the
+(``_killpoints``), the audits (``_sample_audit``: the per-sample one), the
 stand-in workers (``ray_workers``, the stand-in engines of the jobs), the lives under
 deadlines (``_lives``), the loopback Ray cluster (``local_ray``) and the CPU
 demo behind ``frontier demo`` (``demo``, its worker ``grpo_worker``).

@@ -86,7 +86,7 @@ from ..rollout._buffer import ReplayBuffer
 from ..rollout._engine import AsyncEngine, RequestOutputLike
 from ..rollout._loop import Group, RolloutEvent, RolloutLoop
 from ..torch import make_seekable_loader
-from ..torch._files import read_checkpoint, write_checkpoint
+from ..torch._checkpoints import read_checkpoint, write_checkpoint
 from ..torch._sources import SeekableSource
 from ._files import (
     append_line,

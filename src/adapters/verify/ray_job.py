@@ -10,7 +10,7 @@ each group's samples, sibling by sibling, with the attempt that sealed them
 and a digest of their tokens, to the training log, fsynced), then writes an
 atomic checkpoint (the ledger actor's state and the step) and has the
 journal compacted, after every step. The training log is the per-sample
-log of ``_samples.audit_log``: a resume marker per life names
+log of ``_sample_audit.audit_log``: a resume marker per life names
 the checkpoint's step, and the groups the ledger dropped are logged with
 the steps made before them.
 
@@ -30,7 +30,7 @@ Failures (``Chaos``, from inside the driver; the kinds take turns):
 * the driver (``torture``): a new driver process resumes the same way (its
   actors died with the old one).
 
-``audit`` (``_samples.audit_log``, the audit of the torch job's journal
+``audit`` (``_sample_audit.audit_log``, the audit of the torch job's journal
 level too) folds the training log's surviving lineage and checks every sample:
 each prompt trained once (or dropped on record), with exactly its n
 siblings, each sealed by one attempt, no attempt twice, each exactly the
@@ -82,7 +82,7 @@ from ._files import (
 )
 from ._lives import Life
 from ._lives import life_deadline as _life_deadline
-from ._samples import Audit, audit_log, digest
+from ._sample_audit import Audit, audit_log, digest
 from .local_ray import init_ray, loopback_env
 from .ray_workers import StandInRollout
 
@@ -417,7 +417,7 @@ def run_job(
 
 @attrs.frozen
 class JobAudit:
-    """``_samples.audit_log``'s verdict on the surviving lineage, as the
+    """``_sample_audit.audit_log``'s verdict on the surviving lineage, as the
     ``ray-*`` commands report it: its fields, with ``dropped`` counting the
     prompts dropped on record (``Audit.dropped`` names them), and its
     ``clean`` and ``tokens_redone``."""
@@ -448,7 +448,7 @@ class JobAudit:
 
 
 def audit(workdir: str | os.PathLike[str], cfg: JobConfig) -> JobAudit:
-    """The per-sample audit (``_samples.audit_log``) of the job's
+    """The per-sample audit (``_sample_audit.audit_log``) of the job's
     training log. The rollout workers count the tokens they generate as
     bare numbers, a line each (``StandInRollout``): read as the audit's
     ``{"tokens": n}`` lines. They do not tell the tokens of the attempts

@@ -6,7 +6,7 @@ reports them to the ledger actor (with the assignment's incarnation) and
 returns the seals the ledger accepted.
 
 ``StandInRollout``: sibling ``s`` of prompt ``o`` is the stand-in engine's
-fixed token sequence of a heavy-tailed length (``_samples.full_sample``),
+fixed token sequence of a heavy-tailed length (``_sample_audit.full_sample``),
 generated one token per ``token_latency`` seconds, continued from the
 task's prefix, with a progress report every ``progress_every`` tokens.
 ``CpuEngineRollout`` samples each task's sibling from the examples' CPU
@@ -28,7 +28,7 @@ from frontier_core.journal import TokenPayload, continue_sample
 
 from ..ray import Assignment, SampleTask
 from ..ray._actors import LEDGER_TIMEOUT
-from ._samples import full_sample
+from ._sample_audit import full_sample
 
 
 class CpuEngineRollout:

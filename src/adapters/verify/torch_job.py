@@ -65,8 +65,8 @@ from frontier_core.journal import CommitPolicy, Reuse, SiblingState, TokenPayloa
 from .._collector import StreamCollector
 from ..journal import Recovered, RolloutJournal, resumed_sample
 from ..torch import make_seekable_loader
+from ..torch._checkpoints import dataset_fingerprint, read_checkpoint, write_checkpoint
 from ..torch._distributed import RankCollector
-from ..torch._files import dataset_fingerprint, read_checkpoint, write_checkpoint
 from ..torch._sources import SeekableSource
 from ._files import (
     append_line,
@@ -80,7 +80,7 @@ from ._killpoints import KILL_POINTS, KillPoint, KillPointJournal
 from ._lives import AUDIT_DEADLINE, Life
 from ._lives import life_deadline as _life_deadline
 from ._lives import run as run_life
-from ._samples import Audit, audit_log, digest, full_sample, payload
+from ._sample_audit import Audit, audit_log, digest, full_sample, payload
 
 FEATURES = 4
 LOG_NAME = "train_log.jsonl"

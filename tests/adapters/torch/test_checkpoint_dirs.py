@@ -204,7 +204,7 @@ def test_snapshot_encoding_is_json_and_checked() -> None:
 
 def test_the_binding_is_the_protocol_with_the_tensor_codec(tmp_path: Path) -> None:
     from frontier_adapters import checkpoints
-    from frontier_adapters.torch._files import TENSOR_PARTS
+    from frontier_adapters.torch._checkpoints import TENSOR_PARTS
 
     assert LoadedCheckpoint is checkpoints.LoadedCheckpoint
     path = save(tmp_path / "torch", 1)

@@ -31,7 +31,7 @@ pytest.importorskip("torchdata")
 from frontier_adapters.verify import _killpoints as kp
 from frontier_adapters.verify.__main__ import main
 from frontier_adapters.verify._files import read_lines
-from frontier_adapters.verify._samples import audit_log, digest, full_sample
+from frontier_adapters.verify._sample_audit import audit_log, digest, full_sample
 from frontier_adapters.verify.torch_job import (
     GENERATED_LOG,
     KILLS,
