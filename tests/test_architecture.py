@@ -220,7 +220,8 @@ def test_the_checker_sees_lazy_and_relative_imports(tmp_path: Path) -> None:
     assert area("frontier_adapters._collector") == "root"
     assert area("frontier_adapters.checkpoints._lineage") == "checkpoints"
     assert area("frontier_adapters.store._posix") == "store"
-    found = {target for _, target in imports(PACKAGES["frontier_adapters"] / "torch" / "_checkpoints.py")}
+    torch_checkpoints = PACKAGES["frontier_adapters"] / "torch" / "_checkpoints.py"
+    found = {target for _, target in imports(torch_checkpoints)}
     assert "frontier_adapters.checkpoints" in found
     assert area("frontier_core.testing._harness") == "core.testing"
 
