@@ -863,20 +863,58 @@ class Run:
         return True
 
     @_locked
-    def fail(self, lease: Lease) -> Effect:
+    def fail(self, lease: Lease, *, lost: bool = False) -> Effect:
         """``lease``'s attempt failed. Its sibling is started again at once
         under a new attempt (``effect.leases``: generate them), or the
         group fails whole (``effect.requeued``, ``dropped``) by the
-        ledger's policy. Fenced, it is ignored."""
+        ledger's policy. Fenced, it is ignored.
+
+        A failure starts the sibling afresh (what the journal held of it is
+        voided). With ``lost=True`` the attempt was lost, not failed: its
+        worker died (a fleet's worker process, a node) while its tokens
+        were fine, so the new attempt continues the tokens the journal holds
+        of it (``prefix``), as a resume after a crash of the whole run
+        would; it still costs the sibling an attempt. Only a token sample
+        is carried over; an episode, or a sibling of a group that fails
+        whole, starts afresh."""
         self._open_check()
+        key = (lease.ordinal, lease.sibling)
+        carried = self._journaled(lease) if lost and key not in self._episodes else None
         effect = self.collector.failed_samples([lease])
         self._settled(lease, effect)
         self._forget((*effect.requeued, *effect.dropped))
-        self._void(effect.restart, self._groups(effect))
+        if carried is None or key not in effect.restart:
+            carried = None
+            self._void(effect.restart, self._groups(effect))
+        else:
+            # Not voided: a crash from here on continues the lost attempt's
+            # record too, as this life's new attempt does.
+            self._void([x for x in effect.restart if x != key], self._groups(effect))
         leases: tuple[Lease, ...] = ()
         if effect.restart:
             leases = self.collector.restart(effect.restart)
+        if carried is not None:
+            for new in leases:
+                if (new.ordinal, new.sibling) == key:
+                    self._prefixes[key] = carried
+                    self._recorded[new] = len(carried)
+                    self._counters.prefixes_continued += 1
+                    self._counters.tokens_reused += len(carried)
         return attrs.evolve(effect, leases=leases)
+
+    def _journaled(self, lease: Lease) -> TokenPayload | None:
+        """The tokens the journal holds of running ``lease`` (its progress
+        records, or the prefix it continues), or ``None``."""
+        held = self._recorded.get(lease, 0)
+        if held == 0 or not self.collector.current(lease):
+            return None
+        latest = self._latest.get(lease)
+        if isinstance(latest, TokenPayload) and len(latest) >= held:
+            return TokenPayload.of(
+                latest.tokens()[:held], latest.logprobs()[:held], latest.versions()[:held]
+            )
+        prefix = self._prefixes.get((lease.ordinal, lease.sibling))
+        return prefix if prefix is not None and len(prefix) == held else None
 
     @_locked
     def landed(self, ordinals: Iterable[int]) -> None:
