@@ -54,7 +54,7 @@ import time
 import weakref
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
-from typing import Any, Concatenate, Final, ParamSpec, TypeVar
+from typing import Any, Concatenate, Final, Literal, ParamSpec, TypeVar
 
 import attrs
 
@@ -296,6 +296,13 @@ class Run:
         self._keep = keep
         self._logger = logger
         self._counters = _Counters()
+        #: A fresh start whose first state the caller stores (``open``'s
+        #: ``state=None``): ``take`` waits for its first ``published``.
+        self._unpublished = False
+        #: Opened with ``state=``: the caller stores the run's state where
+        #: it resumes from, so ``published`` does not look for it in
+        #: ``checkpoints``.
+        self._stores_state = False
         #: Checkpoints prepared and not published yet, by serial.
         self._awaiting = Awaiting()
         #: Recovered prefixes offered to this life's first lease of a
@@ -360,6 +367,8 @@ class Run:
         logger: Callable[[dict[str, float]], object] | None = None,
         remote: str | os.PathLike[str] | None = None,
         segment_seconds: float = SEGMENT_SECONDS,
+        state: Mapping[str, Any] | Literal["checkpoints"] | None = "checkpoints",
+        step: int | None = None,
     ) -> Run:
         """Start the run at ``root``, or resume it: always recovered, never
         a silent fresh start (see the module doc).
@@ -420,9 +429,30 @@ class Run:
         ``JournalError``s (another run's journal, one that holds records
         but ends before its checkpoint's mark, a corrupt frame; a journal
         lost whole is not refused: ``recovered.lost``) and
-        ``JournalWithoutCheckpointError`` (samples but no checkpoint)."""
+        ``JournalWithoutCheckpointError`` (samples but no checkpoint).
+
+        ``state`` is where the run's state comes from: ``"checkpoints"``
+        (the default) reads it from the checkpoints as above. A caller that
+        stores the run's state itself (``prepare``, then ``published`` once
+        its write is durable; a Ray actor's driver) gives it here instead:
+        ``state=part`` (a ``Prepared.part`` it stored, with ``step=`` its
+        ``Prepared.step``) resumes from that part, checked as a
+        checkpoint's part is (``CheckpointError``s), and ``state=None`` is
+        a fresh start that writes no checkpoint 0: ``take`` refuses
+        (``RuntimeError``) until the caller's first ``published``, so that a
+        journal with samples always has a stored state to resume from.
+        Either way the open claims the run's epoch as above (under
+        ``root/checkpoints`` or ``remote``), which fences an older life's
+        shipping; the caller's own store is the caller's to fence."""
         check_inputs(source, config)
         root = Path(root)
+        stored = state != "checkpoints"
+        if stored and state is not None and (type(step) is not int or step < 0):
+            raise ValueError(
+                f"state= needs step= (its Prepared.step, an int >= 0), got {step!r:.40}"
+            )
+        if step is not None and not (stored and state is not None):
+            raise ValueError("step= goes only with state=part (the step that part was prepared at)")
         if lineage is not None and (type(lineage) is not str or not lineage):
             raise ValueError(f"lineage must be a non-empty str, got {lineage!r:.60}")
         if type(keep) is not int or keep < 1:
@@ -448,14 +478,18 @@ class Run:
             )
 
         def resume_from() -> tuple[LoadedCheckpoint | None, Mapping[str, Any] | None, str | None]:
-            loaded = read_checkpoint(
-                checkpoints,
-                fingerprint=fingerprint,
-                require=(PART,),
-                previous=previous,
-                codec=codec,
-            )
-            saved = None if loaded is None else _read_part(loaded)
+            loaded = None
+            if stored:
+                saved = None if state is None else _read_part(state)
+            else:
+                loaded = read_checkpoint(
+                    checkpoints,
+                    fingerprint=fingerprint,
+                    require=(PART,),
+                    previous=previous,
+                    codec=codec,
+                )
+                saved = None if loaded is None else _read_part(loaded.json_parts[PART])
             if saved is None:
                 return loaded, saved, lineage
             if lineage is not None and lineage != saved[_KEY_LINEAGE]:
@@ -502,7 +536,7 @@ class Run:
             # read again.
             published = [p.name for p in published_checkpoints(checkpoints)]
             now = published[previous] if previous < len(published) else None
-            if now != (None if loaded is None else loaded.path.name):
+            if not stored and now != (None if loaded is None else loaded.path.name):
                 loaded, saved, resumed = resume_from()
             lineage = resumed
             lineage = DEFAULT_LINEAGE if lineage is None else lineage
@@ -528,7 +562,12 @@ class Run:
         try:
             position = None if saved is None else saved[_KEY_POSITION]
             written = None if saved is None else saved.get(_KEY_EPOCH)
-            step = 0 if loaded is None or saved is None else loaded.step
+            if saved is None:
+                step = 0
+            elif loaded is not None:
+                step = loaded.step
+            else:
+                assert step is not None  # checked above, with state=
             recovered, _ = recover(
                 collector,
                 journal,
@@ -560,7 +599,11 @@ class Run:
                 epoch_of=epoch_of,
             )
             run._hold = hold
-            if loaded is None:
+            run._stores_state = stored
+            if saved is None and stored:
+                # The caller stores the first state: nothing is dealt before.
+                run._unpublished = True
+            elif saved is None:
                 # A first checkpoint before anything is generated.
                 run.checkpoint(0)
         except BaseException:
@@ -590,6 +633,12 @@ class Run:
         buffer before the next ``checkpoint``. After a termination notice
         (``preempted``) it hands out nothing."""
         self._open_check()
+        if self._unpublished and self._counters.checkpoints == 0:
+            raise RuntimeError(
+                "take before the first checkpoint: store prepare(0)'s part durably and call "
+                "published first, so that a journal with samples always has a state to "
+                "resume from"
+            )
         if self._deadline is not None:
             return []  # preempted: dispatch nothing more
         taken = self.collector.take_samples(n)
@@ -820,20 +869,58 @@ class Run:
         return True
 
     @_locked
-    def fail(self, lease: Lease) -> Effect:
+    def fail(self, lease: Lease, *, lost: bool = False) -> Effect:
         """``lease``'s attempt failed. Its sibling is started again at once
         under a new attempt (``effect.leases``: generate them), or the
         group fails whole (``effect.requeued``, ``dropped``) by the
-        ledger's policy. Fenced, it is ignored."""
+        ledger's policy. Fenced, it is ignored.
+
+        A failure starts the sibling afresh (what the journal held of it is
+        voided). With ``lost=True`` the attempt was lost, not failed: its
+        worker died (a fleet's worker process, a node) while its tokens
+        were fine, so the new attempt continues the tokens the journal holds
+        of it (``prefix``), as a resume after a crash of the whole run
+        would; it still costs the sibling an attempt. Only a token sample
+        is carried over; an episode, or a sibling of a group that fails
+        whole, starts afresh."""
         self._open_check()
+        key = (lease.ordinal, lease.sibling)
+        carried = self._journaled(lease) if lost and key not in self._episodes else None
         effect = self.collector.failed_samples([lease])
         self._settled(lease, effect)
         self._forget((*effect.requeued, *effect.dropped))
-        self._void(effect.restart, self._groups(effect))
+        if carried is None or key not in effect.restart:
+            carried = None
+            self._void(effect.restart, self._groups(effect))
+        else:
+            # Not voided: a crash from here on continues the lost attempt's
+            # record too, as this life's new attempt does.
+            self._void([x for x in effect.restart if x != key], self._groups(effect))
         leases: tuple[Lease, ...] = ()
         if effect.restart:
             leases = self.collector.restart(effect.restart)
+        if carried is not None:
+            for new in leases:
+                if (new.ordinal, new.sibling) == key:
+                    self._prefixes[key] = carried
+                    self._recorded[new] = len(carried)
+                    self._counters.prefixes_continued += 1
+                    self._counters.tokens_reused += len(carried)
         return attrs.evolve(effect, leases=leases)
+
+    def _journaled(self, lease: Lease) -> TokenPayload | None:
+        """The tokens the journal holds of running ``lease`` (its progress
+        records, or the prefix it continues), or ``None``."""
+        held = self._recorded.get(lease, 0)
+        if held == 0 or not self.collector.current(lease):
+            return None
+        latest = self._latest.get(lease)
+        if isinstance(latest, TokenPayload) and len(latest) >= held:
+            return TokenPayload.of(
+                latest.tokens()[:held], latest.logprobs()[:held], latest.versions()[:held]
+            )
+        prefix = self._prefixes.get((lease.ordinal, lease.sibling))
+        return prefix if prefix is not None and len(prefix) == held else None
 
     @_locked
     def landed(self, ordinals: Iterable[int]) -> None:
@@ -1013,9 +1100,11 @@ class Run:
         part stored anywhere else is not what the next ``open`` resumes
         from, and once the journal is compacted to it, that life would
         generate and train again what the part covers. The check reads the
-        lineage (``LATEST``: one small read), not the part."""
+        lineage (``LATEST``: one small read), not the part; a run opened
+        with ``state=`` is not checked (its caller stores the part where
+        its next ``open(state=)`` reads it)."""
         self._open_check()
-        if isinstance(prepared, Prepared):
+        if isinstance(prepared, Prepared) and not self._stores_state:
             name = checkpoint_name(prepared.step)
             listed = [p.name for p in published_checkpoints(self.checkpoints)]
             if not any(n == name or n.startswith(name + "-") for n in listed):
@@ -1396,9 +1485,9 @@ def _under(remote: str | os.PathLike[str], name: str) -> str | Path:
     return remote.rstrip("/") + "/" + name
 
 
-def _read_part(loaded: LoadedCheckpoint) -> Mapping[str, Any]:
-    """The run's own part of a checkpoint, checked by shape."""
-    part = loaded.json_parts[PART]
+def _read_part(part: object) -> Mapping[str, Any]:
+    """The run's own part of a checkpoint (or a stored ``Prepared.part``),
+    checked by shape."""
     old = isinstance(part, Mapping) and part.get(KEY_VERSION) == 1
     state = check_state(
         part,

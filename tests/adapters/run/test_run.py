@@ -17,6 +17,7 @@ from frontier_adapters import JournalWithoutCheckpointError, Run, SequenceSource
 from frontier_adapters.checkpoints import read_checkpoint, write_checkpoint
 
 from frontier_core import (
+    CheckpointCorruptError,
     CheckpointError,
     CheckpointMismatchError,
     FingerprintMismatchError,
@@ -528,6 +529,8 @@ def test_a_file_url_remote_is_the_directory_it_names(tmp_path: Path) -> None:
     shutil.rmtree(tmp_path / "a")
     with Run.open(tmp_path / "b", source(2), config(2), remote=str(shared)) as run:
         assert run.step == 1 and [g.ordinal for g in run.take(2)] == [1]
+
+
 def test_a_failure_that_stops_the_commit_thread_is_raised_by_the_next_call(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -613,3 +616,43 @@ def test_a_symlinked_checkpoints_directory_is_never_followed(tmp_path: Path, rem
     with pytest.raises(CheckpointError, match="symlink"):
         Run.open(root, source(2), config(2), remote=str(place) if remote else None)
     assert (other / "checkpoints" / "LATEST").read_bytes() == latest
+
+
+def test_a_run_resumes_from_a_state_its_caller_stored(tmp_path: Path) -> None:
+    """``state=None``: no checkpoint 0, ``take`` waits for the caller's
+    first ``published``; ``state=part, step=``: resumes from that part, the
+    checkpoints directory never read."""
+    run = Run.open(tmp_path, source(2), config(2), state=None)
+    assert read_checkpoint(tmp_path / "checkpoints", fingerprint=FP) is None
+    with pytest.raises(RuntimeError, match="first checkpoint"):
+        run.take(1)
+    first = run.prepare(0)
+    run.published(first)
+    (t,) = run.take(1)
+    for lease in t.leases:
+        run.seal(lease, payload(full(lease.ordinal, lease.sibling)))
+    stored = run.prepare(1)  # group 0 buffered: the caller stores this part
+    run.published(stored)
+    part = json.loads(json.dumps(stored.part))
+    run.close()
+    assert read_checkpoint(tmp_path / "checkpoints", fingerprint=FP) is None
+    with Run.open(tmp_path, source(2), config(2), state=part, step=1) as run:
+        assert run.step == 1 and run.resumed is None
+        taken = run.take(2)  # group 0 comes back whole from the journal
+        assert [(t.ordinal, t.complete) for t in taken] == [(0, True), (1, False)]
+
+
+def test_a_stored_state_is_checked_as_a_checkpoints_part(tmp_path: Path) -> None:
+    with Run.open(tmp_path, source(2), config(2), state=None) as run:
+        prepared = run.prepare(0)
+        run.published(prepared)
+        part = dict(prepared.part)
+    with pytest.raises(ValueError, match="step="):
+        Run.open(tmp_path, source(2), config(2), state=part)
+    for alone in ("checkpoints", None):
+        with pytest.raises(ValueError, match="step="):
+            Run.open(tmp_path, source(2), config(2), state=alone, step=0)
+    with pytest.raises(CheckpointCorruptError):
+        Run.open(tmp_path, source(2), config(2), state={**part, "lineage": 7}, step=0)
+    with pytest.raises(CheckpointCorruptError, match="lineage"):
+        Run.open(tmp_path, source(2), config(2), state=part, step=0, lineage="other")

@@ -153,3 +153,52 @@ def test_a_sibling_failed_again_and_again_is_continued_only_from_its_last_attemp
             episode = run.episode(mine)
             assert episode is not None and episode.attempt == lease.attempt
             assert [x.tokens for x in episode.turns] == [tokens(lease, 1)] * 2
+
+
+@pytest.mark.parametrize("crash", [False, True])
+def test_a_lost_attempt_is_continued_and_a_failed_one_is_not(tmp_path: Path, crash: bool) -> None:
+    """``fail(lease, lost=True)``: the worker died, its tokens were fine; the
+    new attempt continues what the journal holds of it, in this life and
+    after a crash (the lost attempt's record is not voided)."""
+    run = Run.open(tmp_path, source(), config(), progress_every=1)
+    (t,) = run.take(1)
+    first, second = t.leases
+    work(run, first, "prefix")
+    work(run, second, "prefix")
+    (failed,) = run.fail(first).leases
+    (lost,) = run.fail(second, lost=True).leases
+    assert run.prefix(failed) is None
+    assert run.prefix(lost) == tokens(second)
+    assert run.metrics()["prefixes_continued"] == 1
+    if crash:
+        run.close()
+        run = Run.open(tmp_path, source(), config(), progress_every=1)
+        (again,) = run.take(1)
+        failed, lost = again.leases
+        assert run.prefix(failed) is None
+        assert run.prefix(lost) == tokens(second)
+    # The continued attempt's own progress is journaled after the prefix.
+    longer = tokens(second).followed_by(tokens(lost, 2))
+    assert run.progress(lost, longer)
+    run.close()
+    with Run.open(tmp_path, source(), config(), progress_every=1) as run:
+        (again,) = run.take(1)
+        assert run.prefix(again.leases[1]) == longer
+
+
+def test_a_lost_episode_or_group_starts_afresh(tmp_path: Path) -> None:
+    with Run.open(tmp_path / "episode", source(), config(), progress_every=1) as run:
+        (t,) = run.take(1)
+        first, _ = t.leases
+        work(run, first, "episode")
+        (again,) = run.fail(first, lost=True).leases
+        assert run.prefix(again) is None and run.episode(again) is None
+    group = config(Granularity.GROUP)
+    with Run.open(tmp_path / "group", source(), group, progress_every=1) as run:
+        (t,) = run.take(1)
+        first = t.leases[0]
+        work(run, first, "prefix")
+        assert run.fail(first, lost=True).requeued == (t.ordinal,)
+        (again,) = run.take(1)
+        assert again.ordinal == t.ordinal
+        assert [run.prefix(x) for x in again.leases] == [None, None]
