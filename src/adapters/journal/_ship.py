@@ -306,7 +306,7 @@ class Shipper:
                 lambda: JournalShipError(
                     f"the journal is shipped to {self.store.where} up to record "
                     f"{self._shipped}, and {len(self._queue)} objects could not be "
-                    f"uploaded within {timeout:g} s (last error: {self.error!r:.300})"
+                    f"uploaded within {timeout:g} s ({self._last_error()})"
                 ),
             )
             return self._shipped
@@ -328,6 +328,12 @@ class Shipper:
                 self._thread.join(max(deadline - time.monotonic(), 0.001))
 
     # -- internals ----------------------------------------------------------------
+
+    def _last_error(self) -> str:
+        """What a ship error says of the store's last failure."""
+        if self.error is None:
+            return "no upload failed: each is still waiting for the store to answer"
+        return f"last error: {self.error!r:.300}"
 
     def _check_failed(self) -> None:
         """Raise the failure no retry mends (the lock is held): a fenced
@@ -354,7 +360,7 @@ class Shipper:
                 f"the journal is shipped to {self.store.where} up to record "
                 f"{self._shipped}, {self._queued_bytes} bytes are waiting for the store "
                 f"(the bound is max_queued_bytes={self.max_queued_bytes}), and no room was "
-                f"made within {self.backlog_timeout:g} s (last error: {self.error!r:.300})"
+                f"made within {self.backlog_timeout:g} s ({self._last_error()})"
             ),
         )
 
@@ -614,6 +620,20 @@ def restore_local(
         return Restored("local", local_last, shipped.last), (raw, local)
     where = Path(f"{shipper.store.where}/{shipper.prefix}")
     remote = _decode_file(shipped.data, where, fingerprint, lineage, DEFAULT_MAX_FRAME)
+    if remote.torn is not None or remote.last_seq != shipped.last:
+        # Objects are whole (``create`` is atomic): a short, torn or foreign
+        # last object is damage to acknowledged records, never a torn tail.
+        # Taken for one, it would drop the dead life's last reservation and
+        # deal its attempts again, accepting its late answers.
+        raise JournalCorruptError(
+            remote.end,
+            f"{where}: the shipped objects are named for records up to {shipped.last} but "
+            f"hold {remote.last_seq} whole"
+            + (f" and {remote.torn.length} bytes that are no record" if remote.torn else "")
+            + ": an object was damaged in the store. To resume from the checkpoint alone, "
+            "remove every object under this prefix and the node's journal file: the run "
+            "then counts its journal as lost with its node and fences every lost life",
+        )
     if local is not None and raw is not None:
         if local.header.journal_id != remote.header.journal_id:
             raise JournalMismatchError(

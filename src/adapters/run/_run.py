@@ -115,7 +115,7 @@ from ..journal import (
     RolloutJournal,
     Shipper,
 )
-from ..store import StoreLocationError, local_path, open_store
+from ..store import StoreLocationError, is_url, local_path, open_store
 
 #: The checkpoint part the run keeps its own state in (``frontier.json``).
 PART: Final = "frontier"
@@ -445,6 +445,15 @@ class Run:
         ``root/checkpoints`` or ``remote``), which fences an older life's
         shipping; the caller's own store is the caller's to fence."""
         check_inputs(source, config)
+        if is_url(root) or (isinstance(root, str) and root == ""):
+            # A URL as a path is a directory named "s3:" in the working
+            # directory: the run would live on the node, not in the bucket.
+            raise StoreLocationError(
+                str(root)[:200],
+                None,
+                "root is the node's own directory, a path (a bucket or a shared "
+                "filesystem goes in remote=)",
+            )
         root = Path(root)
         stored = state != "checkpoints"
         if stored and state is not None and (type(step) is not int or step < 0):
@@ -1154,8 +1163,7 @@ class Run:
         (a spot instance's reclaim notice, a scheduler's grace period).
         From now on ``take`` hands out nothing; call ``drain`` from your
         loop. A later notice can only bring the deadline closer."""
-        if not isinstance(seconds, (int, float)) or not seconds >= 0:
-            raise ValueError(f"seconds must be a number >= 0, got {seconds!r:.40}")
+        _check_seconds(seconds)
         deadline = time.monotonic() + float(seconds)
         if self._deadline is None or deadline < self._deadline:
             self._deadline = deadline
@@ -1166,10 +1174,14 @@ class Run:
         interrupted half-way; your loop sees ``preempted`` and calls
         ``drain``. The previous handlers come back at ``close``. From the
         main thread only (Python's rule for signal handlers)."""
-        if not isinstance(seconds, (int, float)) or not seconds >= 0:
-            raise ValueError(f"seconds must be a number >= 0, got {seconds!r:.40}")
+        _check_seconds(seconds)
         for sig in signals or (signal.SIGTERM,):
-            previous = signal.signal(sig, lambda _s, _f: self.notice(seconds))
+            try:
+                previous = signal.signal(sig, lambda _s, _f: self.notice(seconds))
+            except (OSError, ValueError, TypeError) as exc:
+                # SIGKILL and SIGSTOP cannot be caught; a number that is
+                # no signal names none.
+                raise ValueError(f"watch: cannot take {sig!r:.40} as a notice: {exc}") from None
             self._handlers.setdefault(sig, previous)
 
     @property
@@ -1359,6 +1371,15 @@ def _commits(ref: weakref.ref[Run]) -> None:
             wake.wait(1.0)  # bounded: a close or a collection is seen within a second
         else:
             time.sleep(max(due, 0.0005))
+
+
+def _check_seconds(seconds: object) -> None:
+    """A notice's length: a number of seconds >= 0 (not a bool, not a
+    string)."""
+    if type(seconds) is bool or not isinstance(seconds, (int, float)):
+        raise TypeError(f"seconds must be a number, got {type(seconds).__name__:.40}")
+    if not seconds >= 0:
+        raise ValueError(f"seconds must be >= 0, got {seconds!r:.40}")
 
 
 def _check_result(lease: object, sample: object, call: str) -> None:

@@ -32,16 +32,28 @@ def is_url(location: object) -> bool:
 def local_path(location: str | os.PathLike[str]) -> Path | None:
     """The directory a path or a ``file://`` URL names, ``None`` for
     another URL. Raises ``StoreLocationError`` (a ``ValueError``) for an
-    empty location and a ``file://`` URL with a host or without a path:
-    neither may fall back to the working directory."""
+    empty location and a ``file://`` URL with a host or without a path
+    (neither may fall back to the working directory), a NUL byte, and a URL
+    with a query or a fragment."""
     if not is_url(location):
         if not isinstance(location, (str, os.PathLike)):
             raise TypeError(f"a store location is a path or a URL, got {type(location).__name__}")
-        if os.fspath(location) == "":
+        text = os.fspath(location)
+        if text == "":
             raise StoreLocationError("''", None, "an empty location names no store")
+        if "\0" in str(text):
+            raise StoreLocationError(repr(text)[:200], None, "a NUL byte names no path")
         return Path(location)
     assert isinstance(location, str)
     parts = urlsplit(location)
+    if "\0" in location:
+        raise StoreLocationError(repr(location)[:200], None, "a NUL byte names no store")
+    if parts.query or parts.fragment or location.rstrip("/").endswith(("?", "#")):
+        # Nothing reads them, and the prefix they cut off would put the
+        # checkpoints and the journal where other runs' go.
+        raise StoreLocationError(
+            location[:200], None, "a store URL takes no query ('?') or fragment ('#')"
+        )
     if parts.scheme.lower() != "file":
         return None
     if parts.netloc not in ("", "localhost"):

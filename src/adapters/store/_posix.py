@@ -5,19 +5,21 @@ from __future__ import annotations
 import builtins
 import errno
 import fcntl
+import functools
 import os
 import secrets
 import shutil
 import stat
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Final
+from typing import Any, Final, TypeVar
 
 from ._api import DEFAULT_LIST_LIMIT, Versioned, check_key, check_limit
 from ._errors import (
     StoreConflictError,
+    StoreError,
     StoreLimitError,
     StoreObjectError,
     StoreUnavailableError,
@@ -46,6 +48,28 @@ def _version(st: os.stat_result) -> str:
     # A write replaces the file by a new one (a new inode); mtime and size
     # tell apart an inode number reused after a delete.
     return f"{st.st_ino:x}-{st.st_mtime_ns:x}-{st.st_size:x}"
+
+
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+
+def _typed(method: _F) -> _F:
+    """Every failure of a store call is a ``StoreError``: an ``OSError`` the
+    directory raises on its own (a read-only or full filesystem, an I/O
+    error) becomes a ``StoreUnavailableError`` naming the store and the
+    key, as a refused request of an object store does."""
+
+    @functools.wraps(method)
+    def typed(self: PosixStore, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return method(self, *args, **kwargs)
+        except StoreError:
+            raise
+        except OSError as exc:
+            key = args[0] if args and isinstance(args[0], str) else None
+            raise self._unavailable(key, exc) from exc
+
+    return typed  # type: ignore[return-value]
 
 
 class PosixStore:
@@ -213,6 +237,7 @@ class PosixStore:
         got = self.get_versioned(key, max_bytes=max_bytes)
         return None if got is None else got.data
 
+    @_typed
     def get_versioned(self, key: str, *, max_bytes: int) -> Versioned | None:
         check_key(self.where, key)
         check_limit(max_bytes, "max_bytes")
@@ -249,6 +274,7 @@ class PosixStore:
             finally:
                 os.close(f)
 
+    @_typed
     def head(self, key: str) -> str | None:
         check_key(self.where, key)
         with self._parent(key, create=False) as at:
@@ -257,6 +283,7 @@ class PosixStore:
             st = self._stat(key, *at)
             return None if st is None else _version(st)
 
+    @_typed
     def create(self, key: str, data: bytes) -> str:
         check_key(self.where, key)
         data = bytes(data)
@@ -294,6 +321,7 @@ class PosixStore:
         self._stat(key, fd, name)
         raise StoreConflictError(self.where, key, "exists already (create-if-absent lost)")
 
+    @_typed
     def swap(self, key: str, data: bytes, *, expected: str | None) -> str:
         check_key(self.where, key)
         if expected is None:
@@ -328,6 +356,7 @@ class PosixStore:
             os.fsync(fd)
             return version
 
+    @_typed
     def list(self, prefix: str = "", *, limit: int = DEFAULT_LIST_LIMIT) -> list[str]:
         check_key(self.where, prefix, prefix=True)
         check_limit(limit, "limit")
@@ -365,6 +394,7 @@ class PosixStore:
                 if len(keys) > limit:
                     raise StoreLimitError(self.where, base or None, f"more than {limit} keys")
 
+    @_typed
     def sweep(self, prefix: str = "") -> int:
         """Remove the temporary files that writes killed midway left under
         ``prefix`` (``.tmp-*``: a SIGKILL between a write's temporary file
@@ -433,6 +463,7 @@ class PosixStore:
                     os.close(fd)
         return removed
 
+    @_typed
     def delete(self, key: str) -> None:
         check_key(self.where, key)
         with self._locked(), self._parent(key, create=False) as at:
@@ -451,6 +482,7 @@ class PosixStore:
                 raise self._unavailable(key, exc) from None
             os.fsync(fd)
 
+    @_typed
     def delete_prefix(self, prefix: str, *, limit: int = DEFAULT_LIST_LIMIT) -> None:
         """Remove the directory ``prefix`` names, whole (the temporary files
         of killed writes in it included), without following a symlink in

@@ -183,8 +183,9 @@ def test_a_stranger_under_the_prefix_is_refused(tmp_path: Path) -> None:
 @pytest.mark.parametrize("where", ["middle", "end"])
 def test_another_runs_segment_is_never_replayed(tmp_path: Path, where: str) -> None:
     """A segment of another run under the same name (the same sequence
-    numbers): in the middle an error, at the end a torn tail, as in a file;
-    either way none of its records is replayed."""
+    numbers): an error wherever it is; none of its records is replayed. (At
+    the end it is not a torn tail, as it would be in a file: an object is
+    whole, and its name says which records it holds.)"""
     local, remote = shipped_journal(tmp_path)
     _, theirs_remote = shipped_journal(tmp_path / "theirs")
     store, theirs = PosixStore(remote), PosixStore(theirs_remote)
@@ -196,14 +197,33 @@ def test_another_runs_segment_is_never_replayed(tmp_path: Path, where: str) -> N
     store.create(segment, data)
     shutil.rmtree(local)
     local.mkdir()
-    if where == "middle":
-        with pytest.raises(JournalCorruptError):
-            journal(local, remote)
-        return
-    j = journal(local, remote)
-    assert j.writer.torn is not None and j.writer.torn.length == len(data)
-    assert j.writer.read().last_seq == int(segment.rsplit("-", 2)[-2]) - 1
-    j.close()
+    with pytest.raises(JournalCorruptError):
+        journal(local, remote)
+    assert not (local / "journal").exists()  # nothing was written in its place
+
+
+@pytest.mark.parametrize("damage", ["empty", "truncated", "zeros", "junk_next"])
+def test_a_damaged_last_object_is_an_error_not_a_torn_tail(tmp_path: Path, damage: str) -> None:
+    """The last segment holds the last reservation a life waited for: taken
+    for a torn tail, a new node would deal that life's attempts again and
+    accept its late answers (found by a new-user audit)."""
+    local, remote = shipped_journal(tmp_path)
+    store = PosixStore(remote)
+    last = sorted(k for k in store.list("journal") if "/seg-" in k)[-1]
+    data = store.get(last, max_bytes=1 << 20)
+    assert data is not None
+    if damage == "junk_next":
+        end = int(last.rsplit("-", 1)[-1])  # a shipper without epochs: no suffix
+        store.create(f"journal/seg-{end + 1:020d}-{end + 1:020d}", b"junk")
+    else:
+        store.delete(last)
+        cut = {"empty": b"", "truncated": data[: len(data) // 2], "zeros": bytes(len(data))}
+        store.create(last, cut[damage])
+    shutil.rmtree(local)
+    local.mkdir()
+    with pytest.raises(JournalCorruptError, match="damaged in the store"):
+        journal(local, remote)
+    assert not (local / "journal").exists()
 
 
 class SlowBases(PosixStore):

@@ -412,6 +412,20 @@ def test_a_drain_the_store_never_answers_ends_in_time_and_keeps_the_samples(
             assert list(prefix.tokens()) == full(lease.ordinal, lease.sibling)[:5]
 
 
+def test_a_notice_of_no_length_or_an_uncatchable_signal_is_refused(tmp_path: Path) -> None:
+    import signal
+
+    with Run.open(tmp_path, source(2), config(2)) as run:
+        for bad, error in ((True, TypeError), ("10", TypeError), (-1, ValueError)):
+            with pytest.raises(error, match="seconds"):
+                run.notice(bad)  # type: ignore[arg-type]
+            with pytest.raises(error, match="seconds"):
+                run.watch(signal.SIGUSR2, seconds=bad)  # type: ignore[arg-type]
+        with pytest.raises(ValueError, match="cannot take"):
+            run.watch(signal.SIGKILL)
+        assert not run.preempted
+
+
 def test_a_watched_signal_is_a_notice_and_close_restores_the_handler(tmp_path: Path) -> None:
     import os
     import signal
@@ -513,6 +527,21 @@ def test_a_remote_that_is_no_place_apart_is_refused_at_once(
         with pytest.raises(StoreLocationError):
             Run.open(root, source(2), config(2), remote=remote)
     assert sorted(p.name for p in tmp_path.iterdir()) == []  # nothing written anywhere
+
+
+def test_a_url_or_an_empty_root_is_refused_before_anything_is_written(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``root`` is the node's directory: a bucket's URL there made a local
+    directory named ``s3:`` (the run's state on the node, not in the
+    bucket), and ``""`` the working directory (found by a new-user audit)."""
+    from frontier_adapters.store import StoreLocationError
+
+    monkeypatch.chdir(tmp_path)
+    for root in ("s3://bucket/runs/7", "file:///tmp/x", ""):
+        with pytest.raises(StoreLocationError, match="root is the node's own directory"):
+            Run.open(root, source(2), config(2))
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_a_file_url_remote_is_the_directory_it_names(tmp_path: Path) -> None:

@@ -233,10 +233,46 @@ def test_open_store_picks_the_store(tmp_path: Path, monkeypatch: pytest.MonkeyPa
         "s3://bucket/a//b",
         "s3://bucket/./a",
         "gs://",
+        # A query or a fragment: nothing reads it, and the prefix it cut off
+        # put two runs' files in one place (found by a new-user audit).
+        "s3://bucket/p?v=1",
+        "s3://bucket/p#frag",
+        "s3://bucket/p?",
+        "file:///tmp/x?y",
+        "/tmp/a\0b",
+        "s3://bucket/a\0b",
     ):
         with pytest.raises(StoreLocationError) as info:
             open_store(bad)
         assert isinstance(info.value, ValueError), bad
+
+
+@pytest.mark.parametrize("fault", [28, 30, 5])  # ENOSPC, EROFS, EIO
+def test_a_directory_that_refuses_a_write_is_a_store_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fault: int
+) -> None:
+    """A full or read-only filesystem under a ``PosixStore`` raised a bare
+    ``OSError`` (found by a new-user audit against real tmpfs mounts); the
+    fault is injected where the store writes (this machine's tests run as
+    root, which a read-only mode bit does not stop)."""
+    from frontier_adapters.store import StoreUnavailableError, _posix
+
+    store = PosixStore(tmp_path / "store")
+    version = store.create("a/old", b"1")
+
+    def refuse(fd: int, data: bytes) -> None:
+        raise OSError(fault, os.strerror(fault))
+
+    monkeypatch.setattr(_posix, "write_synced", refuse)
+    for call in (
+        lambda: store.create("a/new", b"2"),
+        lambda: store.swap("a/old", b"2", expected=version),
+    ):
+        with pytest.raises(StoreUnavailableError, match=os.strerror(fault)) as info:
+            call()
+        assert info.value.key in ("a/new", "a/old")
+    monkeypatch.undo()
+    assert store.list("a") == ["a/old"] and store.get("a/old", max_bytes=8) == b"1"
 
 
 def test_a_location_that_names_no_store_touches_nothing(
