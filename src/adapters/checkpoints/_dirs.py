@@ -15,6 +15,7 @@ import attrs
 
 from .._errors import CheckpointFencedError, CheckpointFileError
 from ..store import PosixStore, local_path
+from ..store._errors import at_path, typed_io
 from . import _fs
 from ._lineage import (
     LineageFile,
@@ -140,6 +141,7 @@ PUBLISHED: Final = LineageFile(
 # -- reading -------------------------------------------------------------------------
 
 
+@typed_io(at_path)
 def published_checkpoints(root: str | os.PathLike[str]) -> list[Path]:
     """The published lineage under ``root``, newest first: the latest
     checkpoint, then its parent, that one's parent, ... (as many as ``keep``
@@ -155,6 +157,7 @@ def published_checkpoints(root: str | os.PathLike[str]) -> list[Path]:
     return lineage_dirs(local, PUBLISHED)
 
 
+@typed_io(at_path)
 def latest_checkpoint(root: str | os.PathLike[str]) -> Path | None:
     """The directory of the latest published checkpoint, or ``None`` when
     the root holds no checkpoint at all; see ``published_checkpoints``."""
@@ -162,6 +165,7 @@ def latest_checkpoint(root: str | os.PathLike[str]) -> Path | None:
     return lineage[0] if lineage else None
 
 
+@typed_io(at_path)
 def read_checkpoint(
     root: str | os.PathLike[str],
     *,
@@ -208,6 +212,7 @@ def read_checkpoint(
     return read_previous(local, PUBLISHED, previous, read)
 
 
+@typed_io(at_path)
 def read_checkpoint_dir(
     path: str | os.PathLike[str],
     *,
@@ -357,6 +362,7 @@ def manifest_bytes(step: int, fingerprint: str, parts: list[dict[str, Any]]) -> 
     return json.dumps(manifest, sort_keys=True, indent=1).encode(), manifest["sha256"]
 
 
+@typed_io(at_path)
 def write_checkpoint(
     root: str | os.PathLike[str],
     step: int,

@@ -29,6 +29,7 @@ from typing import Final
 
 from .._errors import MAX_EPOCH, CheckpointConflictError, CheckpointFileError
 from ..store import PosixStore, Store, StoreConflictError, local_path, open_store
+from ..store._errors import at_path, typed_io
 from ._dirs import LATEST, PUBLISHED
 from ._lineage import LineageFile, lineage_bytes, read_versioned, refuse_unlisted
 from ._objects import MAX_OBJECTS, PUBLISHED_OBJECTS, dirs_of
@@ -48,6 +49,7 @@ def _root(root: str | os.PathLike[str]) -> tuple[Store, LineageFile[object], str
     return store, PUBLISHED_OBJECTS, f"{store.where}/{LATEST}"  # type: ignore[return-value]
 
 
+@typed_io(at_path)
 def claim_epoch(root: str | os.PathLike[str]) -> int:
     """Claim the next epoch of the checkpoint root ``root`` (a directory or
     a URL) for this life and return it: ``LATEST`` is rewritten with the
@@ -92,6 +94,7 @@ def claim_epoch(root: str | os.PathLike[str]) -> int:
     )
 
 
+@typed_io(at_path)
 def epoch_reader(root: str | os.PathLike[str]) -> Callable[[], int]:
     """A function that reads the epoch ``LATEST`` of the checkpoint root
     ``root`` names now (0 when it is absent or older than epochs), through

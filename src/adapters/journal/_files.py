@@ -86,7 +86,7 @@ import time
 import weakref
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Any, Final
 
 import attrs
 
@@ -108,6 +108,7 @@ from frontier_core.journal._format import append_frame, append_frames
 from frontier_core.journal._records import JOURNAL_ID_SIZE
 
 from .._errors import CheckpointFencedError
+from ..store._errors import typed_io
 
 if TYPE_CHECKING:
     from ._ship import Shipper
@@ -442,6 +443,18 @@ class _Syncer:
             self._idle.release()
 
 
+def _journal_place(writer: JournalWriter | JournalHold, *args: Any) -> tuple[str, str | None]:
+    return str(writer.path)[:300], None
+
+
+#: A filesystem's own failure under the journal (an I/O error, a full disk,
+#: a read-only remount) is a ``StoreUnavailableError`` naming the file, as
+#: it is for the checkpoints and the store: one typed error for "the
+#: directory failed", whose fate the writer's own rules then decide (a
+#: failed write or fsync leaves the writer unusable: reopen).
+_typed = typed_io(_journal_place)
+
+
 class JournalHold:
     """A hold on one journal from before its writer is opened until after
     it is closed: an exclusive ``flock`` on ``<journal>.lock`` beside it
@@ -453,6 +466,7 @@ class JournalHold:
     takes it. ``JournalFileError`` when either is held, or a lock the
     filesystem refuses. ``close()`` lets the hold go (idempotent)."""
 
+    @_typed
     def __init__(self, path: Path) -> None:
         self.path = path
         lock = path.with_name(path.name + ".lock")
@@ -513,6 +527,7 @@ class JournalWriter:
     hands the fsync to the commit thread.
     """
 
+    @_typed
     def __init__(
         self,
         path: str | os.PathLike[str],
@@ -645,6 +660,7 @@ class JournalWriter:
 
     # -- appending --------------------------------------------------------------
 
+    @_typed
     def append(self, record: Record) -> int:
         """Queue ``record`` for the next group and return its sequence number;
         commits the group if the policy says it is due. Raises
@@ -664,6 +680,7 @@ class JournalWriter:
             self._commit()
         return seq
 
+    @_typed
     def extend(self, records: Iterable[Record]) -> int:
         """Queue ``records`` (all or none) and return the last one's sequence
         number; commits if due."""
@@ -682,6 +699,7 @@ class JournalWriter:
             self._commit()
         return self._next - 1
 
+    @_typed
     def poll(self) -> float | None:
         """Commit the open group if it is due; return the seconds until it is
         (``None``: nothing is waiting for a commit). A committed group needs
@@ -691,6 +709,7 @@ class JournalWriter:
             self._commit()
         return self._due()
 
+    @_typed
     def sync(self) -> int:
         """Commit whatever is pending, now, and wait until it is durable;
         return ``durable``. Call it before a checkpoint records the journal
@@ -716,6 +735,7 @@ class JournalWriter:
             return None
         return attrs.evolve(self.recovered, torn=None) if self.recovered.torn else self.recovered
 
+    @_typed
     def read(self) -> Decoded:
         """Commit, then decode the journal as it now is on disk (for
         ``compact``)."""
@@ -725,6 +745,7 @@ class JournalWriter:
             data, self.path, self._header.fingerprint, self._header.lineage, self._max_frame
         )
 
+    @_typed
     def compact_to(
         self,
         new_path: str | os.PathLike[str],
@@ -816,6 +837,7 @@ class JournalWriter:
 
     # -- lifecycle ----------------------------------------------------------------
 
+    @_typed
     def close(self) -> None:
         """Commit what is pending (if the writer is usable), wait until it is
         durable, and close. Raises the commit thread's failure if no call

@@ -116,6 +116,7 @@ from ..journal import (
     Shipper,
 )
 from ..store import StoreLocationError, is_url, local_path, open_store
+from ..store._errors import unavailable
 
 #: The checkpoint part the run keeps its own state in (``frontier.json``).
 PART: Final = "frontier"
@@ -475,7 +476,7 @@ class Run:
             )
         store = None if remote is None else open_store(remote)
         _apart(root, remote)
-        root.mkdir(parents=True, exist_ok=True)
+        _make_root(root)
         checkpoints = root / "checkpoints" if remote is None else _under(remote, "checkpoints")
         if isinstance(checkpoints, Path) and checkpoints.is_symlink():
             # The run's own names are never followed (its journal's never
@@ -1389,6 +1390,19 @@ def _check_result(lease: object, sample: object, call: str) -> None:
     if not isinstance(lease, Lease):
         raise TypeError(f"{call}: lease must be a frontier_core.Lease, got {shown(lease)}")
     check_payload(sample, f"{call}: the sample")
+
+
+def _make_root(root: Path) -> None:
+    """Create the run's root (and its parents): a file in the way or a
+    filesystem that refuses is the store's typed error, nothing written."""
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+    except (FileExistsError, NotADirectoryError):
+        raise StoreLocationError(
+            str(root)[:300], None, "not a directory: a run's root must be one (or absent)"
+        ) from None
+    except OSError as exc:
+        raise unavailable(str(root)[:300], None, exc) from exc
 
 
 def _apart(root: Path, remote: str | os.PathLike[str] | None) -> None:

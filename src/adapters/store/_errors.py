@@ -3,7 +3,14 @@ the builtin whose meaning it shares."""
 
 from __future__ import annotations
 
+import functools
+import os
+from collections.abc import Callable
+from typing import Any, TypeVar
+
 from frontier_core import FrontierError
+
+_F = TypeVar("_F", bound=Callable[..., Any])
 
 
 class StoreError(FrontierError, OSError):
@@ -62,3 +69,43 @@ class StoreUnavailableError(StoreError):
     bounded retries), or refused the request for another reason (a
     permission, a missing bucket). Whether a write that failed this way
     took effect is unknown: read the key back."""
+
+
+def unavailable(where: str, key: str | None, exc: OSError) -> StoreUnavailableError:
+    """What a filesystem's own ``OSError`` (read-only, full, an I/O error, a
+    permission, a file where a directory belongs) is to a caller: the
+    store refused the request."""
+    error = StoreUnavailableError(where, key, f"{exc.strerror or exc}")
+    # What the system said stays readable as an OSError's (ENOSPC, EROFS).
+    error.errno, error.strerror = exc.errno, exc.strerror
+    return error
+
+
+def typed_io(place: Callable[..., tuple[str, str | None]]) -> Callable[[_F], _F]:
+    """A decorator: every ``OSError`` of the decorated call that is not
+    already one of the project's errors is raised as a
+    ``StoreUnavailableError`` naming ``place(*args)`` (the store or
+    directory, and the key): a caller of anything that reads or writes a
+    directory catches the project's errors only, and an ``except OSError``
+    still catches it."""
+
+    def decorate(func: _F) -> _F:
+        @functools.wraps(func)
+        def typed(*args: Any, **kwargs: Any) -> Any:
+            try:
+                return func(*args, **kwargs)
+            except FrontierError:
+                raise
+            except OSError as exc:
+                raise unavailable(*place(*args), exc) from exc
+
+        return typed  # type: ignore[return-value]
+
+    return decorate
+
+
+def at_path(*args: Any) -> tuple[str, str | None]:
+    """``typed_io``'s place for a function whose first argument is the path
+    or the URL it works under."""
+    where = args[0] if args and isinstance(args[0], str | os.PathLike) else "?"
+    return str(os.fspath(where))[:300], None

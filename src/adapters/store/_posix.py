@@ -5,24 +5,24 @@ from __future__ import annotations
 import builtins
 import errno
 import fcntl
-import functools
 import os
 import secrets
 import shutil
 import stat
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Final, TypeVar
+from typing import Any, Final
 
 from ._api import DEFAULT_LIST_LIMIT, Versioned, check_key, check_limit
 from ._errors import (
     StoreConflictError,
-    StoreError,
     StoreLimitError,
     StoreObjectError,
     StoreUnavailableError,
+    typed_io,
+    unavailable,
 )
 
 _CLOEXEC: Final = getattr(os, "O_CLOEXEC", 0)
@@ -50,26 +50,15 @@ def _version(st: os.stat_result) -> str:
     return f"{st.st_ino:x}-{st.st_mtime_ns:x}-{st.st_size:x}"
 
 
-_F = TypeVar("_F", bound=Callable[..., Any])
+def _place(store: PosixStore, *args: Any) -> tuple[str, str | None]:
+    return store.where, args[0] if args and isinstance(args[0], str) else None
 
 
-def _typed(method: _F) -> _F:
-    """Every failure of a store call is a ``StoreError``: an ``OSError`` the
-    directory raises on its own (a read-only or full filesystem, an I/O
-    error) becomes a ``StoreUnavailableError`` naming the store and the
-    key, as a refused request of an object store does."""
-
-    @functools.wraps(method)
-    def typed(self: PosixStore, *args: Any, **kwargs: Any) -> Any:
-        try:
-            return method(self, *args, **kwargs)
-        except StoreError:
-            raise
-        except OSError as exc:
-            key = args[0] if args and isinstance(args[0], str) else None
-            raise self._unavailable(key, exc) from exc
-
-    return typed  # type: ignore[return-value]
+#: Every failure of a store call is a ``StoreError``: an ``OSError`` the
+#: directory raises on its own (a read-only or full filesystem, an I/O
+#: error) becomes a ``StoreUnavailableError`` naming the store and the key,
+#: as a refused request of an object store does.
+_typed = typed_io(_place)
 
 
 class PosixStore:
@@ -129,7 +118,7 @@ class PosixStore:
             raise self._unavailable(None, exc) from None
 
     def _unavailable(self, key: str | None, exc: OSError) -> StoreUnavailableError:
-        return StoreUnavailableError(self.where, key, f"{exc.strerror or exc}")
+        return unavailable(self.where, key, exc)
 
     @contextmanager
     def _parent(self, key: str, *, create: bool) -> Iterator[tuple[int, str] | None]:
@@ -187,7 +176,9 @@ class PosixStore:
             flags = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | _CLOEXEC
             lock = os.open(LOCK, flags, 0o644, dir_fd=fd)
         except OSError as exc:
-            raise StoreObjectError(self.where, None, f"{LOCK} cannot be opened: {exc}") from None
+            if exc.errno in (errno.ELOOP, errno.EISDIR):
+                raise StoreObjectError(self.where, LOCK, "is not a lock file") from None
+            raise unavailable(self.where, LOCK, exc) from None
         finally:
             os.close(fd)
         try:

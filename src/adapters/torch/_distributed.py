@@ -144,6 +144,7 @@ from ..store import (
     local_path,
     open_store,
 )
+from ..store._errors import unavailable
 from ._checkpoints import TENSOR_PARTS
 
 # -- one rank's collector ---------------------------------------------------------------
@@ -488,7 +489,25 @@ class _Root:
             raise _bad(self.root, f"holds more than {MAX_OBJECTS} objects") from None
         except StoreObjectError as exc:
             raise _bad(self.root, exc.reason) from None
-        return dirs_of(keys)
+        names = dirs_of(keys)
+        if self.local is None:
+            return names
+        # A write failed or killed between creating its step directory and
+        # linking its first file leaves the directory empty: no object
+        # lists it, and a commit would never remove it (one per failure).
+        steps = set(names)
+        try:
+            with os.scandir(self.local) as found:
+                for n, entry in enumerate(found):
+                    if n > MAX_OBJECTS:
+                        raise _bad(self.root, f"holds more than {MAX_OBJECTS} entries")
+                    if _STEP_DIR.match(entry.name) and entry.is_dir(follow_symlinks=False):
+                        steps.add(entry.name)
+        except FileNotFoundError:
+            pass  # a fresh root, not created yet
+        except OSError as exc:
+            raise unavailable(str(self.root), None, exc) from exc
+        return sorted(steps)
 
 
 def _bad(path: Path | str, reason: str) -> CheckpointFileError:
